@@ -1,0 +1,3 @@
+"""Alerts: rule files, evaluator, state machine, notifiers and outbox.
+May import ``analytics`` and ``storage``.
+"""

@@ -1,0 +1,272 @@
+"""Settings: ``fleetscope.yaml`` + ``FLEETSCOPE_*`` environment -> a validated ``Settings``.
+
+In:  a YAML file (``--config``, ``$FLEETSCOPE_CONFIG`` or ``./fleetscope.yaml``) and the
+     process environment. Every leaf key has an environment override named after its path:
+     ``clickhouse.url`` -> ``FLEETSCOPE_CLICKHOUSE_URL``, ``metadata.url`` ->
+     ``FLEETSCOPE_METADATA_URL``. The environment wins over the file.
+Out: a frozen pydantic ``Settings`` object, or one ``SettingsError`` whose message is a
+     single line naming the file/line or variable, the key, and the problem. Nothing in
+     fleetscope starts on a bad config.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+__all__ = [
+    "ClickHouseSettings",
+    "MetadataSettings",
+    "Settings",
+    "SettingsError",
+    "env_var_for",
+    "load_settings",
+]
+
+ENV_PREFIX = "FLEETSCOPE_"
+CONFIG_ENV = "FLEETSCOPE_CONFIG"
+DEFAULT_CONFIG_NAME = "fleetscope.yaml"
+# FLEETSCOPE_* variables that are not settings keys.
+_NON_SETTING_ENV = {CONFIG_ENV, "FLEETSCOPE_TEST_POSTGRES_URL"}
+
+
+class SettingsError(Exception):
+    """A configuration problem, already phrased as one line for the user."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClickHouseSettings(_Section):
+    """Where telemetry lives: embedded chDB (``chdb:PATH``) or a server (``http(s)://``)."""
+
+    url: str = Field(
+        default="chdb:data/clickhouse",
+        description="chdb:PATH (relative to the working directory, or chdb:///abs/path) "
+        "or http(s)://user:password@host:port/database",
+    )
+    cluster: str | None = Field(
+        default=None,
+        description="ClickHouse cluster name; set it to emit ON CLUSTER DDL with "
+        "Replicated*/Distributed tables (server only)",
+    )
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    query_timeout_s: float = Field(default=300.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        scheme = value.split(":", 1)[0].lower() if ":" in value else ""
+        if scheme not in {"chdb", "http", "https"}:
+            raise ValueError(
+                "must start with chdb: (embedded store) or http:// / https:// "
+                f"(ClickHouse server), got {value!r}"
+            )
+        if scheme == "chdb" and not value[len("chdb:") :].lstrip("/"):
+            raise ValueError("chdb: needs a directory, e.g. chdb:data/clickhouse")
+        if scheme in {"http", "https"} and not urlsplit(value).hostname:
+            raise ValueError(f"has no host: {value!r}")
+        return value
+
+    @field_validator("cluster")
+    @classmethod
+    def _check_cluster(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        if not value.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"must be a plain cluster name (letters, digits, _ -), got {value!r}")
+        return value
+
+
+class MetadataSettings(_Section):
+    """Where configuration and state live: SQLite (default) or PostgreSQL."""
+
+    url: str = Field(
+        default="sqlite:///data/metadata.db",
+        description="SQLAlchemy URL: sqlite:///PATH or postgresql://user@host:port/db",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+        dialect = scheme.split("+", 1)[0]
+        if dialect not in {"sqlite", "postgresql", "postgres"}:
+            raise ValueError(
+                f"must be a sqlite:/// or postgresql:// URL, got {value!r}"
+            )
+        # psycopg 3 is the PostgreSQL driver fleetscope ships; SQLAlchemy's bare
+        # postgresql:// would look for psycopg2.
+        if scheme in {"postgresql", "postgres"}:
+            value = "postgresql+psycopg://" + value.split("://", 1)[1]
+        return value
+
+
+class Settings(_Section):
+    """The whole configuration. Later sections (fleet, collector, alerts) add fields here."""
+
+    data_dir: Path = Field(default=Path("data"), description="where local state is written")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    clickhouse: ClickHouseSettings = ClickHouseSettings()
+    metadata: MetadataSettings = MetadataSettings()
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def env_var_for(path: tuple[str, ...]) -> str:
+    """The environment variable that overrides a settings key path."""
+    return ENV_PREFIX + "_".join(part.upper() for part in path)
+
+
+def _leaf_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _leaf_paths(annotation, prefix + (name,))
+        else:
+            yield prefix + (name,)
+
+
+def _line_map(node: yaml.Node, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
+    """Map each key path in a composed YAML document to its 1-based line number."""
+    lines: dict[tuple[str, ...], int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            path = prefix + (str(key_node.value),)
+            lines[path] = key_node.start_mark.line + 1
+            lines.update(_line_map(value_node, path))
+    return lines
+
+
+def _read_file(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SettingsError(f"config file not found: {path}") from None
+    except OSError as exc:
+        raise SettingsError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SettingsError(f"{where}: invalid YAML: {problem}") from None
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: the top level must be a mapping of keys, got {type(data).__name__}")
+    return data, _line_map(node) if node is not None else {}
+
+
+def _apply_env(
+    data: dict[str, Any], environ: Mapping[str, str]
+) -> dict[tuple[str, ...], str]:
+    """Overlay FLEETSCOPE_* variables onto ``data``; return path -> variable name used."""
+    known = {env_var_for(path): path for path in _leaf_paths(Settings)}
+    used: dict[tuple[str, ...], str] = {}
+    for name, raw in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX) or name in _NON_SETTING_ENV:
+            continue
+        path = known.get(name)
+        if path is None:
+            hint = difflib.get_close_matches(name, known, n=1)
+            suggestion = f" (did you mean {hint[0]}?)" if hint else ""
+            raise SettingsError(f"environment: {name} is not a fleetscope setting{suggestion}")
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[path[-1]] = None if raw == "" else raw
+        used[path] = name
+    return used
+
+
+def _known_keys(path: tuple[str, ...]) -> list[str]:
+    model: type[BaseModel] = Settings
+    for part in path:
+        field = model.model_fields.get(part)
+        annotation = field.annotation if field else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+def _describe(
+    exc: ValidationError,
+    source: Path | None,
+    lines: dict[tuple[str, ...], int],
+    from_env: dict[tuple[str, ...], str],
+) -> str:
+    errors = exc.errors()
+    first = errors[0]
+    path = tuple(str(part) for part in first["loc"])
+    key = ".".join(path) or "(top level)"
+    if first["type"] == "extra_forbidden":
+        known = _known_keys(path[:-1])
+        hint = difflib.get_close_matches(path[-1], known, n=1)
+        problem = "unknown key" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        if known:
+            problem += f"; known keys here: {', '.join(known)}"
+    else:
+        problem = first["msg"].removeprefix("Value error, ")
+        if "input" in first and first["type"] not in {"value_error"} and not isinstance(
+            first["input"], dict
+        ):
+            problem += f" (got {first['input']!r})"
+    if path in from_env:
+        where = f"environment {from_env[path]}"
+    elif source is not None:
+        line = lines.get(path)
+        where = f"{source}:{line}" if line else str(source)
+    else:
+        where = "settings"
+    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    return f"{where}: {key}: {problem}{more}"
+
+
+def config_path(explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> tuple[Path | None, bool]:
+    """Which file to read, and whether the user asked for it (then it must exist)."""
+    environ = os.environ if environ is None else environ
+    if explicit:
+        return Path(explicit), True
+    if environ.get(CONFIG_ENV):
+        return Path(environ[CONFIG_ENV]), True
+    default = Path(DEFAULT_CONFIG_NAME)
+    return (default, False) if default.exists() else (None, False)
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Read, overlay and validate the configuration. Raises ``SettingsError``."""
+    environ = os.environ if environ is None else environ
+    source, _ = config_path(path, environ)
+    data: dict[str, Any] = {}
+    lines: dict[tuple[str, ...], int] = {}
+    if source is not None:
+        data, lines = _read_file(source)
+    from_env = _apply_env(data, environ)
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc, source, lines, from_env)) from None

@@ -1,0 +1,149 @@
+"""Metadata DB: SQLAlchemy 2 models and engine/session helpers.
+
+In:  an SQLAlchemy URL (``sqlite:///data/metadata.db`` by default, ``postgresql+psycopg://``
+     in production).
+Out: ``Engine`` / ``Session`` objects and the ORM models below. The schema itself is
+     created and changed only by the alembic revisions in ``migrations/metadata/versions``;
+     ``Base.metadata`` is what they are checked against.
+
+Tables (later issues add theirs through new revisions):
+    gpu_prices   price per GPU-hour by GPU type (cost analytics)
+    replicas     inventory: replica name, model, GPU type/count, endpoint
+    slos         per-model latency objectives (TTFT, ITL/TPOT, e2e)
+    annotations  marks on the timeline (deploys, incidents, notes)
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    DateTime,
+    Engine,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    func,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+__all__ = [
+    "Annotation",
+    "Base",
+    "GpuPrice",
+    "Replica",
+    "Slo",
+    "make_engine",
+    "make_sessionmaker",
+]
+
+# Stable constraint names, so that alembic revisions can refer to them on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class _Timestamps:
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), nullable=False
+    )
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now(), nullable=False
+    )
+
+
+class GpuPrice(_Timestamps, Base):
+    """What one GPU of a type costs per hour (on-demand or contracted)."""
+
+    __tablename__ = "gpu_prices"
+    __table_args__ = (CheckConstraint("usd_per_gpu_hour >= 0", name="price_non_negative"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    gpu_type: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    usd_per_gpu_hour: Mapped[float] = mapped_column(Float, nullable=False)
+    note: Mapped[str | None] = mapped_column(Text)
+
+
+class Replica(_Timestamps, Base):
+    """One serving replica of the fleet (inventory; metrics carry its name as a label)."""
+
+    __tablename__ = "replicas"
+    __table_args__ = (CheckConstraint("gpu_count >= 0", name="gpu_count_non_negative"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True, nullable=False)
+    model: Mapped[str] = mapped_column(String(256), nullable=False)
+    gpu_type: Mapped[str] = mapped_column(String(64), nullable=False)
+    gpu_count: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    endpoint: Mapped[str] = mapped_column(String(512), nullable=False)
+
+
+class Slo(_Timestamps, Base):
+    """A latency objective for one model: e.g. p99 TTFT <= 2 s for 99% of a 30-day window."""
+
+    __tablename__ = "slos"
+    __table_args__ = (
+        UniqueConstraint("model", "metric", name="uq_slos_model_metric"),
+        CheckConstraint("metric IN ('ttft', 'itl', 'tpot', 'e2e')", name="metric_known"),
+        CheckConstraint("threshold_seconds > 0", name="threshold_positive"),
+        CheckConstraint("objective > 0 AND objective < 1", name="objective_ratio"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model: Mapped[str] = mapped_column(String(256), nullable=False)
+    metric: Mapped[str] = mapped_column(String(16), nullable=False)
+    # A request is "good" when metric <= threshold_seconds; ``percentile`` (e.g. 0.99) is
+    # the percentile shown against the threshold on latency charts.
+    threshold_seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    percentile: Mapped[float | None] = mapped_column(Float)
+    objective: Mapped[float] = mapped_column(Float, nullable=False, default=0.99)
+    window_days: Mapped[int] = mapped_column(Integer, nullable=False, default=30)
+
+
+class Annotation(Base):
+    """A mark on the timeline: a deploy, a config change, an incident note."""
+
+    __tablename__ = "annotations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    starts_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, index=True)
+    ends_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    title: Mapped[str] = mapped_column(String(256), nullable=False)
+    text: Mapped[str | None] = mapped_column(Text)
+    tags: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
+    created_by: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), nullable=False
+    )
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for ``url``; creates the directory of a SQLite file if needed."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    if parsed.get_backend_name() == "postgresql":
+        kwargs.setdefault("pool_pre_ping", True)
+        kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", 10)
+    return create_engine(url, **kwargs)
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Any]:
+    return sessionmaker(bind=engine, expire_on_commit=False)

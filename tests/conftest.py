@@ -1,0 +1,91 @@
+"""Shared fixtures: a real chDB store, a real PostgreSQL schema, a SQLite file.
+
+chDB opens one data directory per process, so every in-process test shares one session
+directory and gets a database of its own inside it. PostgreSQL tests get a schema of their
+own in the ``test`` database (FLEETSCOPE_TEST_POSTGRES_URL overrides the server).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from storage.clickhouse import connect
+
+ROOT = Path(__file__).resolve().parent.parent
+POSTGRES_URL = os.environ.get(
+    "FLEETSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+@pytest.fixture(scope="session")
+def chdb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("chdb")
+
+
+@pytest.fixture
+def ch_database() -> str:
+    return f"t_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def ch(chdb_dir: Path, ch_database: str) -> Iterator:
+    """A clickhouse-connect client on a fresh database of the session's chDB store."""
+    client = connect(f"chdb:{chdb_dir}", database=ch_database, create_database=True)
+    try:
+        yield client
+    finally:
+        client.command(f"DROP DATABASE IF EXISTS {ch_database}")
+        client.close()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'metadata.db'}"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A URL whose search_path is a fresh schema in the test PostgreSQL database."""
+    schema = f"fs_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(POSTGRES_URL, connect_args={"connect_timeout": 5})
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f"CREATE SCHEMA {schema}"))
+    except Exception as exc:  # noqa: BLE001 - turn any connection failure into one message
+        admin.dispose()
+        pytest.fail(
+            f"PostgreSQL is not reachable at {POSTGRES_URL} ({exc.__class__.__name__}): "
+            "`make test` starts it via scripts/ensure-postgres.sh"
+        )
+    sep = "&" if "?" in POSTGRES_URL else "?"
+    try:
+        yield f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def metadata_url(request: pytest.FixtureRequest) -> str:
+    """The metadata DB on both supported backends."""
+    name = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    return request.getfixturevalue(name)
+
+
+def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``fleetscope`` console script as a user would."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
+    full_env.update(env or {})
+    exe = Path(sys.executable).parent / "fleetscope"
+    return subprocess.run(
+        [str(exe), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )

@@ -1,0 +1,107 @@
+"""The ``fleetscope`` console script, run as a user runs it (a real subprocess each time)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from migrations import clickhouse_runner
+from tests.conftest import run_cli
+
+SHIPPED_CH = [m.filename for m in clickhouse_runner.discover()]
+
+
+@pytest.mark.parametrize("command", [[], ["version"], ["migrate"], ["config"], ["config", "show"], ["config", "check"]])
+def test_every_command_answers_help(command: list[str], tmp_path: Path) -> None:
+    result = run_cli(*command, "--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Usage: fleetscope" in result.stdout
+
+
+def test_version(tmp_path: Path) -> None:
+    result = run_cli("version", cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stdout.startswith("fleetscope 0.1.0\n")
+    assert "chdb " in result.stdout
+
+
+def migrate_twice(tmp_path: Path, env: dict[str, str]) -> tuple[str, str]:
+    first = run_cli("migrate", cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stderr
+    second = run_cli("migrate", cwd=tmp_path, env=env)
+    assert second.returncode == 0, second.stderr
+    return first.stdout, second.stdout
+
+
+def test_migrate_twice_on_chdb_and_sqlite(tmp_path: Path) -> None:
+    first, second = migrate_twice(tmp_path, {})
+    for filename in SHIPPED_CH:
+        assert f"applied {filename}" in first
+    assert "applied 0001 initial metadata tables" in first
+    assert (tmp_path / "data" / "clickhouse").is_dir() and (tmp_path / "data" / "metadata.db").is_file()
+    assert "applied" not in second.replace("migration(s) applied", "")
+    assert "nothing to apply: both stores are up to date" in second
+    status = run_cli("migrate", "--status", cwd=tmp_path)
+    assert "ClickHouse: 0 pending" in status.stdout and "metadata DB: 0 pending" in status.stdout
+
+
+@pytest.mark.postgres
+def test_migrate_twice_on_chdb_and_postgres(tmp_path: Path, pg_url: str) -> None:
+    env = {"FLEETSCOPE_METADATA_URL": pg_url, "FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{tmp_path / 'ch'}"}
+    first, second = migrate_twice(tmp_path, env)
+    assert "metadata DB: postgresql+psycopg://postgres@127.0.0.1:5432/test" in first
+    assert "applied 0001 initial metadata tables" in first
+    assert "nothing to apply" in second
+    assert not (tmp_path / "data" / "metadata.db").exists()
+
+
+def test_bad_config_exits_2_with_one_line_and_starts_nothing(tmp_path: Path) -> None:
+    (tmp_path / "fleetscope.yaml").write_text("clickhouse:\n  url: chdb:data/ch\n  connect_timeout_s: later\n")
+    result = run_cli("migrate", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: fleetscope.yaml:3: clickhouse.connect_timeout_s:")
+    assert not (tmp_path / "data").exists()
+
+
+def test_missing_config_file_exits_2(tmp_path: Path) -> None:
+    result = run_cli("migrate", "--config", "missing.yaml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: config file not found: missing.yaml"
+
+
+def test_chdb_held_by_another_process_is_a_clear_error(tmp_path: Path) -> None:
+    store = tmp_path / "ch"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time, clickhouse_connect
+            c = clickhouse_connect.get_client(dsn="chdb://{store}")
+            c.query("SELECT 1")
+            print("ready", flush=True)
+            time.sleep(60)
+        """)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        result = run_cli("migrate", cwd=tmp_path, env={"FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{store}"})
+        assert result.returncode == 1
+        assert "is held by another process" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_config_show_hides_passwords(tmp_path: Path) -> None:
+    env = {"FLEETSCOPE_CLICKHOUSE_URL": "https://fs:hunter2@ch.example:8443/fleet"}
+    result = run_cli("config", "show", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "https://fs:***@ch.example:8443/fleet" in result.stdout
+    assert "hunter2" not in result.stdout

@@ -1,0 +1,121 @@
+"""ClickHouse migration runner on a real chDB store: order, idempotence, checksums, cluster DDL."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from migrations import clickhouse_runner as runner
+from storage.errors import ChecksumMismatch, MigrationError
+
+
+def tables(ch) -> set[str]:
+    return {r[0] for r in ch.query("SELECT name FROM system.tables WHERE database = currentDatabase()").result_rows}
+
+
+def make_dir(tmp_path: Path, files: dict[str, str]) -> Path:
+    d = tmp_path / "ch"
+    d.mkdir(exist_ok=True)
+    for name, body in files.items():
+        (d / name).write_text(body)
+    return d
+
+
+def test_shipped_migrations_create_the_schema_once(ch) -> None:
+    first = runner.apply(ch)
+    assert [m.filename for m in first] == [m.filename for m in runner.discover()]
+    assert {"series", "samples", "scrapes", "requests", "fleetscope_migrations"} <= tables(ch)
+    assert runner.apply(ch) == []
+    rows = ch.query("SELECT count() FROM fleetscope_migrations").result_rows
+    assert rows[0][0] == len(first)
+
+
+def test_files_apply_in_version_order_not_name_order(ch, tmp_path: Path) -> None:
+    d = make_dir(
+        tmp_path,
+        {
+            "0010_second.sql": "ALTER TABLE a ADD COLUMN IF NOT EXISTS b UInt8;\n",
+            "0002_first.sql": "CREATE TABLE IF NOT EXISTS a (x UInt8) ENGINE = {{engine:MergeTree}} ORDER BY x;\n",
+        },
+    )
+    applied = runner.apply(ch, directory=d)
+    assert [m.version for m in applied] == [2, 10]
+    columns = [r[0] for r in ch.query("SELECT name FROM system.columns WHERE table = 'a' AND database = currentDatabase()").result_rows]
+    assert columns == ["x", "b"]
+
+
+def test_new_file_is_applied_alone(ch, tmp_path: Path) -> None:
+    d = make_dir(tmp_path, {"0001_a.sql": "CREATE TABLE IF NOT EXISTS a (x UInt8) ENGINE = MergeTree ORDER BY x;"})
+    assert len(runner.apply(ch, directory=d)) == 1
+    (d / "0002_b.sql").write_text("CREATE TABLE IF NOT EXISTS b (x UInt8) ENGINE = MergeTree ORDER BY x;")
+    assert [m.filename for m in runner.apply(ch, directory=d)] == ["0002_b.sql"]
+    assert {"a", "b"} <= tables(ch)
+
+
+def test_edited_applied_file_is_a_checksum_error(ch, tmp_path: Path) -> None:
+    d = make_dir(tmp_path, {"0001_a.sql": "CREATE TABLE IF NOT EXISTS a (x UInt8) ENGINE = MergeTree ORDER BY x;"})
+    runner.apply(ch, directory=d)
+    (d / "0001_a.sql").write_text("CREATE TABLE IF NOT EXISTS a (x UInt16) ENGINE = MergeTree ORDER BY x;")
+    (d / "0002_b.sql").write_text("CREATE TABLE IF NOT EXISTS b (x UInt8) ENGINE = MergeTree ORDER BY x;")
+    with pytest.raises(ChecksumMismatch, match="0001_a.sql was changed after it was applied"):
+        runner.apply(ch, directory=d)
+    assert "b" not in tables(ch)  # nothing after the mismatch was applied
+
+
+def test_store_newer_than_the_files_is_refused(ch, tmp_path: Path) -> None:
+    d = make_dir(tmp_path, {"0001_a.sql": "CREATE TABLE IF NOT EXISTS a (x UInt8) ENGINE = MergeTree ORDER BY x;",
+                            "0002_b.sql": "SELECT 1;"})
+    runner.apply(ch, directory=d)
+    (d / "0002_b.sql").unlink()
+    with pytest.raises(MigrationError, match="0002_b.sql applied, which this fleetscope does not have"):
+        runner.apply(ch, directory=d)
+
+
+def test_failed_statement_is_reported_and_not_recorded(ch, tmp_path: Path) -> None:
+    d = make_dir(tmp_path, {"0001_bad.sql": "CREATE TABLE IF NOT EXISTS a (x UInt8) ENGINE = MergeTree ORDER BY x;\nCREATE TABLE oops (;\n"})
+    with pytest.raises(MigrationError, match=r"0001_bad.sql, statement 2"):
+        runner.apply(ch, directory=d)
+    assert runner.applied(ch) == {}
+    # fixed file: the half-applied migration simply runs again (DDL is IF NOT EXISTS)
+    (d / "0001_bad.sql").write_text("CREATE TABLE IF NOT EXISTS a (x UInt8) ENGINE = MergeTree ORDER BY x;\n")
+    assert len(runner.apply(ch, directory=d)) == 1
+
+
+def test_bad_file_names_and_duplicate_versions(tmp_path: Path) -> None:
+    d = make_dir(tmp_path, {"1_a.sql": "SELECT 1;"})
+    with pytest.raises(MigrationError, match="NNNN_description.sql"):
+        runner.discover(d)
+    shutil.rmtree(d)
+    d = make_dir(tmp_path, {"0001_a.sql": "SELECT 1;", "0001_b.sql": "SELECT 1;"})
+    with pytest.raises(MigrationError, match="two migrations have version 0001"):
+        runner.discover(d)
+
+
+def test_single_node_rendering_has_no_cluster_ddl() -> None:
+    for migration in runner.discover():
+        for statement in runner.render(migration.sql, None):
+            assert "ON CLUSTER" not in statement
+            assert "Replicated" not in statement and "Distributed" not in statement
+            assert "{{" not in statement
+
+
+def test_cluster_rendering_parses_and_uses_replicated_and_distributed_tables(ch) -> None:
+    statements = [s for m in runner.discover() for s in runner.render(m.sql, "prod")]
+    creates = [s for s in statements if s.startswith("CREATE TABLE")]
+    assert all("ON CLUSTER 'prod'" in s for s in creates)
+    local = [s for s in creates if "_local ON CLUSTER" in s]
+    assert local and all("ENGINE = Replicated" in s for s in local)
+    distributed = [s for s in creates if "Distributed('prod'" in s]
+    assert {s.split()[5] for s in distributed} == {"series", "samples", "scrapes", "requests"}
+    for statement in statements:  # real ClickHouse parser; no cluster needed for EXPLAIN AST
+        ast = ch.query(f"EXPLAIN AST {statement}").result_rows
+        assert ast and ast[0][0].startswith("CreateQuery")
+
+
+def test_engine_template_keeps_engine_arguments() -> None:
+    (single,) = runner.render("CREATE TABLE t (v UInt8) ENGINE = {{engine:ReplacingMergeTree(v)}} ORDER BY v;")
+    assert "ENGINE = ReplacingMergeTree(v)" in single
+    (cluster,) = runner.render("CREATE TABLE t (v UInt8) ENGINE = {{engine:ReplacingMergeTree(v)}} ORDER BY v;", "c1")
+    assert "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}', v)" in cluster
