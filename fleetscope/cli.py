@@ -15,7 +15,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from fleetscope import __version__
-from fleetscope.settings import Settings, SettingsError, load_settings
+from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
 
 app = typer.Typer(
     name="fleetscope",
@@ -25,29 +25,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        "-c",
-        help="Config file (default: $FLEETSCOPE_CONFIG or ./fleetscope.yaml).",
-        show_default=False,
-    ),
-]
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def settings_or_exit(config: Path | None) -> Settings:
-    try:
-        return load_settings(config)
-    except SettingsError as exc:
-        fail(str(exc), code=2)
-
 
 @app.command()
 def version() -> None:
@@ -89,6 +66,10 @@ def migrate(
     applied = len(report.clickhouse) + len(report.metadata)
     typer.echo(f"{applied} migration(s) applied" if applied else "nothing to apply: both stores are up to date")
 
+
+from fleetscope.fleet_cli import app as fleet_app  # noqa: E402
+
+app.add_typer(fleet_app, name="fleet")
 
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")

