@@ -14,6 +14,7 @@ the ``fleet-cpu`` / ``fleet-gpu`` extras.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,9 +89,13 @@ def make_model(directory: Path, size: str = "small") -> Path:
     """Write a tiny model of ``size`` into ``directory`` (created); returns the directory."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}: choose {' or '.join(SIZES)}")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         import torch
         from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise RuntimeError(
             f"making a model needs torch and transformers ({exc.name} is missing): "

@@ -67,6 +67,49 @@ def migrate(
     typer.echo(f"{applied} migration(s) applied" if applied else "nothing to apply: both stores are up to date")
 
 
+@app.command()
+def collect(
+    config: ConfigOption = None,
+    migrate_first: Annotated[bool, typer.Option("--migrate/--no-migrate", help="Apply pending migrations first.")] = True,
+) -> None:
+    """Run the collector alone: scrape targets, receive OTLP spans and gateway logs, write ClickHouse.
+
+    Meant for a ClickHouse server (each part its own process); on the embedded chDB store it
+    works while no other process holds the store. Ctrl-C flushes what is buffered.
+    """
+    import asyncio
+    import logging
+
+    from collector.targets import TargetError
+    from fleet.yamlfile import YamlConfigError
+    from fleetscope.collect import build_collector, run_collector
+    from fleetscope.stores import migrate_all, open_clickhouse
+    from storage.errors import StoreError
+
+    settings = settings_or_exit(config)
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if migrate_first:
+            migrate_all(settings, metadata=False)
+        client = open_clickhouse(settings)
+    except StoreError as exc:
+        fail(str(exc))
+    try:
+        collector = build_collector(settings, client)
+    except (TargetError, YamlConfigError) as exc:
+        fail(str(exc), code=2)
+    try:
+        flushed = asyncio.run(run_collector(collector, typer.echo))
+    except OSError as exc:
+        fail(f"cannot start the collector: {exc}")
+    if not flushed:
+        count, size = collector.writer.spool_size()
+        typer.echo(f"ClickHouse did not take everything: {count} batch(es) ({size} B) stay in the spool "
+                   "and are written on the next start", err=True)
+        raise typer.Exit(1)
+    typer.echo("collector stopped; everything written")
+
+
 from fleetscope.fleet_cli import app as fleet_app  # noqa: E402
 
 app.add_typer(fleet_app, name="fleet")

@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from collector.sampling import SamplingPolicy
 
 from fleet.yamlfile import YamlConfigError, describe_validation_error, read_yaml
 
@@ -117,6 +120,48 @@ class FleetSettings(_Section):
     spec: Path = Field(default=Path("fleet.yaml"), description="fleet spec file (replicas, models)")
 
 
+class StaticTargets(_Section):
+    job: str = Field(min_length=1)
+    targets: list[str] = Field(min_length=1, description="host:port or full URLs")
+    labels: dict[str, str] = Field(default_factory=dict)
+    interval_s: float | None = Field(default=None, gt=0)
+    timeout_s: float | None = Field(default=None, gt=0)
+
+
+class FileSd(_Section):
+    path: Path
+    job: str = "file_sd"
+    interval_s: float | None = Field(default=None, gt=0)
+    timeout_s: float | None = Field(default=None, gt=0)
+
+
+class CollectorSettings(_Section):
+    """Intake: scrapes, OTLP spans and gateway logs into ClickHouse (fleetscope collect)."""
+
+    listen_host: str = "127.0.0.1"
+    otlp_http_port: int = Field(default=4318, ge=1, le=65535, description="OTLP/HTTP, gateway logs, /metrics")
+    otlp_grpc_port: int = Field(default=4317, ge=0, le=65535, description="OTLP/gRPC; 0 disables it")
+    scrape_interval_s: float = Field(default=5.0, gt=0)
+    scrape_timeout_s: float = Field(default=4.0, gt=0)
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    fleet_targets: bool = Field(default=True, description="scrape the replicas of the fleet spec")
+    static_targets: list[StaticTargets] = Field(default_factory=list)
+    file_sd: list[FileSd] = Field(default_factory=list)
+    batch_rows: int = Field(default=50_000, gt=0)
+    flush_interval_s: float = Field(default=1.0, gt=0)
+    spool_max_bytes: int = Field(default=1024**3, gt=0)
+    sampling: SamplingPolicy = SamplingPolicy()
+
+    @model_validator(mode="after")
+    def _timeout_within_interval(self) -> CollectorSettings:
+        if self.scrape_timeout_s > self.scrape_interval_s:
+            raise ValueError(
+                f"scrape_timeout_s ({self.scrape_timeout_s:g}) must not exceed scrape_interval_s "
+                f"({self.scrape_interval_s:g})"
+            )
+        return self
+
+
 class Settings(_Section):
     """The whole configuration. Later sections (fleet, collector, alerts) add fields here."""
 
@@ -125,6 +170,7 @@ class Settings(_Section):
     clickhouse: ClickHouseSettings = ClickHouseSettings()
     metadata: MetadataSettings = MetadataSettings()
     fleet: FleetSettings = FleetSettings()
+    collector: CollectorSettings = CollectorSettings()
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -170,7 +216,13 @@ def _apply_env(
                 child = {}
                 node[part] = child
             node = child
-        node[path[-1]] = None if raw == "" else raw
+        value: Any = None if raw == "" else raw
+        if raw[:1] in ("[", "{"):  # lists and mappings as YAML/JSON flow text
+            try:
+                value = yaml.safe_load(raw)
+            except yaml.YAMLError:
+                raise SettingsError(f"environment: {name} is not valid YAML/JSON: {raw[:80]!r}") from None
+        node[path[-1]] = value
         used[path] = name
     return used
 

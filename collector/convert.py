@@ -1,0 +1,141 @@
+"""Scrape results -> rows for ClickHouse: ``samples``, ``series`` and ``scrapes`` columns.
+
+In:  ``ScrapeResult``s from the scraper.
+Out: column batches (``dict[column, list]``) for the writer: one ``scrapes`` row per scrape
+     (up, duration, samples, error), one ``samples`` row per sample, and a ``series`` row the
+     first time a series is seen (and every ``SERIES_REFRESH_S`` after, to keep ``last_seen``).
+
+Labels: the target's ``job``, ``instance`` and its labels (``replica``, ``model``, ...) are added
+to every series; an exposed label with the same name is kept as ``exported_<name>``, as
+Prometheus does without ``honor_labels``. vLLM metric names that changed between versions are
+mapped to the current ones (``RENAMES``); the series keeps the name the engine used in
+``original_metric``, and nothing unknown is dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from collector.scrape import ScrapeResult
+
+__all__ = ["RENAMES", "Batch", "SeriesConverter", "canonical_name", "fingerprint"]
+
+# old vLLM family name -> current one (suffixes _total/_bucket/_sum/_count/_created follow)
+RENAMES: dict[str, str] = {
+    "vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
+    "vllm:cpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
+    "vllm:gpu_prefix_cache_queries": "vllm:prefix_cache_queries",
+    "vllm:gpu_prefix_cache_hits": "vllm:prefix_cache_hits",
+    "vllm:gpu_prefix_cache_hit_rate": "vllm:prefix_cache_hit_rate",
+    "vllm:time_per_output_token_seconds": "vllm:inter_token_latency_seconds",
+}
+_SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created")
+_RENAME_FULL = {old + sfx: new + sfx for old, new in RENAMES.items() for sfx in _SUFFIXES}
+SERIES_REFRESH_S = 600.0
+
+
+def canonical_name(name: str) -> str:
+    """The current vLLM name for ``name`` (unchanged when it is not an old name)."""
+    return _RENAME_FULL.get(name, name)
+
+
+def fingerprint(metric: str, labels: Mapping[str, str]) -> int:
+    """A stable 64-bit id of a series: metric name + sorted labels."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(metric.encode())
+    for key in sorted(labels):
+        h.update(b"\xff")
+        h.update(key.encode())
+        h.update(b"\xfe")
+        h.update(labels[key].encode())
+    return int.from_bytes(h.digest(), "big")
+
+
+@dataclass
+class Batch:
+    """Columns per table produced from one or more scrapes."""
+
+    tables: dict[str, dict[str, list]] = field(default_factory=dict)
+
+    def columns(self, table: str, names: tuple[str, ...]) -> dict[str, list]:
+        cols = self.tables.get(table)
+        if cols is None:
+            cols = self.tables[table] = {n: [] for n in names}
+        return cols
+
+
+SAMPLE_COLUMNS = ("metric", "fingerprint", "ts", "value")
+SERIES_COLUMNS = ("fingerprint", "metric", "original_metric", "labels", "first_seen", "last_seen")
+SCRAPE_COLUMNS = ("ts", "job", "instance", "replica", "up", "duration_seconds", "samples_scraped", "error")
+
+
+class SeriesConverter:
+    """Per-target state: the fingerprint of each parsed series, and which series were written."""
+
+    def __init__(self) -> None:
+        # id(parsed series ref) -> (ref, metric, fingerprint, labels); the ref is kept so ids stay valid
+        self._refs: dict[int, tuple[object, str, int, dict[str, str]]] = {}
+        self._written: set[int] = set()
+        self._refreshed = time.time()
+        self.renamed: dict[str, str] = {}  # old names seen -> new names (shown to users)
+
+    def _resolve(self, ref: tuple[str, Mapping[str, str]], target_labels: dict[str, str]) -> tuple[str, int, dict[str, str]]:
+        name, exposed = ref
+        metric = canonical_name(name)
+        if metric != name:
+            self.renamed[name] = metric
+        labels = {}
+        for key, value in exposed.items():
+            labels[f"exported_{key}" if key in target_labels else key] = value
+        labels.update(target_labels)
+        return metric, fingerprint(metric, labels), labels
+
+    def convert(self, result: ScrapeResult, batch: Batch) -> None:
+        target = result.target
+        scrape = batch.columns("scrapes", SCRAPE_COLUMNS)
+        scrape["ts"].append(result.timestamp)
+        scrape["job"].append(target.job)
+        scrape["instance"].append(target.instance)
+        scrape["replica"].append(target.replica)
+        scrape["up"].append(1 if result.up else 0)
+        scrape["duration_seconds"].append(result.duration_s)
+        scrape["samples_scraped"].append(result.samples)
+        scrape["error"].append(result.error)
+        exposition = result.exposition
+        if exposition is None:
+            return
+        target_labels = target.all_labels()
+        refs = self._refs
+        samples = batch.columns("samples", SAMPLE_COLUMNS)
+        metrics, fps = samples["metric"], samples["fingerprint"]
+        now = time.time()
+        if now - self._refreshed > SERIES_REFRESH_S:  # re-write series rows: keeps last_seen fresh
+            self._written.clear()
+            self._refreshed = now
+        written = self._written
+        new_series = None
+        for ref in exposition.series:
+            known = refs.get(id(ref))
+            if known is None or known[0] is not ref:
+                metric, fp, labels = self._resolve(ref, target_labels)
+                refs[id(ref)] = known = (ref, metric, fp, labels)
+            if known[2] not in written:
+                written.add(known[2])
+                if new_series is None:
+                    new_series = batch.columns("series", SERIES_COLUMNS)
+                new_series["fingerprint"].append(known[2])
+                new_series["metric"].append(known[1])
+                new_series["original_metric"].append(ref[0])
+                new_series["labels"].append(known[3])
+                new_series["first_seen"].append(now)
+                new_series["last_seen"].append(now)
+            metrics.append(known[1])
+            fps.append(known[2])
+        samples["value"].extend(exposition.values)
+        ts = result.timestamp
+        samples["ts"].extend(t if t is not None else ts for t in exposition.timestamps)
+        if len(refs) > 4 * max(len(exposition.series), 256):  # parser cache was trimmed
+            self._refs = {id(r): refs[id(r)] for r in exposition.series if id(r) in refs}

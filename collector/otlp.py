@@ -1,0 +1,176 @@
+"""OTLP traces -> request rows: vLLM ``llm_request`` spans become ``requests`` table rows.
+
+In:  an OTLP ``ExportTraceServiceRequest``, as protobuf bytes (HTTP ``application/x-protobuf``
+     or gRPC) or as OTLP/JSON (hex trace ids, string-encoded 64-bit integers).
+Out: ``SpanRecord``s (all spans) and, for ``llm_request`` spans, request rows with timings,
+     tokens, request id, trace id, and the replica/model from the resource attributes the
+     launcher sets (``fleetscope.replica``/``fleetscope.model``, else ``service.instance.id`` /
+     ``service.name``). Other spans (e.g. vLLM start-up spans) are counted and ignored.
+     A body that cannot be decoded raises ``OtlpError``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+__all__ = ["OtlpError", "SpanRecord", "decode_json", "decode_protobuf", "request_row", "REQUEST_SPAN"]
+
+REQUEST_SPAN = "llm_request"
+STATUS_ERROR = 2
+
+
+class OtlpError(ValueError):
+    """An OTLP body that cannot be decoded."""
+
+
+@dataclass(frozen=True)
+class SpanRecord:
+    name: str
+    trace_id: str  # 32 hex digits
+    start_ns: int
+    end_ns: int
+    status_code: int  # 0 unset, 1 ok, 2 error
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+
+
+def _any_value(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_any_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _any_value(kv.value) for kv in value.kvlist_value.values}
+    return getattr(value, kind)
+
+
+def decode_protobuf(body: bytes) -> list[SpanRecord]:
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise OtlpError(f"not an OTLP protobuf ExportTraceServiceRequest: {exc}") from None
+    return spans_from_message(request)
+
+
+def spans_from_message(request: ExportTraceServiceRequest) -> list[SpanRecord]:
+    spans = []
+    for rs in request.resource_spans:
+        resource = {kv.key: _any_value(kv.value) for kv in rs.resource.attributes}
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                spans.append(
+                    SpanRecord(
+                        name=span.name,
+                        trace_id=span.trace_id.hex(),
+                        start_ns=span.start_time_unix_nano,
+                        end_ns=span.end_time_unix_nano,
+                        status_code=span.status.code,
+                        attributes={kv.key: _any_value(kv.value) for kv in span.attributes},
+                        resource=resource,
+                    )
+                )
+    return spans
+
+
+_JSON_KINDS = ("stringValue", "boolValue", "intValue", "doubleValue", "arrayValue", "kvlistValue", "bytesValue")
+
+
+def _json_value(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise OtlpError("attribute value must be an object")
+    for kind in _JSON_KINDS:
+        if kind in value:
+            raw = value[kind]
+            if kind == "intValue":
+                return int(raw)
+            if kind == "doubleValue":
+                return float(raw)
+            if kind == "arrayValue":
+                return [_json_value(v) for v in (raw or {}).get("values", [])]
+            if kind == "kvlistValue":
+                return {kv["key"]: _json_value(kv.get("value", {})) for kv in (raw or {}).get("values", [])}
+            return raw
+    return None
+
+
+def _json_attrs(items: Any) -> dict[str, Any]:
+    if items is None:
+        return {}
+    if not isinstance(items, list):
+        raise OtlpError("attributes must be a list")
+    return {kv["key"]: _json_value(kv.get("value", {})) for kv in items}
+
+
+def decode_json(body: bytes) -> list[SpanRecord]:
+    """OTLP/JSON (hex ids; 64-bit integers may be strings)."""
+    try:
+        data = json.loads(body)
+        spans = []
+        for rs in data.get("resourceSpans", []) or []:
+            resource = _json_attrs((rs.get("resource") or {}).get("attributes"))
+            for ss in rs.get("scopeSpans", []) or []:
+                for span in ss.get("spans", []) or []:
+                    trace_id = str(span.get("traceId", "")).lower()
+                    if len(trace_id) != 32 or any(c not in "0123456789abcdef" for c in trace_id):
+                        raise OtlpError(f"traceId must be 32 hex digits, got {trace_id!r}")
+                    spans.append(
+                        SpanRecord(
+                            name=str(span.get("name", "")),
+                            trace_id=trace_id,
+                            start_ns=int(span.get("startTimeUnixNano", 0)),
+                            end_ns=int(span.get("endTimeUnixNano", 0)),
+                            status_code=int((span.get("status") or {}).get("code", 0)),
+                            attributes=_json_attrs(span.get("attributes")),
+                            resource=resource,
+                        )
+                    )
+        return spans
+    except OtlpError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise OtlpError(f"not an OTLP/JSON ExportTraceServiceRequest: {type(exc).__name__}: {exc}") from None
+
+
+def _num(attrs: dict[str, Any], key: str) -> float:
+    value = attrs.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def request_row(span: SpanRecord) -> dict[str, Any] | None:
+    """The ``requests`` row of an ``llm_request`` span (None for any other span)."""
+    if span.name != REQUEST_SPAN:
+        return None
+    a, r = span.attributes, span.resource
+    completion = int(_num(a, "gen_ai.usage.completion_tokens"))
+    decode = _num(a, "gen_ai.latency.time_in_model_decode")
+    replica = r.get("fleetscope.replica") or r.get("service.instance.id") or r.get("service.name") or ""
+    model = r.get("fleetscope.model") or a.get("gen_ai.response.model") or ""
+    return {
+        "ts": span.start_ns / 1e9,
+        "source": "otlp",
+        "request_id": str(a.get("gen_ai.request.id") or ""),
+        "trace_id": span.trace_id,
+        "replica": str(replica),
+        "model": str(model),
+        "tenant": "",
+        "route": "",
+        "status_code": 500 if span.status_code == STATUS_ERROR else 200,
+        "finish_reason": "",
+        "prompt_tokens": int(_num(a, "gen_ai.usage.prompt_tokens")),
+        "completion_tokens": completion,
+        "cached_tokens": 0,
+        "max_tokens": int(_num(a, "gen_ai.request.max_tokens")),
+        "ttft_seconds": _num(a, "gen_ai.latency.time_to_first_token"),
+        "e2e_seconds": _num(a, "gen_ai.latency.e2e"),
+        "queue_seconds": _num(a, "gen_ai.latency.time_in_queue"),
+        "prefill_seconds": _num(a, "gen_ai.latency.time_in_model_prefill"),
+        "decode_seconds": decode,
+        "tpot_seconds": decode / (completion - 1) if completion > 1 else 0.0,
+    }

@@ -1,0 +1,90 @@
+"""Gateway request log: JSON lines -> request rows (``source = 'gateway'``).
+
+In:  a body of JSON lines, one object per finished request (schema below; unknown keys are
+     refused so that typos are noticed).
+Out: request rows for the ``requests`` table and, per bad line, its line number and reason.
+     Good lines are accepted even when others are bad.
+
+Schema (docs/schema.md): ``ts`` (epoch seconds or ISO 8601), ``trace_id`` (32 hex digits, the
+W3C trace id the gateway forwarded, which joins this row to the engine's ``llm_request``
+span), ``request_id``, ``replica``, ``model``, ``tenant``, ``route`` (the routing decision),
+``status_code``, ``finish_reason``, ``prompt_tokens``, ``completion_tokens``,
+``cached_tokens``, ``max_tokens``, ``ttft_seconds``, ``e2e_seconds``, ``queue_seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+__all__ = ["GatewayRecord", "parse_request_log"]
+
+
+class GatewayRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ts: float
+    trace_id: str = Field(pattern=r"^[0-9a-f]{32}$")
+    request_id: str = ""
+    replica: str = ""
+    model: str
+    tenant: str = ""
+    route: str = ""
+    status_code: int = Field(default=200, ge=100, le=599)
+    finish_reason: str = ""
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
+    cached_tokens: int = Field(default=0, ge=0)
+    max_tokens: int = Field(default=0, ge=0)
+    ttft_seconds: float = Field(default=0.0, ge=0)
+    e2e_seconds: float = Field(default=0.0, ge=0)
+    queue_seconds: float = Field(default=0.0, ge=0)
+
+    @field_validator("ts", mode="before")
+    @classmethod
+    def _time(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return value
+        return value
+
+    @field_validator("trace_id", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
+def parse_request_log(body: bytes | str) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+    """(rows, [(line number, reason)]) of a JSON-lines body."""
+    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
+    rows: list[dict[str, Any]] = []
+    errors: list[tuple[int, str]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = GatewayRecord.model_validate(json.loads(line))
+        except json.JSONDecodeError as exc:
+            errors.append((number, f"not JSON: {exc.msg}"))
+            continue
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "line"
+            errors.append((number, f"{where}: {first['msg']}"))
+            continue
+        row = record.model_dump()
+        completion = row["completion_tokens"]
+        decode = max(0.0, row["e2e_seconds"] - row["ttft_seconds"])
+        row.update(
+            source="gateway",
+            prefill_seconds=0.0,
+            decode_seconds=decode,
+            tpot_seconds=decode / (completion - 1) if completion > 1 else 0.0,
+        )
+        rows.append(row)
+    return rows, errors

@@ -1,0 +1,265 @@
+"""The collector process: scraper + OTLP/gateway receiver -> converter/sampler -> writer.
+
+In:  targets (static and ``file_sd``), OTLP trace exports (HTTP ``POST /v1/traces`` protobuf or
+     JSON, gRPC ``TraceService/Export``), gateway request logs (``POST /v1/requests``, JSON lines).
+Out: rows handed to the ``Writer`` (``samples``, ``series``, ``scrapes``, ``requests``); the
+     collector's own Prometheus metrics at ``GET /metrics`` and ``GET /healthz`` on the same
+     HTTP port as the OTLP receiver.
+
+Bad input gets a clear answer and a counted error, never a crash: an undecodable OTLP body
+is 400 with the reason; a request-log body returns which lines were refused and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from collector.convert import Batch, SeriesConverter
+from collector.otlp import OtlpError, SpanRecord, decode_json, decode_protobuf, request_row
+from collector.requestlog import parse_request_log
+from collector.sampling import Sampler, SamplingPolicy
+from collector.scrape import ScrapeResult, Scraper
+from collector.targets import FileDiscovery, Target
+from collector.writer import Writer
+
+__all__ = ["Collector", "CollectorConfig", "REQUEST_COLUMNS"]
+
+log = logging.getLogger("fleetscope.collector")
+
+REQUEST_COLUMNS = (
+    "ts", "source", "request_id", "trace_id", "replica", "model", "tenant", "route", "status_code",
+    "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "max_tokens",
+    "ttft_seconds", "e2e_seconds", "queue_seconds", "prefill_seconds", "decode_seconds",
+    "tpot_seconds", "weight",
+)
+MAX_OTLP_BODY = 32 * 1024 * 1024
+
+
+@dataclass
+class CollectorConfig:
+    host: str = "127.0.0.1"
+    http_port: int = 4318
+    grpc_port: int = 4317  # 0: no gRPC receiver
+    static_targets: list[Target] = field(default_factory=list)
+    file_sd: list[FileDiscovery] = field(default_factory=list)
+    file_sd_poll_s: float = 5.0
+    max_body_bytes: int = 16 * 1024 * 1024
+    sampling: SamplingPolicy = field(default_factory=SamplingPolicy)
+
+
+class _Metrics:
+    def __init__(self, registry: CollectorRegistry, collector: Collector) -> None:
+        self.scrapes = Counter("fleetscope_collector_scrapes_total", "Scrapes", ["job", "result"], registry=registry)
+        self.samples = Counter("fleetscope_collector_samples_total", "Samples scraped", registry=registry)
+        self.spans = Counter("fleetscope_collector_spans_total", "OTLP spans received", ["kind"], registry=registry)
+        self.requests = Counter("fleetscope_collector_request_rows_total", "Request rows", ["source", "result"], registry=registry)
+        self.bad_bodies = Counter("fleetscope_collector_bad_bodies_total", "Bodies refused", ["endpoint"], registry=registry)
+        self.targets = Gauge("fleetscope_collector_targets", "Scrape targets", registry=registry)
+        self.targets.set_function(lambda: len(collector.scraper.targets) if collector.scraper else 0)
+
+
+class Collector:
+    def __init__(self, config: CollectorConfig, writer: Writer, registry: CollectorRegistry | None = None) -> None:
+        self.config = config
+        self.writer = writer
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.scraper: Scraper | None = None
+        self.metrics = _Metrics(self.registry, self)
+        self.sampler = Sampler(config.sampling)
+        self._converters: dict[str, SeriesConverter] = {}
+        self._runner: web.AppRunner | None = None
+        self._grpc: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.renamed: dict[str, str] = {}
+        self._up: dict[str, bool] = {}
+
+    # ------------------------------------------------------------------ scrapes
+    def on_scrape(self, result: ScrapeResult) -> None:
+        converter = self._converters.setdefault(result.target.key, SeriesConverter())
+        batch = Batch()
+        converter.convert(result, batch)
+        self.renamed.update(converter.renamed)
+        for table, columns in batch.tables.items():
+            self.writer.add(table, columns)
+        self.metrics.scrapes.labels(result.target.job, "ok" if result.up else "failed").inc()
+        self.metrics.samples.inc(result.samples)
+        was_up = self._up.get(result.target.key)
+        if was_up is not result.up:  # log changes, not every failed scrape
+            self._up[result.target.key] = result.up
+            if not result.up:
+                log.warning("target %s is down: %s", result.target.url, result.error)
+            elif was_up is False:
+                log.info("target %s is up again", result.target.url)
+
+    def targets(self) -> list[Target]:
+        found = list(self.config.static_targets)
+        for discovery in self.config.file_sd:
+            found.extend(discovery.targets)
+        unique = {t.key: t for t in found}
+        return list(unique.values())
+
+    async def _watch_file_sd(self) -> None:
+        while True:
+            changed = False
+            for discovery in self.config.file_sd:
+                if discovery.poll():
+                    changed = True
+                    log.info("file_sd %s: %d targets", discovery.path, len(discovery.targets))
+                elif discovery.error:
+                    log.error("file_sd %s: %s (keeping the last good targets)", discovery.path, discovery.error)
+            if changed and self.scraper is not None:
+                self.scraper.set_targets(self.targets())
+            await asyncio.sleep(self.config.file_sd_poll_s)
+
+    # ------------------------------------------------------------------ requests
+    def add_requests(self, rows: list[dict[str, Any]], source: str) -> int:
+        kept = {name: [] for name in REQUEST_COLUMNS}
+        count = 0
+        for row in rows:
+            weight = self.sampler.weight(row)
+            if weight is None:
+                self.metrics.requests.labels(source, "sampled_out").inc()
+                continue
+            row["weight"] = weight
+            for name in REQUEST_COLUMNS:
+                kept[name].append(row[name])
+            count += 1
+        if count:
+            self.writer.add("requests", kept)
+            self.metrics.requests.labels(source, "kept").inc(count)
+        return count
+
+    def on_spans(self, spans: list[SpanRecord]) -> int:
+        rows = []
+        for span in spans:
+            row = request_row(span)
+            if row is None:
+                self.metrics.spans.labels("other").inc()
+            else:
+                self.metrics.spans.labels("llm_request").inc()
+                rows.append(row)
+        return self.add_requests(rows, "otlp")
+
+    # ------------------------------------------------------------------ HTTP
+    async def _body(self, request: web.Request) -> bytes:
+        body = await request.read()
+        encoding = request.headers.get("Content-Encoding", "").lower()
+        if encoding == "gzip":
+            body = gzip.decompress(body)
+        elif encoding == "deflate":
+            body = zlib.decompress(body)
+        elif encoding not in ("", "identity"):
+            raise OtlpError(f"unsupported Content-Encoding {encoding!r}")
+        return body
+
+    async def handle_traces(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._body(request)
+            if request.content_type == "application/json":
+                spans = decode_json(body)
+            else:
+                spans = decode_protobuf(body)
+        except (OtlpError, OSError, EOFError, zlib.error) as exc:
+            self.metrics.bad_bodies.labels("traces").inc()
+            return web.json_response({"error": str(exc)}, status=400)
+        self.on_spans(spans)
+        if request.content_type == "application/json":
+            return web.json_response({})
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+        return web.Response(body=ExportTraceServiceResponse().SerializeToString(), content_type="application/x-protobuf")
+
+    async def handle_request_log(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._body(request)
+        except (OtlpError, OSError, EOFError, zlib.error) as exc:
+            self.metrics.bad_bodies.labels("requests").inc()
+            return web.json_response({"error": str(exc)}, status=400)
+        rows, errors = parse_request_log(body)
+        kept = self.add_requests(rows, "gateway")
+        if errors:
+            self.metrics.bad_bodies.labels("requests").inc()
+        status = 400 if errors and not rows else 200
+        return web.json_response(
+            {"accepted": len(rows), "kept": kept, "rejected": [{"line": n, "error": e} for n, e in errors[:100]]},
+            status=status,
+        )
+
+    async def handle_metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def handle_health(self, _request: web.Request) -> web.Response:
+        count, size = self.writer.spool_size()
+        return web.json_response({"status": "ok", "targets": len(self.scraper.targets) if self.scraper else 0,
+                                  "spool_batches": count, "spool_bytes": size})
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_OTLP_BODY)
+        app.router.add_post("/v1/traces", self.handle_traces)
+        app.router.add_post("/v1/requests", self.handle_request_log)
+        app.router.add_get("/metrics", self.handle_metrics)
+        app.router.add_get("/healthz", self.handle_health)
+        return app
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        for discovery in self.config.file_sd:
+            discovery.poll()
+            if discovery.error:
+                log.error("file_sd %s: %s", discovery.path, discovery.error)
+        self.scraper = Scraper(self.on_scrape, max_body_bytes=self.config.max_body_bytes)
+        self.scraper.set_targets(self.targets())
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.config.host, self.config.http_port).start()
+        if self.config.grpc_port:
+            self._grpc = await _start_grpc(self, self.config.host, self.config.grpc_port)
+        if self.config.file_sd:
+            self._tasks.append(asyncio.create_task(self._watch_file_sd()))
+        self.writer.start()
+
+    async def stop(self) -> bool:
+        """Stop receiving and scraping, then flush the writer. True when nothing is left over."""
+        for task in self._tasks:
+            task.cancel()
+        if self.scraper is not None:
+            await self.scraper.close()
+        if self._grpc is not None:
+            await self._grpc.stop(grace=1)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        return await asyncio.to_thread(self.writer.close)
+
+
+async def _start_grpc(collector: Collector, host: str, port: int) -> Any:
+    """OTLP/gRPC ``TraceService/Export`` on ``port`` (needs grpcio)."""
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    from collector.otlp import spans_from_message
+
+    class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+        async def Export(self, request, context):  # noqa: N802, ANN001, ANN201
+            collector.on_spans(spans_from_message(request))
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.aio.server()
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(), server)
+    if server.add_insecure_port(f"{host}:{port}") == 0:
+        raise OSError(f"cannot listen for OTLP/gRPC on {host}:{port}")
+    await server.start()
+    return server
+
+
+def spool_dir(data_dir: Path) -> Path:
+    return data_dir / "spool"

@@ -1,0 +1,259 @@
+"""Writer: column batches -> ClickHouse inserts, batched, retried, spooled to disk, deduplicated.
+
+In:  ``add(table, columns)`` calls from the collector (any thread).
+Out: ``insert_df`` calls on a clickhouse-connect client, at most about one per table per
+     ``flush_interval_s`` or when ``batch_rows`` are waiting.
+
+Nothing is lost when ClickHouse is away, and nothing is counted twice:
+- every batch gets a deduplication token and is written to the spool directory (a
+  write-ahead file) *before* it is inserted; the file is removed only after the insert
+  succeeded. A crash between insert and removal replays the batch on restart, and the
+  tables' ``non_replicated_deduplication_window`` (replicated tables dedupe by default)
+  drops the repeat because the token is the same.
+- while an insert fails, batches stay in the spool and are replayed oldest first, with
+  exponential backoff, when the store answers again; newer batches queue behind them, so
+  order is kept.
+- memory is bounded (``max_buffer_rows`` per table: past it a batch is cut early and
+  spooled); the spool is bounded (``spool_max_bytes``): past it new batches are dropped
+  and counted (``fleetscope_collector_dropped_rows_total``) and an error is logged.
+- a batch the store keeps refusing while it answers ``SELECT 1`` (bad data, not an outage)
+  is moved to ``spool/rejected/`` after ``max_attempts`` tries so it cannot block the rest.
+Spool files are Python pickles written and read only by this process's user.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["Writer", "WriterConfig", "TIME_COLUMNS"]
+
+log = logging.getLogger("fleetscope.writer")
+
+# columns holding epoch seconds that ClickHouse stores as DateTime / DateTime64
+TIME_COLUMNS = {"ts", "first_seen", "last_seen"}
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    spool_dir: Path
+    batch_rows: int = 50_000
+    flush_interval_s: float = 1.0
+    max_buffer_rows: int = 500_000
+    spool_max_bytes: int = 1024 * 1024 * 1024
+    retry_initial_s: float = 0.5
+    retry_max_s: float = 30.0
+    max_attempts: int = 5
+
+
+class _Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.rows = Counter("fleetscope_collector_inserted_rows_total", "Rows inserted into ClickHouse", ["table"], registry=registry)
+        self.batches = Counter("fleetscope_collector_insert_batches_total", "Insert batches", ["table", "result"], registry=registry)
+        self.latency = Histogram(
+            "fleetscope_collector_insert_seconds", "Insert latency", ["table"], registry=registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.spool_bytes = Gauge("fleetscope_collector_spool_bytes", "Bytes waiting in the spool", registry=registry)
+        self.spool_batches = Gauge("fleetscope_collector_spool_batches", "Batches waiting in the spool", registry=registry)
+        self.dropped = Counter("fleetscope_collector_dropped_rows_total", "Rows dropped: spool full", ["table"], registry=registry)
+        self.rejected = Counter("fleetscope_collector_rejected_rows_total", "Rows the store refused (moved to spool/rejected)", ["table"], registry=registry)
+
+
+def _rows(columns: dict[str, list]) -> int:
+    return len(next(iter(columns.values()))) if columns else 0
+
+
+def _frame(columns: dict[str, list]) -> pd.DataFrame:
+    data: dict[str, Any] = {}
+    for name, values in columns.items():
+        data[name] = pd.to_datetime(values, unit="s", utc=True) if name in TIME_COLUMNS else values
+    return pd.DataFrame(data)
+
+
+class Writer:
+    """Thread-safe batching writer with a write-ahead spool. ``start()`` runs its thread."""
+
+    def __init__(
+        self,
+        client: Any,
+        config: WriterConfig,
+        registry: CollectorRegistry | None = None,
+        ping: Callable[[], bool] | None = None,
+    ) -> None:
+        self.client = client
+        self.config = config
+        self.metrics = _Metrics(registry or CollectorRegistry())
+        self._ping = ping or self._default_ping
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._buffers: dict[str, dict[str, list]] = {}
+        self._buffer_since: dict[str, float] = {}
+        self._thread: threading.Thread | None = None
+        self._seq = 0
+        self._failures = 0
+        self.spool = config.spool_dir
+        self.spool.mkdir(parents=True, exist_ok=True)
+        (self.spool / "rejected").mkdir(exist_ok=True)
+        existing = self._spooled()
+        if existing:
+            self._seq = max(int(p.name.split("-", 1)[0]) for p in existing)
+            log.info("spool has %d batch(es) from before: replaying them first", len(existing))
+        self._update_spool_metrics()
+
+    # ------------------------------------------------------------------ intake
+    def add(self, table: str, columns: dict[str, list]) -> None:
+        rows = _rows(columns)
+        if not rows:
+            return
+        with self._lock:
+            buf = self._buffers.get(table)
+            if buf is None:
+                self._buffers[table] = {k: list(v) for k, v in columns.items()}
+                self._buffer_since[table] = time.monotonic()
+            else:
+                for key, values in columns.items():
+                    buf[key].extend(values)
+            size = _rows(self._buffers[table])
+        if size >= self.config.batch_rows:
+            self._wake.set()
+        if size >= self.config.max_buffer_rows:
+            self._cut(table)  # bounded memory: spool now, insert when the store can take it
+
+    # ------------------------------------------------------------------ spool
+    def _spooled(self) -> list[Path]:
+        return sorted(self.spool.glob("*.batch"))
+
+    def spool_size(self) -> tuple[int, int]:
+        files = self._spooled()
+        return len(files), sum(f.stat().st_size for f in files)
+
+    def _update_spool_metrics(self) -> None:
+        count, size = self.spool_size()
+        self.metrics.spool_batches.set(count)
+        self.metrics.spool_bytes.set(size)
+
+    def _cut(self, table: str) -> None:
+        """Take the buffered rows of ``table`` and write them to the spool as one batch."""
+        with self._lock:
+            columns = self._buffers.pop(table, None)
+            self._buffer_since.pop(table, None)
+            if not columns:
+                return
+            self._seq += 1
+            seq = self._seq
+        token = uuid.uuid4().hex
+        payload = pickle.dumps({"table": table, "token": token, "columns": columns}, protocol=5)
+        _count, used = self.spool_size()
+        if used + len(payload) > self.config.spool_max_bytes:
+            rows = _rows(columns)
+            self.metrics.dropped.labels(table).inc(rows)
+            log.error("spool full (%d bytes): dropped %d %s rows", used, rows, table)
+            return
+        path = self.spool / f"{seq:012d}-{table}-{token}.batch"
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+        self._update_spool_metrics()
+
+    # ------------------------------------------------------------------ flushing
+    def _due(self, force: bool) -> list[str]:
+        now = time.monotonic()
+        with self._lock:
+            return [
+                t for t, buf in self._buffers.items()
+                if force or _rows(buf) >= self.config.batch_rows or now - self._buffer_since[t] >= self.config.flush_interval_s
+            ]
+
+    def _insert(self, path: Path) -> bool:
+        """Insert one spooled batch; remove the file on success. False when it must wait."""
+        batch = pickle.loads(path.read_bytes())
+        table, token, columns = batch["table"], batch["token"], batch["columns"]
+        t0 = time.perf_counter()
+        try:
+            self.client.insert_df(table, _frame(columns), settings={"insert_deduplication_token": token})
+        except Exception as exc:  # noqa: BLE001 - every store failure is handled the same way
+            self.metrics.batches.labels(table, "error").inc()
+            self._failures += 1
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if self._failures >= self.config.max_attempts and self._ping():
+                path.replace(self.spool / "rejected" / path.name)
+                self.metrics.rejected.labels(table).inc(_rows(columns))
+                log.error("store refuses a %s batch (%s): moved to %s", table, first, self.spool / "rejected")
+                self._failures = 0
+                self._update_spool_metrics()
+                return True
+            log.warning("insert into %s failed (%s); batch kept in the spool", table, first)
+            return False
+        self._failures = 0
+        self.metrics.latency.labels(table).observe(time.perf_counter() - t0)
+        self.metrics.rows.labels(table).inc(_rows(columns))
+        self.metrics.batches.labels(table, "ok").inc()
+        path.unlink()
+        self._update_spool_metrics()
+        return True
+
+    def _default_ping(self) -> bool:
+        try:
+            self.client.query("SELECT 1")
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
+    def flush(self, force: bool = True) -> bool:
+        """Spool due buffers and insert every spooled batch in order. True when all landed."""
+        for table in self._due(force):
+            self._cut(table)
+        for path in self._spooled():
+            if not self._insert(path):
+                return False
+        return True
+
+    def _run(self) -> None:
+        delay = self.config.retry_initial_s
+        while not self._stop.is_set():
+            ok = self.flush(force=False)
+            if ok:
+                delay = self.config.retry_initial_s
+                self._wake.wait(self.config.flush_interval_s / 2)
+            else:
+                jitter = 0.8 + 0.4 * (time.monotonic() % 1)
+                self._wake.wait(delay * jitter)
+                delay = min(delay * 2, self.config.retry_max_s)
+            self._wake.clear()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="fleetscope-writer", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Stop the thread and flush what is buffered; what cannot be inserted stays spooled."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        ok = self.flush(force=True)
+        while not ok and time.monotonic() < deadline:
+            time.sleep(0.2)
+            ok = self.flush(force=True)
+        return ok
+
+    def pending_rows(self) -> int:
+        with self._lock:
+            return sum(_rows(b) for b in self._buffers.values())

@@ -1,0 +1,126 @@
+"""Wiring of the collector: ``Settings`` (+ fleet spec) -> a running ``Collector``.
+
+In:  settings (collector section, ClickHouse URL, data_dir, fleet spec path).
+Out: ``build_collector`` returns the collector with its writer and client, ready to start;
+     ``run_collector`` runs it until SIGINT/SIGTERM and flushes on the way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from collector.service import Collector, CollectorConfig
+from collector.targets import FileDiscovery, Target, TargetError, make_target
+from collector.writer import Writer, WriterConfig
+from fleetscope.settings import Settings
+
+__all__ = ["build_collector", "fleet_targets", "run_collector", "static_targets"]
+
+log = logging.getLogger("fleetscope.collect")
+
+
+def fleet_targets(settings: Settings, spec_path: Path | None = None) -> list[Target]:
+    """One ``vllm`` target per replica of the fleet spec (missing spec: none, with a warning)."""
+    from fleet.spec import load_spec
+
+    path = spec_path or settings.fleet.spec
+    if not Path(path).exists():
+        log.warning("fleet spec %s not found: no fleet targets", path)
+        return []
+    spec = load_spec(Path(path))
+    c = settings.collector
+    return [
+        make_target(
+            f"{spec.host}:{r.port}",
+            job="vllm",
+            labels={"replica": r.name, "model": r.model, "gpu_type": r.gpu_type, "gpu_count": str(r.gpu_count)},
+            interval_s=c.scrape_interval_s,
+            timeout_s=c.scrape_timeout_s,
+        )
+        for r in spec.replicas
+    ]
+
+
+def static_targets(settings: Settings) -> list[Target]:
+    c = settings.collector
+    out = []
+    for group in c.static_targets:
+        interval = group.interval_s or c.scrape_interval_s
+        timeout = group.timeout_s or min(c.scrape_timeout_s, interval)
+        for address in group.targets:
+            out.append(make_target(address, job=group.job, labels=group.labels, interval_s=interval, timeout_s=timeout))
+    return out
+
+
+def build_collector(settings: Settings, client: Any, *, extra_targets: list[Target] | None = None) -> Collector:
+    c = settings.collector
+    targets = static_targets(settings) + (fleet_targets(settings) if c.fleet_targets else []) + list(extra_targets or [])
+    discoveries = [
+        FileDiscovery(
+            f.path, f.job, f.interval_s or c.scrape_interval_s, f.timeout_s or min(c.scrape_timeout_s, f.interval_s or c.scrape_interval_s)
+        )
+        for f in c.file_sd
+    ]
+    registry = CollectorRegistry()
+    writer = Writer(
+        client,
+        WriterConfig(
+            spool_dir=settings.data_dir / "spool",
+            batch_rows=c.batch_rows,
+            flush_interval_s=c.flush_interval_s,
+            spool_max_bytes=c.spool_max_bytes,
+        ),
+        registry=registry,
+    )
+    config = CollectorConfig(
+        host=c.listen_host,
+        http_port=c.otlp_http_port,
+        grpc_port=c.otlp_grpc_port,
+        static_targets=targets,
+        file_sd=discoveries,
+        max_body_bytes=c.max_body_bytes,
+        sampling=c.sampling,
+    )
+    return Collector(config, writer, registry)
+
+
+async def run_collector(collector: Collector, progress: Callable[[str], None]) -> bool:
+    """Run until SIGINT/SIGTERM; returns True when everything was flushed to ClickHouse."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await collector.start()
+    c = collector.config
+    progress(
+        f"collecting: {len(collector.targets())} target(s); OTLP http://{c.host}:{c.http_port}/v1/traces"
+        + (f", gRPC {c.host}:{c.grpc_port}" if c.grpc_port else "")
+        + f"; gateway logs POST /v1/requests; own metrics http://{c.host}:{c.http_port}/metrics"
+    )
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=10)
+        except TimeoutError:
+            s = collector.scraper
+            count, size = collector.writer.spool_size()
+            progress(
+                f"scrapes {s.scrapes if s else 0} (failed {s.failures if s else 0}, missed {s.missed if s else 0}); "
+                f"spool {count} batch(es) {size} B"
+            )
+    progress("stopping: flushing the writer")
+    return await collector.stop()
+
+
+def check_targets(settings: Settings) -> None:
+    """Raise ``TargetError`` for a bad static target before anything starts."""
+    static_targets(settings)
+
+
+__all__ += ["check_targets", "TargetError"]

@@ -1,0 +1,72 @@
+"""Scrapes -> rows: target labels, vLLM renames, fingerprints, series written once."""
+
+from __future__ import annotations
+
+import time
+
+from collector.convert import Batch, SeriesConverter, canonical_name, fingerprint
+from collector.exposition import SeriesCache, parse
+from collector.scrape import ScrapeResult
+from collector.targets import make_target
+
+OLD_VLLM = """\
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="m"} 0.97
+# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_bucket{le="0.1",model_name="m"} 4
+vllm:time_per_output_token_seconds_bucket{le="+Inf",model_name="m"} 5
+vllm:time_per_output_token_seconds_count{model_name="m"} 5
+vllm:time_per_output_token_seconds_sum{model_name="m"} 0.3
+vllm:request_time_per_output_token_seconds_count{model_name="m"} 5
+some_unknown_metric{instance="engine-side"} 1
+"""
+
+
+def result(text: str, cache: SeriesCache | None = None, up: bool = True) -> ScrapeResult:
+    target = make_target("127.0.0.1:8101", job="vllm", labels={"replica": "small-0", "model": "tiny-small"}, interval_s=5, timeout_s=4)
+    exposition = parse(text, cache=cache) if up else None
+    return ScrapeResult(target, time.time(), up, 0.01, len(exposition) if exposition else 0, "" if up else "timeout", exposition)
+
+
+def test_old_vllm_names_map_to_current_ones_and_keep_the_original() -> None:
+    batch = Batch()
+    converter = SeriesConverter()
+    converter.convert(result(OLD_VLLM), batch)
+    series = batch.tables["series"]
+    pairs = dict(zip(series["original_metric"], series["metric"], strict=True))
+    assert pairs["vllm:gpu_cache_usage_perc"] == "vllm:kv_cache_usage_perc"
+    assert pairs["vllm:time_per_output_token_seconds_bucket"] == "vllm:inter_token_latency_seconds_bucket"
+    # a current metric that merely contains the old name is left alone
+    assert pairs["vllm:request_time_per_output_token_seconds_count"] == "vllm:request_time_per_output_token_seconds_count"
+    assert pairs["some_unknown_metric"] == "some_unknown_metric"  # unknown metrics are stored too
+    assert converter.renamed["vllm:gpu_cache_usage_perc"] == "vllm:kv_cache_usage_perc"
+    assert canonical_name("vllm:gpu_prefix_cache_hits_total") == "vllm:prefix_cache_hits_total"
+
+
+def test_target_labels_are_added_and_clashes_kept_as_exported() -> None:
+    batch = Batch()
+    SeriesConverter().convert(result(OLD_VLLM), batch)
+    labels = {m: l for m, l in zip(batch.tables["series"]["original_metric"], batch.tables["series"]["labels"], strict=True)}
+    unknown = labels["some_unknown_metric"]
+    assert unknown["instance"] == "127.0.0.1:8101" and unknown["exported_instance"] == "engine-side"
+    assert unknown["job"] == "vllm" and unknown["replica"] == "small-0" and unknown["model"] == "tiny-small"
+
+
+def test_series_rows_once_samples_every_scrape_with_stable_fingerprints() -> None:
+    converter, cache = SeriesConverter(), SeriesCache()
+    first, second = Batch(), Batch()
+    converter.convert(result(OLD_VLLM, cache), first)
+    converter.convert(result(OLD_VLLM.replace("0.97", "0.5"), cache), second)
+    assert len(first.tables["series"]["fingerprint"]) == 7 and "series" not in second.tables
+    assert first.tables["samples"]["fingerprint"] == second.tables["samples"]["fingerprint"]
+    assert second.tables["samples"]["value"][0] == 0.5
+    fp = first.tables["series"]["fingerprint"][0]
+    assert fp == fingerprint("vllm:kv_cache_usage_perc", first.tables["series"]["labels"][0])
+    assert 0 <= fp < 2**64
+
+
+def test_failed_scrape_writes_only_its_health_row() -> None:
+    batch = Batch()
+    SeriesConverter().convert(result("", up=False), batch)
+    assert set(batch.tables) == {"scrapes"}
+    assert batch.tables["scrapes"]["up"] == [0] and batch.tables["scrapes"]["error"] == ["timeout"]

@@ -1,0 +1,139 @@
+"""Writer on a real chDB store: batching, outage -> spool -> replay, crash replay without duplicates."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from pathlib import Path
+
+import pytest
+
+from collector.writer import Writer, WriterConfig
+from migrations import clickhouse_runner
+
+
+class FlakyStore:
+    """Fault injection (named as such): delegates to the real chDB client, but refuses inserts
+    while ``down`` is set, as an unreachable ClickHouse server would."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self.down = False
+        self.inserts = 0
+
+    def insert_df(self, table, df, settings=None):
+        if self.down:
+            raise ConnectionRefusedError("ClickHouse unreachable (injected)")
+        self.inserts += 1
+        return self.client.insert_df(table, df, settings=settings)
+
+    def query(self, sql, *args, **kwargs):
+        if self.down:
+            raise ConnectionRefusedError("ClickHouse unreachable (injected)")
+        return self.client.query(sql, *args, **kwargs)
+
+
+def scrape_rows(n: int, start: int = 0) -> dict[str, list]:
+    return {
+        "ts": [1_795_000_000.0 + i for i in range(start, start + n)],
+        "job": ["vllm"] * n,
+        "instance": [f"127.0.0.1:{8000 + i % 3}" for i in range(start, start + n)],
+        "replica": [f"r{i % 3}" for i in range(start, start + n)],
+        "up": [1] * n,
+        "duration_seconds": [0.01] * n,
+        "samples_scraped": [430] * n,
+        "error": [""] * n,
+    }
+
+
+def count(ch, table: str = "scrapes") -> int:
+    return ch.query(f"SELECT count() FROM {table}").result_rows[0][0]
+
+
+@pytest.fixture
+def store(ch):
+    clickhouse_runner.apply(ch)
+    return FlakyStore(ch)
+
+
+def config(tmp_path: Path, **kw) -> WriterConfig:
+    options = {"flush_interval_s": 0.05, "retry_initial_s": 0.05, "retry_max_s": 0.2, **kw}
+    return WriterConfig(spool_dir=tmp_path / "spool", **options)
+
+
+def test_rows_are_batched_into_few_inserts(store, tmp_path: Path) -> None:
+    writer = Writer(store, config(tmp_path, batch_rows=1000, flush_interval_s=60))
+    for i in range(50):
+        writer.add("scrapes", scrape_rows(20, start=i * 20))
+    assert writer.flush(force=False)  # 1,000 rows waiting: one batch is due
+    assert store.inserts == 1 and count(store.client) == 1000
+    assert list((tmp_path / "spool").glob("*.batch")) == []
+
+
+def test_outage_spools_then_replays_in_order_without_loss(store, tmp_path: Path) -> None:
+    writer = Writer(store, config(tmp_path, batch_rows=100))
+    writer.start()
+    store.down = True
+    for i in range(10):
+        writer.add("scrapes", scrape_rows(100, start=i * 100))
+        time.sleep(0.03)
+    deadline = time.monotonic() + 5
+    while writer.spool_size()[0] < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert writer.spool_size()[0] >= 5 and count(store.client) == 0
+    store.down = False
+    assert writer.close(timeout_s=10)
+    assert count(store.client) == 1000
+    assert store.client.query("SELECT uniqExact(ts) FROM scrapes").result_rows[0][0] == 1000
+    assert writer.spool_size() == (0, 0)
+
+
+def test_crash_after_insert_before_spool_cleanup_does_not_double_count(store, tmp_path: Path) -> None:
+    writer = Writer(store, config(tmp_path))
+    writer.add("scrapes", scrape_rows(300))
+    writer._cut("scrapes")  # the batch is on disk (write-ahead)
+    (spooled,) = list((tmp_path / "spool").glob("*.batch"))
+    saved = spooled.read_bytes()
+    assert writer.flush()
+    assert count(store.client) == 300
+    # the process died after the insert but before the spool file was removed:
+    spooled.write_bytes(saved)
+    restarted = Writer(store, config(tmp_path))
+    assert restarted.flush()
+    assert count(store.client) == 300  # same deduplication token: the replay is dropped
+    assert restarted.spool_size() == (0, 0)
+
+
+def test_spool_is_bounded_and_drops_are_counted(store, tmp_path: Path) -> None:
+    writer = Writer(store, config(tmp_path, spool_max_bytes=4000))
+    store.down = True
+    for i in range(20):
+        writer.add("scrapes", scrape_rows(50, start=i * 50))
+        writer._cut("scrapes")
+    batches, size = writer.spool_size()
+    assert size <= 4000 and batches < 20
+    dropped = writer.metrics.dropped.labels("scrapes")._value.get()
+    assert dropped == (20 - batches) * 50
+    store.down = False
+    assert writer.flush()
+    assert count(store.client) == batches * 50
+
+
+def test_memory_is_bounded_while_the_store_is_down(store, tmp_path: Path) -> None:
+    writer = Writer(store, config(tmp_path, batch_rows=100, max_buffer_rows=500))
+    store.down = True
+    for i in range(20):
+        writer.add("scrapes", scrape_rows(100, start=i * 100))
+    assert writer.pending_rows() < 500
+    assert writer.spool_size()[0] >= 3
+
+
+def test_a_batch_the_store_refuses_is_set_aside(store, tmp_path: Path) -> None:
+    writer = Writer(store, config(tmp_path, max_attempts=2))
+    writer.add("no_such_table", {"x": [1, 2, 3]})
+    writer.add("scrapes", scrape_rows(10))
+    for _ in range(3):
+        writer.flush()
+    assert count(store.client) == 10
+    rejected = list((tmp_path / "spool" / "rejected").glob("*.batch"))
+    assert len(rejected) == 1 and pickle.loads(rejected[0].read_bytes())["table"] == "no_such_table"
