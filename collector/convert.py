@@ -9,7 +9,10 @@ Labels: the target's ``job``, ``instance`` and its labels (``replica``, ``model`
 to every series; an exposed label with the same name is kept as ``exported_<name>``, as
 Prometheus does without ``honor_labels``. vLLM metric names that changed between versions are
 mapped to the current ones (``RENAMES``); the series keeps the name the engine used in
-``original_metric``, and nothing unknown is dropped.
+``original_metric``, and nothing unknown is dropped. When an engine exposes both the old and
+the new name (deprecation periods), the old one is skipped so nothing is counted twice; a
+series repeated within one exposition keeps its first sample; a sample whose own timestamp is
+outside 1970-2262 is dropped and counted (``out_of_bounds``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ __all__ = ["RENAMES", "Batch", "SeriesConverter", "canonical_name", "fingerprint
 # old vLLM family name -> current one (suffixes _total/_bucket/_sum/_count/_created follow)
 RENAMES: dict[str, str] = {
     "vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
-    "vllm:cpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
     "vllm:gpu_prefix_cache_queries": "vllm:prefix_cache_queries",
     "vllm:gpu_prefix_cache_hits": "vllm:prefix_cache_hits",
     "vllm:gpu_prefix_cache_hit_rate": "vllm:prefix_cache_hit_rate",
@@ -35,6 +37,7 @@ RENAMES: dict[str, str] = {
 _SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created")
 _RENAME_FULL = {old + sfx: new + sfx for old, new in RENAMES.items() for sfx in _SUFFIXES}
 SERIES_REFRESH_S = 600.0
+MAX_TS = 9.2e9  # seconds: the end of the range pandas/ClickHouse DateTime64 can hold
 
 
 def canonical_name(name: str) -> str:
@@ -81,6 +84,8 @@ class SeriesConverter:
         self._written: set[int] = set()
         self._refreshed = time.time()
         self.renamed: dict[str, str] = {}  # old names seen -> new names (shown to users)
+        self.duplicates = 0  # samples skipped: series repeated in one exposition, or old+new name
+        self.out_of_bounds = 0  # samples skipped: own timestamp outside 1970-2262
 
     def _resolve(self, ref: tuple[str, Mapping[str, str]], target_labels: dict[str, str]) -> tuple[str, int, dict[str, str]]:
         name, exposed = ref
@@ -110,32 +115,44 @@ class SeriesConverter:
         target_labels = target.all_labels()
         refs = self._refs
         samples = batch.columns("samples", SAMPLE_COLUMNS)
-        metrics, fps = samples["metric"], samples["fingerprint"]
+        metrics, fps, values, stamps = samples["metric"], samples["fingerprint"], samples["value"], samples["ts"]
         now = time.time()
         if now - self._refreshed > SERIES_REFRESH_S:  # re-write series rows: keeps last_seen fresh
             self._written.clear()
             self._refreshed = now
         written = self._written
         new_series = None
-        for ref in exposition.series:
+        seen: set[int] = set()
+        names = {ref[0] for ref in exposition.series} if self.renamed else None
+        scrape_ts = result.timestamp
+        for ref, value, ts in zip(exposition.series, exposition.values, exposition.timestamps, strict=True):
             known = refs.get(id(ref))
             if known is None or known[0] is not ref:
                 metric, fp, labels = self._resolve(ref, target_labels)
                 refs[id(ref)] = known = (ref, metric, fp, labels)
-            if known[2] not in written:
-                written.add(known[2])
+                if metric != ref[0] and names is None:
+                    names = {r[0] for r in exposition.series}
+            fp = known[2]
+            if fp in seen or (known[1] != ref[0] and names is not None and known[1] in names):
+                self.duplicates += 1  # repeated series, or an old name next to its new one
+                continue
+            seen.add(fp)
+            if ts is not None and not 0 <= ts < MAX_TS:
+                self.out_of_bounds += 1
+                continue
+            if fp not in written:
+                written.add(fp)
                 if new_series is None:
                     new_series = batch.columns("series", SERIES_COLUMNS)
-                new_series["fingerprint"].append(known[2])
+                new_series["fingerprint"].append(fp)
                 new_series["metric"].append(known[1])
                 new_series["original_metric"].append(ref[0])
                 new_series["labels"].append(known[3])
                 new_series["first_seen"].append(now)
                 new_series["last_seen"].append(now)
             metrics.append(known[1])
-            fps.append(known[2])
-        samples["value"].extend(exposition.values)
-        ts = result.timestamp
-        samples["ts"].extend(t if t is not None else ts for t in exposition.timestamps)
+            fps.append(fp)
+            values.append(value)
+            stamps.append(scrape_ts if ts is None else ts)
         if len(refs) > 4 * max(len(exposition.series), 256):  # parser cache was trimmed
             self._refs = {id(r): refs[id(r)] for r in exposition.series if id(r) in refs}

@@ -172,6 +172,19 @@ def _number(token: str, lineno: int, line: str) -> float:
         raise ExpositionError(lineno, f"invalid number {token!r}", line) from None
 
 
+def _timestamp(token: str, openmetrics: bool, lineno: int, line: str) -> float:
+    """Text format: integer milliseconds (as Prometheus parses them); OpenMetrics: finite seconds."""
+    if not openmetrics:
+        digits = token[1:] if token[:1] in "+-" else token
+        if not digits.isdigit() or not digits.isascii():
+            raise ExpositionError(lineno, f"invalid timestamp {token!r} (integer milliseconds expected)", line)
+        return float(int(token))
+    value = _number(token, lineno, line)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ExpositionError(lineno, f"invalid timestamp {token!r}", line)
+    return value
+
+
 def _split_series(line: str) -> tuple[str, str]:
     """(series text, rest) of a sample line; quote-aware only when the cheap split is unsafe."""
     close = line.rfind("}")
@@ -185,13 +198,18 @@ def _split_series(line: str) -> tuple[str, str]:
 
 
 def _comment(line: str, lineno: int, openmetrics: bool, types: dict[str, str], helps: dict[str, str]) -> bool:
-    """Handle a ``#`` line; returns True on ``# EOF``."""
+    """Handle a ``#`` line; returns True on ``# EOF`` (OpenMetrics; in the text format it is an
+    ordinary comment). ``#TYPE`` without a space is an ordinary comment, as in prometheus_client."""
+    if line[1:2] not in (" ", "\t"):
+        if openmetrics:
+            raise ExpositionError(lineno, "a comment must start with '# '", line)
+        return False
     parts = line[1:].split(None, 2)
     if not parts:
         return False
     kind = parts[0]
     if kind == "EOF" and len(parts) == 1:
-        return True
+        return openmetrics
     if kind not in ("TYPE", "HELP", "UNIT"):
         if openmetrics:
             raise ExpositionError(lineno, "comments other than TYPE, HELP, UNIT and EOF are not allowed in OpenMetrics", line)
@@ -267,7 +285,7 @@ def _parse_text_fast(text: str, cache: SeriesCache) -> Exposition | None:
                 info = get_comment(line)
             else:
                 stripped = line.rstrip("\r")
-                if stripped.startswith(("# TYPE", "# HELP", "#\tTYPE", "#\tHELP")) or stripped.strip() == "# EOF":
+                if stripped.startswith(("# TYPE", "# HELP", "#\tTYPE", "#\tHELP")):
                     info = _comment_info(stripped)
                     if info is None:
                         return None  # malformed TYPE/HELP (or # EOF): the careful path decides
@@ -348,7 +366,7 @@ def _parse_lines(text: str, openmetrics: bool, cache: SeriesCache) -> Exposition
         if not values or len(values) > 2 or (rest and rest[0] not in " \t"):
             raise ExpositionError(lineno, "expected a value and an optional timestamp", line)
         value = _number(values[0], lineno, line)
-        timestamp = _number(values[1], lineno, line) / ts_divisor if len(values) == 2 else None
+        timestamp = _timestamp(values[1], openmetrics, lineno, line) / ts_divisor if len(values) == 2 else None
         if exemplar is not None:
             exemplars.append(_exemplar(exemplar, len(values_out), lineno, line))
         series_refs.append(series)

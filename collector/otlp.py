@@ -134,6 +134,8 @@ def decode_json(body: bytes) -> list[SpanRecord]:
         return spans
     except OtlpError:
         raise
+    except RecursionError:
+        raise OtlpError("OTLP/JSON body nested too deeply") from None
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise OtlpError(f"not an OTLP/JSON ExportTraceServiceRequest: {type(exc).__name__}: {exc}") from None
 

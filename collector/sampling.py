@@ -6,15 +6,20 @@ Out: the row's ``weight`` (1 / keep probability) or None when it is not kept.
 Policy: errors (status >= 400) and requests slower than the thresholds are always kept with
 weight 1 (tail keep); every other request is kept with the head rate of the first matching
 rule (tenant and/or model), else the default rate, and then weighs 1 / rate, so sums of
-``weight`` estimate totals without bias. The keep decision hashes the trace id, so the
-gateway's row and the engine's span of one request are kept or dropped together.
-Tenant rules can only match rows that know the tenant (the gateway's); engine spans match
-model rules and the default.
+``weight`` estimate totals without bias.
+
+One decision per request: the first row of a trace to arrive (the gateway's or the engine's)
+decides, with what it knows (only the gateway row knows the tenant; each side measures its own
+latencies), and the decision and weight are remembered by trace id for the other row
+(``decision_ttl`` entries, oldest forgotten first). Both rows are then kept or dropped together
+with the same weight, so joined counts stay unbiased: whichever rate was used, the row weighs
+its inverse. The keep draw hashes the trace id, so it is the same on every collector.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,8 +51,10 @@ def _unit(trace_id: str) -> float:
 
 
 class Sampler:
-    def __init__(self, policy: SamplingPolicy) -> None:
+    def __init__(self, policy: SamplingPolicy, remember: int = 200_000) -> None:
         self.policy = policy
+        self._decisions: OrderedDict[str, float | None] = OrderedDict()
+        self._remember = remember
 
     def rate_for(self, tenant: str, model: str) -> float:
         for rule in self.policy.rules:
@@ -58,6 +65,18 @@ class Sampler:
         return self.policy.default_rate
 
     def weight(self, row: dict[str, Any]) -> float | None:
+        """The row's weight, or None when it is dropped; the same for both rows of a trace."""
+        key = str(row.get("trace_id") or "")
+        if key and key in self._decisions:
+            return self._decisions[key]
+        decision = self._decide(row)
+        if key:
+            self._decisions[key] = decision
+            if len(self._decisions) > self._remember:
+                self._decisions.popitem(last=False)
+        return decision
+
+    def _decide(self, row: dict[str, Any]) -> float | None:
         p = self.policy
         if p.keep_errors and int(row.get("status_code") or 0) >= 400:
             return 1.0

@@ -15,6 +15,7 @@ accepted and decoded.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ ACCEPT = (
     "application/openmetrics-text;version=0.0.1;q=0.4,*/*;q=0.1"
 )
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+log = logging.getLogger("fleetscope.scrape")
 
 
 @dataclass(frozen=True)
@@ -150,9 +152,12 @@ class Scraper:
             self.scrapes += 1
             if not result.up:
                 self.failures += 1
-            outcome = self._sink(result)
-            if outcome is not None:
-                await outcome
+            try:
+                outcome = self._sink(result)
+                if outcome is not None:
+                    await outcome
+            except Exception:  # noqa: BLE001 - keep scraping whatever the sink does
+                log.exception("result of %s could not be handled", target.url)
             next_at += interval
             now = loop.time()
             if now > next_at:  # fell behind: skip the intervals we cannot make up

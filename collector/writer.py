@@ -17,7 +17,13 @@ Nothing is lost when ClickHouse is away, and nothing is counted twice:
   spooled); the spool is bounded (``spool_max_bytes``): past it new batches are dropped
   and counted (``fleetscope_collector_dropped_rows_total``) and an error is logged.
 - a batch the store keeps refusing while it answers ``SELECT 1`` (bad data, not an outage)
-  is moved to ``spool/rejected/`` after ``max_attempts`` tries so it cannot block the rest.
+  is moved to ``spool/rejected/`` after ``max_attempts`` tries of that batch so it cannot
+  block the rest; errors that mean "try later" (too many parts, memory, read-only replica,
+  timeouts, Keeper) never reject, and a failed ping means an outage, which resets the count.
+  A batch that cannot even be turned into a frame (e.g. a timestamp out of range) is
+  rejected at once.
+- buffers are cut into the spool every ``flush_interval_s`` even while inserts back off, so a
+  crash during an outage loses at most one interval of rows.
 Spool files are Python pickles written and read only by this process's user.
 """
 
@@ -71,6 +77,14 @@ class _Metrics:
         self.rejected = Counter("fleetscope_collector_rejected_rows_total", "Rows the store refused (moved to spool/rejected)", ["table"], registry=registry)
 
 
+# ClickHouse errors that mean "the store is busy or degraded", never "the data is bad"
+_TRANSIENT = (
+    "TOO_MANY_PARTS", "MEMORY_LIMIT_EXCEEDED", "TABLE_IS_READ_ONLY", "READONLY", "TIMEOUT_EXCEEDED",
+    "NETWORK_ERROR", "SOCKET_TIMEOUT", "KEEPER_EXCEPTION", "NO_ZOOKEEPER", "ALL_CONNECTION_TRIES_FAILED",
+    "TOO_MANY_SIMULTANEOUS_QUERIES", "Cannot lock file", "Connection",
+)
+
+
 def _rows(columns: dict[str, list]) -> int:
     return len(next(iter(columns.values()))) if columns else 0
 
@@ -102,11 +116,14 @@ class Writer:
         self._buffers: dict[str, dict[str, list]] = {}
         self._buffer_since: dict[str, float] = {}
         self._thread: threading.Thread | None = None
+        self._flush_lock = threading.Lock()  # one flush at a time (thread, close(), tests)
         self._seq = 0
-        self._failures = 0
+        self._attempts: dict[str, int] = {}  # spool file name -> failed tries while the store answered
         self.spool = config.spool_dir
         self.spool.mkdir(parents=True, exist_ok=True)
         (self.spool / "rejected").mkdir(exist_ok=True)
+        for leftover in self.spool.glob("*.tmp"):  # a crash while writing: never inserted, never acknowledged
+            leftover.unlink(missing_ok=True)
         existing = self._spooled()
         if existing:
             self._seq = max(int(p.name.split("-", 1)[0]) for p in existing)
@@ -129,16 +146,26 @@ class Writer:
             size = _rows(self._buffers[table])
         if size >= self.config.batch_rows:
             self._wake.set()
-        if size >= self.config.max_buffer_rows:
-            self._cut(table)  # bounded memory: spool now, insert when the store can take it
+        if size >= 2 * self.config.max_buffer_rows:
+            # the writer thread is stuck (e.g. a hanging insert): spool here to bound memory
+            try:
+                self._cut(table)
+            except OSError as exc:
+                log.error("cannot spool %s rows: %s", table, exc)
 
     # ------------------------------------------------------------------ spool
     def _spooled(self) -> list[Path]:
         return sorted(self.spool.glob("*.batch"))
 
     def spool_size(self) -> tuple[int, int]:
-        files = self._spooled()
-        return len(files), sum(f.stat().st_size for f in files)
+        count = size = 0
+        for path in self._spooled():
+            try:
+                size += path.stat().st_size
+                count += 1
+            except FileNotFoundError:  # inserted and removed meanwhile
+                continue
+        return count, size
 
     def _update_spool_metrics(self) -> None:
         count, size = self.spool_size()
@@ -180,27 +207,38 @@ class Writer:
                 if force or _rows(buf) >= self.config.batch_rows or now - self._buffer_since[t] >= self.config.flush_interval_s
             ]
 
+    def _reject(self, path: Path, table: str, rows: int, reason: str) -> None:
+        path.replace(self.spool / "rejected" / path.name)
+        self._attempts.pop(path.name, None)
+        self.metrics.rejected.labels(table).inc(rows)
+        log.error("store refuses a %s batch (%s): moved to %s", table, reason, self.spool / "rejected")
+        self._update_spool_metrics()
+
     def _insert(self, path: Path) -> bool:
         """Insert one spooled batch; remove the file on success. False when it must wait."""
         batch = pickle.loads(path.read_bytes())
         table, token, columns = batch["table"], batch["token"], batch["columns"]
+        try:
+            frame = _frame(columns)
+        except (ValueError, OverflowError, TypeError) as exc:  # deterministic: retrying cannot help
+            self._reject(path, table, _rows(columns), f"cannot build rows: {exc}")
+            return True
         t0 = time.perf_counter()
         try:
-            self.client.insert_df(table, _frame(columns), settings={"insert_deduplication_token": token})
+            self.client.insert_df(table, frame, settings={"insert_deduplication_token": token})
         except Exception as exc:  # noqa: BLE001 - every store failure is handled the same way
             self.metrics.batches.labels(table, "error").inc()
-            self._failures += 1
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            if self._failures >= self.config.max_attempts and self._ping():
-                path.replace(self.spool / "rejected" / path.name)
-                self.metrics.rejected.labels(table).inc(_rows(columns))
-                log.error("store refuses a %s batch (%s): moved to %s", table, first, self.spool / "rejected")
-                self._failures = 0
-                self._update_spool_metrics()
-                return True
+            if not self._ping():  # an outage: not this batch's fault
+                self._attempts.pop(path.name, None)
+            elif not any(marker in str(exc) for marker in _TRANSIENT) and not isinstance(exc, OSError):
+                tries = self._attempts[path.name] = self._attempts.get(path.name, 0) + 1
+                if tries >= self.config.max_attempts:
+                    self._reject(path, table, _rows(columns), first)
+                    return True
             log.warning("insert into %s failed (%s); batch kept in the spool", table, first)
             return False
-        self._failures = 0
+        self._attempts.pop(path.name, None)
         self.metrics.latency.labels(table).observe(time.perf_counter() - t0)
         self.metrics.rows.labels(table).inc(_rows(columns))
         self.metrics.batches.labels(table, "ok").inc()
@@ -215,26 +253,43 @@ class Writer:
         except Exception:  # noqa: BLE001
             return False
 
+    def spool_due(self, force: bool = False) -> None:
+        """Move due buffers to the spool (disk), without inserting."""
+        for table in self._due(force):
+            try:
+                self._cut(table)
+            except OSError as exc:  # disk full / unwritable: keep the rows in memory, try later
+                log.error("cannot spool %s rows: %s", table, exc)
+
     def flush(self, force: bool = True) -> bool:
         """Spool due buffers and insert every spooled batch in order. True when all landed."""
-        for table in self._due(force):
-            self._cut(table)
-        for path in self._spooled():
-            if not self._insert(path):
-                return False
-        return True
+        with self._flush_lock:
+            self.spool_due(force)
+            for path in self._spooled():
+                try:
+                    done = self._insert(path)
+                except FileNotFoundError:
+                    continue
+                if not done:
+                    return False
+            return True
 
     def _run(self) -> None:
         delay = self.config.retry_initial_s
+        next_try = 0.0
         while not self._stop.is_set():
-            ok = self.flush(force=False)
-            if ok:
-                delay = self.config.retry_initial_s
-                self._wake.wait(self.config.flush_interval_s / 2)
+            now = time.monotonic()
+            if now >= next_try:
+                if self.flush(force=False):
+                    delay = self.config.retry_initial_s
+                    next_try = 0.0
+                else:
+                    jitter = 0.8 + 0.4 * (now % 1)
+                    next_try = now + delay * jitter
+                    delay = min(delay * 2, self.config.retry_max_s)
             else:
-                jitter = 0.8 + 0.4 * (time.monotonic() % 1)
-                self._wake.wait(delay * jitter)
-                delay = min(delay * 2, self.config.retry_max_s)
+                self.spool_due()  # backing off: still move buffers to disk every interval
+            self._wake.wait(self.config.flush_interval_s / 2)
             self._wake.clear()
 
     def start(self) -> None:
@@ -247,6 +302,9 @@ class Writer:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+            if self._thread.is_alive():  # stuck in an insert: leave the rest in the spool
+                self.spool_due(force=True)
+                return False
         deadline = time.monotonic() + timeout_s
         ok = self.flush(force=True)
         while not ok and time.monotonic() < deadline:

@@ -271,7 +271,9 @@ async def run_scenario(
     pending_events = sorted(scenario.events, key=lambda e: e.at_s)
     tasks: set[asyncio.Task[None]] = set()
     event_tasks: list[asyncio.Task[None]] = []
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    # keep-alive shorter than the engines' (uvicorn closes idle connections after 5 s): reusing a
+    # connection the server is closing at that moment fails the request with a ReadError
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0)
     timeout = httpx.Timeout(request_timeout_s, connect=5.0)
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
         max_len = await discover_max_model_len(client, targets)

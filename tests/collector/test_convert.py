@@ -70,3 +70,18 @@ def test_failed_scrape_writes_only_its_health_row() -> None:
     SeriesConverter().convert(result("", up=False), batch)
     assert set(batch.tables) == {"scrapes"}
     assert batch.tables["scrapes"]["up"] == [0] and batch.tables["scrapes"]["error"] == ["timeout"]
+
+
+def test_old_name_next_to_new_name_and_repeated_series_are_not_counted_twice() -> None:
+    text = (
+        'vllm:gpu_cache_usage_perc{model_name="m"} 0.5\n'
+        'vllm:kv_cache_usage_perc{model_name="m"} 0.6\n'
+        'dup{a="1"} 1\n'
+        'dup{a="1"} 2\n'
+        'future 1 99999999999999999\n'
+    )
+    batch, converter = Batch(), SeriesConverter()
+    converter.convert(result(text), batch)
+    rows = list(zip(batch.tables["samples"]["metric"], batch.tables["samples"]["value"], strict=True))
+    assert rows == [("vllm:kv_cache_usage_perc", 0.6), ("dup", 1.0)]
+    assert converter.duplicates == 2 and converter.out_of_bounds == 1

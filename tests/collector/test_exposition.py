@@ -177,3 +177,16 @@ def test_generated_valid_expositions_match_prometheus_client(items: list) -> Non
         lines.append(f"{name}{{{body}}} {value!r}" if labels else f"{name} {value!r}")
     text = "\n".join(lines) + "\n"
     assert sorted(ours(text), key=repr) == sorted(reference(text), key=repr)
+
+
+def test_text_format_treats_eof_and_unspaced_type_as_comments() -> None:
+    for text in ("a 1\n# EOF\nb 2\n", "#TYPE a counter\na 1\n"):
+        result = parse(text, "text/plain; version=0.0.4")
+        assert ours(text, content_type="text/plain") == reference(text)
+        assert result.types == {}
+
+
+@pytest.mark.parametrize("ts", ["NaN", "+Inf", "1e30", "17.5"])
+def test_text_timestamps_are_integer_milliseconds(ts: str) -> None:
+    with pytest.raises(ExpositionError, match="invalid timestamp"):
+        parse(f"a 1 {ts}\n")

@@ -154,3 +154,22 @@ def test_sampling_keeps_errors_and_slow_requests_and_stays_unbiased() -> None:
     assert len(kept) < 0.4 * len(rows)
     # the same trace id gets the same decision (gateway row and engine span together)
     assert sampler.weight(dict(rows[5])) == sampler.weight(dict(rows[5]))
+
+
+def test_both_rows_of_a_request_share_one_decision_and_weight() -> None:
+    """The gateway row (knows the tenant) and the engine span (does not) of one trace are kept
+    or dropped together with the same weight, whichever arrives first."""
+    rng = random.Random(11)
+    policy = SamplingPolicy(default_rate=1.0, rules=[SamplingRule(tenant="acme", rate=0.1)])
+    gateway_first, engine_first = Sampler(policy), Sampler(policy)
+    kept = 0.0
+    n = 20_000
+    for _ in range(n):
+        trace = f"{rng.getrandbits(128):032x}"
+        gateway = {"trace_id": trace, "tenant": "acme", "model": "m", "status_code": 200}
+        engine = {"trace_id": trace, "tenant": "", "model": "m", "status_code": 200}
+        w1, w2 = gateway_first.weight(gateway), gateway_first.weight(engine)
+        assert w1 == w2
+        assert engine_first.weight(engine) == engine_first.weight(gateway)
+        kept += w1 or 0.0
+    assert kept == pytest.approx(n, rel=0.05)  # joined estimate of the request count: unbiased

@@ -119,13 +119,60 @@ def test_spool_is_bounded_and_drops_are_counted(store, tmp_path: Path) -> None:
     assert count(store.client) == batches * 50
 
 
-def test_memory_is_bounded_while_the_store_is_down(store, tmp_path: Path) -> None:
-    writer = Writer(store, config(tmp_path, batch_rows=100, max_buffer_rows=500))
+def test_buffers_go_to_disk_every_interval_while_inserts_back_off(store, tmp_path: Path) -> None:
+    """Memory stays bounded and a crash during an outage loses at most one flush interval."""
+    writer = Writer(store, config(tmp_path, batch_rows=100, retry_initial_s=5, retry_max_s=5))
     store.down = True
+    writer.start()
     for i in range(20):
         writer.add("scrapes", scrape_rows(100, start=i * 100))
-    assert writer.pending_rows() < 500
-    assert writer.spool_size()[0] >= 3
+        time.sleep(0.05)
+    time.sleep(0.2)
+    assert writer.pending_rows() <= 200  # the rest is already on disk
+    assert writer.spool_size()[0] >= 5
+    store.down = False
+    assert writer.close(timeout_s=10)
+    assert count(store.client) == 2000
+
+
+class OneMoreHiccup(FlakyStore):
+    """Fault injection: after an outage, the store answers but refuses one insert with a
+    'busy' error (as TOO_MANY_PARTS would), then works."""
+
+    hiccups = 1
+
+    def insert_df(self, table, df, settings=None):
+        if not self.down and self.hiccups:
+            self.hiccups -= 1
+            raise RuntimeError("Code: 252. DB::Exception: Too many parts (300). (TOO_MANY_PARTS)")
+        return super().insert_df(table, df, settings=settings)
+
+
+def test_a_long_outage_then_a_busy_store_rejects_nothing(ch, tmp_path: Path) -> None:
+    clickhouse_runner.apply(ch)
+    store = OneMoreHiccup(ch)
+    writer = Writer(store, config(tmp_path, max_attempts=2))
+    writer.add("scrapes", scrape_rows(10))
+    store.down = True
+    for _ in range(6):
+        assert not writer.flush()
+    store.down = False
+    assert not writer.flush()  # busy, not bad data
+    assert writer.flush()
+    assert count(ch) == 10
+    assert list((tmp_path / "spool" / "rejected").glob("*.batch")) == []
+
+
+def test_a_batch_that_cannot_be_framed_is_set_aside_at_once(store, tmp_path: Path) -> None:
+    writer = Writer(store, config(tmp_path))
+    bad = scrape_rows(3)
+    bad["ts"][1] = 1e30  # far outside DateTime64
+    writer.add("scrapes", bad)
+    writer._cut("scrapes")
+    writer.add("scrapes", scrape_rows(5, start=100))
+    assert writer.flush()
+    assert count(store.client) == 5
+    assert len(list((tmp_path / "spool" / "rejected").glob("*.batch"))) == 1
 
 
 def test_a_batch_the_store_refuses_is_set_aside(store, tmp_path: Path) -> None:
