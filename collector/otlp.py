@@ -175,4 +175,10 @@ def request_row(span: SpanRecord) -> dict[str, Any] | None:
         "prefill_seconds": _num(a, "gen_ai.latency.time_in_model_prefill"),
         "decode_seconds": decode,
         "tpot_seconds": decode / (completion - 1) if completion > 1 else 0.0,
+        "session": "",
+        "route_reason": "",
+        "outcome": "error" if span.status_code == STATUS_ERROR else "ok",
+        "itl_seconds": 0.0,
+        "prefix_hash": "",
+        "stream": 0,
     }

@@ -9,7 +9,10 @@ Schema (docs/schema.md): ``ts`` (epoch seconds or ISO 8601), ``trace_id`` (32 he
 W3C trace id the gateway forwarded, which joins this row to the engine's ``llm_request``
 span), ``request_id``, ``replica``, ``model``, ``tenant``, ``route`` (the routing decision),
 ``status_code``, ``finish_reason``, ``prompt_tokens``, ``completion_tokens``,
-``cached_tokens``, ``max_tokens``, ``ttft_seconds``, ``e2e_seconds``, ``queue_seconds``.
+``cached_tokens``, ``max_tokens``, ``ttft_seconds``, ``e2e_seconds``, ``queue_seconds``,
+``session``, ``route_reason``, ``outcome`` (ok, rejected, timeout, client_abort,
+upstream_error, no_replica), ``itl_seconds`` (client-side mean inter-token latency),
+``prefix_hash``, ``stream``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,13 @@ class GatewayRecord(BaseModel):
     replica: str = ""
     model: str
     tenant: str = ""
+    session: str = ""
     route: str = ""
+    route_reason: str = ""
+    outcome: str = "ok"
+    itl_seconds: float = Field(default=0.0, ge=0)
+    prefix_hash: str = ""
+    stream: bool = False
     status_code: int = Field(default=200, ge=100, le=599)
     finish_reason: str = ""
     prompt_tokens: int = Field(default=0, ge=0)
@@ -80,6 +89,7 @@ def parse_request_log(body: bytes | str) -> tuple[list[dict[str, Any]], list[tup
         row = record.model_dump()
         completion = row["completion_tokens"]
         decode = max(0.0, row["e2e_seconds"] - row["ttft_seconds"])
+        row["stream"] = 1 if row["stream"] else 0
         row.update(
             source="gateway",
             prefill_seconds=0.0,

@@ -30,7 +30,7 @@ from importlib import metadata as importlib_metadata
 from importlib.util import find_spec
 from pathlib import Path
 
-from fleet.spec import FleetSpec, ReplicaSpec, check_ready
+from fleet.spec import FleetSpec, ReplicaSpec, check_gateway_port, check_ready
 
 __all__ = [
     "EngineBuild",
@@ -150,8 +150,11 @@ def _set_parent_death_signal() -> None:  # runs in the child between fork and ex
 class Launcher:
     """Start, watch and stop the replicas of one fleet."""
 
-    def __init__(self, spec: FleetSpec, state_dir: Path, engine: EngineBuild | None = None) -> None:
+    def __init__(
+        self, spec: FleetSpec, state_dir: Path, engine: EngineBuild | None = None, spec_path: Path | None = None
+    ) -> None:
         self.spec = spec
+        self.spec_path = spec_path  # needed to start the gateway process
         self.state_dir = state_dir
         self._engine = engine
         self._children: dict[str, subprocess.Popen[bytes]] = {}
@@ -241,6 +244,7 @@ class Launcher:
         that exits or misses the health timeout, its log tail is shown and all replicas
         started by this call are stopped.
         """
+        with_gateway = names is None and self.spec.gateway is not None and self.spec.gateway.enabled and self.spec_path is not None
         replicas = self._select(names)
         sims = [r.name for r in replicas if r.engine == "sim"]
         if sims:
@@ -259,6 +263,8 @@ class Launcher:
 
         try:
             check_ready(self.spec, replicas)
+            if with_gateway:
+                check_gateway_port(self.spec)
         except YamlConfigError as exc:
             raise FleetError(str(exc)) from None
         if make_models is not None:
@@ -291,10 +297,32 @@ class Launcher:
         self._save(records)
         try:
             self._wait_healthy(started, progress)
+            if with_gateway:
+                started.append(self._start_gateway(attach, progress))
         except BaseException:
             self.stop([r.name for r in started], progress=progress)
             raise
         return started
+
+    def _start_gateway(self, attach: bool, progress: Callable[[str], None]) -> ReplicaRecord:
+        assert self.spec.gateway is not None and self.spec_path is not None
+        cmd = [sys.executable, "-m", "fleet.gateway", "--spec", str(self.spec_path)]
+        log_path = self.state_dir / "gateway.log"
+        with open(log_path, "ab") as log:
+            log.write(f"\n==== fleetscope: starting gateway at {time.ctime()}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_set_parent_death_signal if attach else None,  # noqa: PLW1509
+            )
+        self._children["gateway"] = proc
+        record = ReplicaRecord("gateway", "-", self.spec.gateway.port, proc.pid, time.time(), str(log_path), cmd, {})
+        records = self.records()
+        records["gateway"] = record
+        self._save(records)
+        progress(f"started gateway pid {proc.pid} on port {self.spec.gateway.port} ({self.spec.gateway.policy})")
+        self._wait_healthy([record], progress)
+        return record
 
     def _exit_code(self, record: ReplicaRecord) -> int | None:
         proc = self._children.get(record.name)
@@ -347,6 +375,12 @@ class Launcher:
                 health = "starting" if time.time() - rec.started_at < self.spec.health_timeout_s else "unhealthy"
             uptime = time.time() - rec.started_at if alive else None
             rows.append(ReplicaStatus(rec.name, rec.model, rec.port, rec.pid, health, uptime, rec.log))
+        gateway = records.get("gateway")
+        if gateway is not None:
+            alive = bool(group_members(gateway.pid))
+            health = "dead" if not alive else ("healthy" if _health(f"http://{self.spec.host}:{gateway.port}") else "unhealthy")
+            rows.append(ReplicaStatus("gateway", "-", gateway.port, gateway.pid, health,
+                                      time.time() - gateway.started_at if alive else None, gateway.log))
         return rows
 
     def dead(self) -> list[str]:

@@ -14,8 +14,9 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from fleet.gateway.config import GatewaySpec
 from fleet.yamlfile import YamlConfigError, load_model
 
 __all__ = ["FleetSpec", "ModelSpec", "ReplicaSpec", "check_ready", "load_spec"]
@@ -83,6 +84,7 @@ class FleetSpec(_Strict):
         description="where engines send llm_request spans (the collector's OTLP receiver)",
     )
     health_timeout_s: float = Field(default=180.0, gt=0)
+    gateway: GatewaySpec | None = Field(default=None, description="the gateway in front of the replicas")
 
     @field_validator("replicas")
     @classmethod
@@ -103,6 +105,24 @@ class FleetSpec(_Strict):
                     f"({', '.join(sorted(models))})"
                 )
         return replicas
+
+    @model_validator(mode="after")
+    def _check_gateway(self) -> FleetSpec:
+        gw = self.gateway
+        if gw is None or not gw.enabled:
+            return self
+        clash = [r.name for r in self.replicas if r.port == gw.port]
+        if clash:
+            raise ValueError(f"gateway.port {gw.port} is also the port of replica {clash[0]!r}")
+        if gw.model_router is not None:
+            for model in (gw.model_router.small_model, gw.model_router.large_model):
+                if model not in self.models:
+                    raise ValueError(f"gateway.model_router names model {model!r}, which is not in models")
+        return self
+
+    def gateway_url(self) -> str | None:
+        gw = self.gateway
+        return f"http://{self.host}:{gw.port}" if gw is not None and gw.enabled else None
 
     def replica(self, name: str) -> ReplicaSpec:
         for replica in self.replicas:
@@ -153,6 +173,11 @@ def check_ready(spec: FleetSpec, replicas: list[ReplicaSpec] | None = None, gene
                 f"replica {replica.name!r}: port {replica.port} on {spec.host} is already in use "
                 "(another replica or program holds it; `fleetscope fleet status` shows the fleet's)"
             )
+
+
+def check_gateway_port(spec: FleetSpec) -> None:
+    if spec.gateway is not None and spec.gateway.enabled and not port_free(spec.host, spec.gateway.port):
+        raise YamlConfigError(f"gateway: port {spec.gateway.port} on {spec.host} is already in use")
 
 
 def as_dict(spec: FleetSpec) -> dict[str, Any]:

@@ -38,7 +38,7 @@ def _load(config: Path | None, spec_path: Path | None):  # -> (Settings, FleetSp
         spec = load_spec(path)
     except YamlConfigError as exc:
         fail(str(exc), code=2)
-    return settings, spec, Launcher(spec, settings.data_dir / "fleet")
+    return settings, spec, Launcher(spec, settings.data_dir / "fleet", spec_path=Path(path).resolve())
 
 
 def _make_missing_models(spec, replicas) -> None:  # noqa: ANN001
@@ -174,7 +174,8 @@ def traffic(
     scenario: Annotated[str, typer.Option("--scenario", "-s", help="Shipped scenario name or a YAML file.")] = "steady",
     config: ConfigOption = None,
     spec: SpecOption = None,
-    gateway: Annotated[str | None, typer.Option(help="Send everything to this gateway URL instead of the replicas.")] = None,
+    gateway: Annotated[str | None, typer.Option(help="Send everything to this gateway URL (default: the fleet's gateway).")] = None,
+    direct: Annotated[bool, typer.Option("--direct", help="Bypass the gateway: send to the replicas round-robin.")] = False,
     speed: Annotated[float, typer.Option(min=0.01, help="Timeline speed-up: phases and events come N times sooner.")] = 1.0,
     rate_scale: Annotated[float, typer.Option(min=0.01, help="Multiply the scenario's request rate.")] = 1.0,
     duration: Annotated[float | None, typer.Option(min=1, help="Stop after this many seconds (wall clock).")] = None,
@@ -183,7 +184,8 @@ def traffic(
 ) -> None:
     """Send OpenAI completion traffic to the fleet following a scenario timeline.
 
-    Each request carries a W3C traceparent and the tenant (x-tenant). Prints a progress line
+    Goes through the fleet's gateway when the spec has one (--direct bypasses it). Each
+    request carries a W3C traceparent and the tenant (x-tenant). Prints a progress line
     every 5 s and a summary at the end. Writes nothing to ClickHouse.
     """
     from fleet.launcher import FleetError
@@ -196,6 +198,8 @@ def traffic(
         plan = load_scenario(scenario)
     except YamlConfigError as exc:
         fail(str(exc), code=2)
+    if gateway is None and not direct:
+        gateway = fleet_spec.gateway_url()
     by_model: dict[str, list[str]] = {}
     for r in fleet_spec.replicas:
         by_model.setdefault(r.model, []).append(fleet_spec.url(r))

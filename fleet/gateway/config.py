@@ -1,0 +1,53 @@
+"""Gateway settings: the ``gateway`` section of the fleet spec -> ``GatewaySpec``.
+
+Routing policy, model router rules, per-tenant admission limits, the bounded queue, health
+checks, and where the request log goes (the collector's ``POST /v1/requests``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["GatewaySpec", "ModelRouterSpec", "TenantLimits"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelRouterSpec(_Strict):
+    """Sends "easy" requests to the small model and "hard" ones to the large model."""
+
+    small_model: str
+    large_model: str
+    long_prompt_tokens: int = Field(default=1024, ge=1, description="prompts longer than this are hard")
+    high_max_tokens: int = Field(default=512, ge=1, description="max_tokens above this is hard")
+    large_tenants: list[str] = Field(default_factory=list, description="tenants always sent to the large model")
+
+
+class TenantLimits(_Strict):
+    requests_per_s: float | None = Field(default=None, gt=0)
+    tokens_per_s: float | None = Field(default=None, gt=0, description="prompt + max_tokens per second")
+    burst_s: float = Field(default=2.0, gt=0, description="bucket size in seconds of rate")
+
+
+class GatewaySpec(_Strict):
+    enabled: bool = True
+    port: int = Field(default=8100, ge=1024, le=65535)
+    # how a replica is chosen among those serving the (routed) model
+    policy: Literal["round_robin", "least_loaded", "affinity"] = "least_loaded"
+    model_router: ModelRouterSpec | None = None
+    auto_model: str = Field(default="auto", description="the model name that asks for the model router")
+    affinity_prefix_tokens: int = Field(default=64, ge=1, description="prompt prefix hashed for affinity and the log")
+    default_limits: TenantLimits = TenantLimits()
+    tenant_limits: dict[str, TenantLimits] = Field(default_factory=dict)
+    max_in_flight: int = Field(default=64, ge=1, description="requests forwarded at once")
+    max_queue: int = Field(default=128, ge=0, description="requests waiting for a slot; beyond: 429")
+    queue_timeout_s: float = Field(default=30.0, gt=0)
+    upstream_timeout_s: float = Field(default=300.0, gt=0)
+    health_interval_s: float = Field(default=2.0, gt=0)
+    request_log_url: str | None = Field(default="http://127.0.0.1:4318/v1/requests")
+    request_log_flush_s: float = Field(default=1.0, gt=0)
+    request_log_max_buffer: int = Field(default=100_000, ge=1)

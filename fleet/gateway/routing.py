@@ -1,0 +1,96 @@
+"""Routing decisions: a request -> (model, replica, route, reason). Pure functions, no I/O.
+
+- The **model router** (when the client asks for ``auto_model`` and a router is configured):
+  hard requests (long prompt, high max_tokens, or a tenant rule) go to the large model, the
+  rest to the small one; the reason says which rule decided. A client naming a served model
+  is pinned to it.
+- Among the healthy replicas of that model: **round_robin**, **least_loaded** (fewest in-flight
+  requests at the gateway; ties broken round-robin) or **affinity** (rendezvous hashing of the
+  session id, else of the prompt prefix: the same key lands on the same replica while it is
+  healthy, and only the keys of a replica that leaves move).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from dataclasses import dataclass, field
+
+from fleet.gateway.config import GatewaySpec
+
+__all__ = ["Decision", "NoReplica", "ReplicaState", "Router", "prefix_hash"]
+
+
+class NoReplica(Exception):
+    """No healthy replica serves the model."""
+
+
+@dataclass
+class ReplicaState:
+    name: str
+    model: str
+    url: str
+    healthy: bool = True
+    in_flight: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    model: str
+    replica: ReplicaState
+    route: str  # e.g. "model-router:large/least_loaded"
+    reason: str  # e.g. "long prompt (1400 > 1024 tokens)"
+
+
+def prefix_hash(prompt_key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(prompt_key.encode(), digest_size=8).digest(), "big")
+
+
+def _score(key: str, replica: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{key}\0{replica}".encode(), digest_size=8).digest(), "big")
+
+
+@dataclass
+class Router:
+    spec: GatewaySpec
+    replicas: list[ReplicaState]
+    _cycles: dict[str, itertools.count] = field(default_factory=dict)
+
+    def models(self) -> list[str]:
+        return sorted({r.model for r in self.replicas})
+
+    def choose_model(self, requested: str, tenant: str, prompt_tokens: int, max_tokens: int) -> tuple[str, str, str]:
+        """(model, route prefix, reason)."""
+        router = self.spec.model_router
+        if requested == self.spec.auto_model or (router is None and requested not in self.models()):
+            if router is None:
+                raise NoReplica(f"model {requested!r} is not served (models: {', '.join(self.models())})")
+            if tenant in router.large_tenants:
+                return router.large_model, "model-router:large", f"tenant rule ({tenant})"
+            if prompt_tokens > router.long_prompt_tokens:
+                return router.large_model, "model-router:large", f"long prompt ({prompt_tokens} > {router.long_prompt_tokens} tokens)"
+            if max_tokens > router.high_max_tokens:
+                return router.large_model, "model-router:large", f"high max_tokens ({max_tokens} > {router.high_max_tokens})"
+            return router.small_model, "model-router:small", "easy request"
+        if requested not in self.models():
+            raise NoReplica(f"model {requested!r} is not served (models: {', '.join(self.models())})")
+        return requested, "pinned", "client named the model"
+
+    def choose_replica(self, model: str, affinity_key: str) -> tuple[ReplicaState, str]:
+        pool = [r for r in self.replicas if r.model == model and r.healthy]
+        if not pool:
+            raise NoReplica(f"no healthy replica serves {model!r}")
+        policy = self.spec.policy
+        if policy == "affinity":
+            return max(pool, key=lambda r: _score(affinity_key, r.name)), policy
+        turn = next(self._cycles.setdefault(model, itertools.count()))
+        if policy == "round_robin":
+            return pool[turn % len(pool)], policy
+        fewest = min(r.in_flight for r in pool)
+        candidates = [r for r in pool if r.in_flight == fewest]
+        return candidates[turn % len(candidates)], policy
+
+    def decide(self, requested: str, tenant: str, prompt_tokens: int, max_tokens: int, affinity_key: str) -> Decision:
+        model, route, reason = self.choose_model(requested, tenant, prompt_tokens, max_tokens)
+        replica, policy = self.choose_replica(model, affinity_key)
+        return Decision(model, replica, f"{route}/{policy}", reason)
