@@ -89,9 +89,9 @@ def test_collector_end_to_end(ch, tmp_path: Path) -> None:
     samples = ch.query("""SELECT count(DISTINCT fingerprint) FROM samples
                           WHERE fingerprint IN (SELECT fingerprint FROM series WHERE replica = 'good')""").result_rows[0][0]
     assert samples == 432
-    requests = ch.query("SELECT source, trace_id, replica, tenant, prompt_tokens, weight FROM requests ORDER BY source, replica").result_rows
+    requests = ch.query("SELECT source, trace_id, replica, tenant, prompt_tokens, weight FROM requests ORDER BY source, replica, trace_id").result_rows
     assert requests == [("gateway", TRACE, "", "acme", 1200, 1.0), ("otlp", "1" * 32, "large-0", "", 1200, 1.0),
-                        ("otlp", "2" * 32, "small-0", "", 1200, 1.0), ("otlp", TRACE, "small-0", "", 1200, 1.0)]
+                        ("otlp", TRACE, "small-0", "", 1200, 1.0), ("otlp", "2" * 32, "small-0", "", 1200, 1.0)]
 
     # the gateway row and the engine span of one request, joined on the trace id
     joined = ch.query("""SELECT tenant, route, replica, prompt_tokens, ttft_seconds, gateway_ttft_seconds, has_gateway, has_engine
