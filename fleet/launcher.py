@@ -30,7 +30,7 @@ from importlib import metadata as importlib_metadata
 from importlib.util import find_spec
 from pathlib import Path
 
-from fleet.spec import FleetSpec, ReplicaSpec, check_gateway_port, check_ready
+from fleet.spec import FleetSpec, ReplicaSpec, check_gateway_port, check_ready, port_free
 
 __all__ = [
     "EngineBuild",
@@ -246,13 +246,11 @@ class Launcher:
         """
         with_gateway = names is None and self.spec.gateway is not None and self.spec.gateway.enabled and self.spec_path is not None
         replicas = self._select(names)
-        sims = [r.name for r in replicas if r.engine == "sim"]
-        if sims:
-            raise FleetError(
-                f"replicas {', '.join(sims)} use engine: sim, which this version cannot run yet; "
-                "use engine: vllm"
-            )
-        self.engine  # noqa: B018 - fail early if vLLM is missing
+        sims = [r for r in replicas if r.engine == "sim"]
+        if sims and self.spec_path is None:
+            raise FleetError("simulated replicas need the spec file (Launcher(spec_path=...))")
+        if any(r.engine == "vllm" for r in replicas):
+            self.engine  # noqa: B018 - fail early if vLLM is missing
         running = {n for n, s in self.live().items() if s}
         already = [r.name for r in replicas if r.name in running]
         if already:
@@ -262,17 +260,25 @@ class Launcher:
         from fleet.yamlfile import YamlConfigError
 
         try:
-            check_ready(self.spec, replicas)
+            check_ready(self.spec, [r for r in replicas if r.engine == "vllm"])
+            for r in sims:  # simulated replicas need no model directory, only a free port
+                if not port_free(self.spec.host, r.port):
+                    raise YamlConfigError(f"replica {r.name!r}: port {r.port} on {self.spec.host} is already in use")
             if with_gateway:
                 check_gateway_port(self.spec)
         except YamlConfigError as exc:
             raise FleetError(str(exc)) from None
         if make_models is not None:
-            make_models(self.spec, replicas)
+            make_models(self.spec, [r for r in replicas if r.engine == "vllm"])
         self.state_dir.mkdir(parents=True, exist_ok=True)
         records = self.records()
         started: list[ReplicaRecord] = []
+        if sims:
+            started.extend(self._start_sims(sims, attach, progress))
+            records.update({r.name: r for r in started})
         for replica in replicas:
+            if replica.engine == "sim":
+                continue
             cmd, extra_env = self.command(replica)
             log_path = self.state_dir / f"{replica.name}.log"
             with open(log_path, "ab") as log:
@@ -303,6 +309,23 @@ class Launcher:
             self.stop([r.name for r in started], progress=progress)
             raise
         return started
+
+    def _start_sims(self, sims: list[ReplicaSpec], attach: bool, progress: Callable[[str], None]) -> list[ReplicaRecord]:
+        """One process hosts every simulated replica (``python -m fleet.sim --spec``)."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "fleet.sim", "--spec", str(self.spec_path)]
+        log_path = self.state_dir / "sim.log"
+        with open(log_path, "ab") as log:
+            log.write(f"\n==== fleetscope: starting {len(sims)} simulated replica(s) at {time.ctime()}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_set_parent_death_signal if attach else None,  # noqa: PLW1509
+            )
+        for r in sims:
+            self._children[r.name] = proc
+        progress(f"started {len(sims)} simulated replica(s) pid {proc.pid}")
+        return [ReplicaRecord(r.name, r.model, r.port, proc.pid, time.time(), str(log_path), cmd, {}) for r in sims]
 
     def _start_gateway(self, attach: bool, progress: Callable[[str], None]) -> ReplicaRecord:
         assert self.spec.gateway is not None and self.spec_path is not None

@@ -1,0 +1,66 @@
+"""Run simulated vLLM engines: ``python -m fleet.sim --spec fleet.yaml`` (its ``engine: sim``
+replicas) or ``python -m fleet.sim --replicas 500 --base-port 9000`` (N generated ones)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from fleet.sim.server import SimFleet, SimReplica, engine_config
+from fleet.yamlfile import YamlConfigError
+
+
+def replicas_from_args(args: argparse.Namespace) -> tuple[list[SimReplica], str | None, str]:
+    if args.replicas:
+        config = engine_config({"num_gpu_blocks_override": args.blocks, "max_model_len": args.max_model_len})
+        reps = [SimReplica(f"sim-{i}", args.model, args.base_port + i, config, gpu_type=args.gpu_type) for i in range(args.replicas)]
+        return reps, args.otlp_endpoint, args.host
+    from fleet.spec import load_spec
+
+    spec = load_spec(args.spec)
+    reps = [SimReplica(r.name, r.model, r.port, engine_config(r.engine_args), r.gpu_type, r.gpu_count)
+            for r in spec.replicas if r.engine == "sim"]
+    if not reps:
+        raise YamlConfigError(f"{args.spec}: no replica has engine: sim")
+    return reps, args.otlp_endpoint or spec.otlp_traces_endpoint, spec.host
+
+
+async def run(args: argparse.Namespace) -> None:
+    replicas, otlp, host = replicas_from_args(args)
+    fleet = SimFleet(replicas, host=host, otlp_endpoint=otlp)
+    await fleet.start()
+    print(f"{len(replicas)} simulated engine(s) on {host}:{replicas[0].port}..{replicas[-1].port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await fleet.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--spec", type=Path, default=Path("fleet.yaml"))
+    parser.add_argument("--replicas", type=int, default=0, help="generate N replicas instead of reading the spec")
+    parser.add_argument("--base-port", type=int, default=9000)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--model", default="sim-model")
+    parser.add_argument("--gpu-type", default="H100")
+    parser.add_argument("--blocks", type=int, default=2048)
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--otlp-endpoint", default=None)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(run(args))
+    except (YamlConfigError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

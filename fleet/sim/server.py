@@ -1,0 +1,329 @@
+"""Simulated vLLM servers: many ``SimEngine``s in one process, each on its own port, speaking
+vLLM's HTTP API and metrics and sending its ``llm_request`` spans.
+
+In:  ``SimReplica`` definitions (name, model, port, engine config); OpenAI requests.
+Out: per port the same endpoints as ``vllm.entrypoints.openai.api_server`` that fleetscope
+     uses — ``POST /v1/completions`` and ``/v1/chat/completions`` (streaming or not),
+     ``GET /v1/models`` (with ``max_model_len``), ``GET /health``, ``GET /metrics`` — plus
+     ``POST /sim/restart`` (a simulated engine restart: counters start again from zero) and
+     ``GET /sim/status`` (how far its step loop fell behind real time).
+     Finished requests become OTLP ``llm_request`` spans (HTTP protobuf, every second) with the
+     same attributes vLLM sets, and the ``traceparent``'s trace id.
+
+An engine's step loop runs only while it has work, in real time (``asyncio.sleep`` for each
+step's modelled duration), so hundreds of idle or lightly loaded engines cost little.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from fleet.sim.engine import EngineConfig, SimEngine, SimRequest
+from fleet.sim.metrics import Exposition
+
+__all__ = ["SimFleet", "SimReplica", "engine_config"]
+
+log = logging.getLogger("fleetscope.sim")
+_TEXT = "abcdefghijklmnopqrstuvwxyz ,.;:-0123456789"
+
+
+def engine_config(engine_args: dict[str, Any]) -> EngineConfig:
+    """vLLM-style engine args of a fleet spec replica -> the simulator's config."""
+    defaults = EngineConfig()
+    return EngineConfig(
+        num_blocks=int(engine_args.get("num_gpu_blocks_override", defaults.num_blocks)),
+        block_size=int(engine_args.get("block_size", defaults.block_size)),
+        max_model_len=int(engine_args.get("max_model_len", defaults.max_model_len)),
+        max_num_seqs=int(engine_args.get("max_num_seqs", defaults.max_num_seqs)),
+        max_num_batched_tokens=int(engine_args.get("max_num_batched_tokens", defaults.max_num_batched_tokens)),
+        speed=float(engine_args.get("sim_speed", defaults.speed)),
+    )
+
+
+@dataclass
+class SimReplica:
+    name: str
+    model: str
+    port: int
+    config: EngineConfig = field(default_factory=EngineConfig)
+    gpu_type: str = "sim"
+    gpu_count: int = 1
+    engine: SimEngine = field(init=False)
+    exposition: Exposition = field(init=False)
+    _wake: asyncio.Event = field(init=False)
+    _waiters: dict[str, asyncio.Queue[Any]] = field(init=False, default_factory=dict)
+    lag_s: float = 0.0  # how far the step loop fell behind its modelled schedule (max seen)
+
+    def __post_init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        """A simulated engine restart: in-flight requests fail, counters start from zero."""
+        for queue in getattr(self, "_waiters", {}).values():
+            queue.put_nowait(RuntimeError("engine restarted"))
+        self._waiters = {}
+        self.engine = SimEngine(self.config)
+        self.exposition = Exposition(self.engine, self.model, started=time.time())
+
+    def resource(self) -> dict[str, str]:
+        return {
+            "service.name": self.name, "service.instance.id": self.name, "fleetscope.replica": self.name,
+            "fleetscope.model": self.model, "fleetscope.gpu_type": self.gpu_type,
+            "fleetscope.gpu_count": str(self.gpu_count), "fleetscope.simulated": "true",
+        }
+
+
+class SimFleet:
+    def __init__(self, replicas: list[SimReplica], host: str = "127.0.0.1", otlp_endpoint: str | None = None) -> None:
+        self.replicas = replicas
+        self.host = host
+        self.otlp_endpoint = otlp_endpoint
+        self._runners: list[web.AppRunner] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._spans: list[tuple[SimReplica, SimRequest, float]] = []
+        self._session: aiohttp.ClientSession | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        for replica in self.replicas:
+            replica._wake = asyncio.Event()
+            runner = web.AppRunner(self._app(replica), access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, self.host, replica.port).start()
+            self._runners.append(runner)
+            self._tasks.append(asyncio.create_task(self._drive(replica)))
+        if self.otlp_endpoint:
+            self._session = aiohttp.ClientSession()
+            self._tasks.append(asyncio.create_task(self._export_loop()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._export()
+            await self._session.close()
+        for runner in self._runners:
+            await runner.cleanup()
+
+    # ------------------------------------------------------------------ engine loop
+    async def _drive(self, replica: SimReplica) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await replica._wake.wait()
+            replica._wake.clear()
+            engine = replica.engine
+            now = loop.time()
+            while engine.has_work():
+                if engine is not replica.engine:  # restarted
+                    break
+                duration, produced, finished = engine.step(now)
+                if not produced and not finished and duration <= engine.config.step_overhead_s / engine.config.speed and not engine.running:
+                    break  # waiting requests that cannot be admitted and nothing running: idle
+                now += duration
+                delay = now - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                else:
+                    replica.lag_s = max(replica.lag_s, -delay)
+                    now = loop.time()
+                    await asyncio.sleep(0)
+                for request in produced:
+                    queue = replica._waiters.get(request.request_id)
+                    if queue is not None:
+                        queue.put_nowait(random.choice(_TEXT))
+                for request in finished:
+                    queue = replica._waiters.pop(request.request_id, None)
+                    if queue is not None:
+                        queue.put_nowait(None)
+                    if self.otlp_endpoint:
+                        self._spans.append((replica, request, time.time()))
+
+    # ------------------------------------------------------------------ HTTP
+    def _app(self, replica: SimReplica) -> web.Application:
+        async def health(_r: web.Request) -> web.Response:
+            return web.Response(status=200)
+
+        async def metrics(_r: web.Request) -> web.Response:
+            return web.Response(text=replica.exposition.render(), content_type="text/plain", charset="utf-8",
+                                headers={"X-Simulated": "fleetscope"})
+
+        async def models(_r: web.Request) -> web.Response:
+            return web.json_response({"object": "list", "data": [{
+                "id": replica.model, "object": "model", "owned_by": "fleetscope-sim",
+                "max_model_len": replica.config.max_model_len}]})
+
+        async def status(_r: web.Request) -> web.Response:
+            e = replica.engine
+            return web.json_response({"replica": replica.name, "lag_s": replica.lag_s, "running": len(e.running),
+                                      "waiting": len(e.waiting), "kv_usage": e.kv_usage})
+
+        async def restart(_r: web.Request) -> web.Response:
+            replica.restart()
+            return web.json_response({"restarted": replica.name})
+
+        async def completions(request: web.Request) -> web.StreamResponse:
+            return await self._complete(replica, request, chat=False)
+
+        async def chat(request: web.Request) -> web.StreamResponse:
+            return await self._complete(replica, request, chat=True)
+
+        app = web.Application()
+        app.router.add_get("/health", health)
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/v1/models", models)
+        app.router.add_post("/v1/completions", completions)
+        app.router.add_post("/v1/chat/completions", chat)
+        app.router.add_post("/sim/restart", restart)
+        app.router.add_get("/sim/status", status)
+        return app
+
+    async def _complete(self, replica: SimReplica, request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            body = await request.json()
+            prompt = _prompt_tokens(body, chat)
+            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        except (ValueError, TypeError, json.JSONDecodeError) as exc:
+            return web.json_response({"error": {"message": f"invalid request: {exc}", "code": 400}}, status=400)
+        if body.get("model") not in (None, replica.model):
+            return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist.", "code": 404}}, status=404)
+        trace_id = _trace_id(request.headers.get("traceparent"))
+        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
+        sim = SimRequest(request_id, prompt, max_tokens, asyncio.get_running_loop().time(), trace_id)
+        try:
+            replica.engine.submit(sim)
+        except ValueError as exc:
+            return web.json_response({"error": {"message": str(exc), "type": "BadRequestError", "code": 400}}, status=400)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        replica._waiters[request_id] = queue
+        replica._wake.set()
+        created = int(time.time())
+        stream = bool(body.get("stream"))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        kind = "chat.completion" if chat else "text_completion"
+        pieces: list[str] = []
+        response: web.StreamResponse | None = None
+        if stream:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+        while True:
+            item = await queue.get()
+            if isinstance(item, Exception):
+                if response is None:
+                    return web.json_response({"error": {"message": str(item), "code": 500}}, status=500)
+                break
+            if item is None:
+                break
+            pieces.append(item)
+            if response is not None:
+                choice = {"index": 0, "delta": {"content": item}} if chat else {"index": 0, "text": item}
+                choice["finish_reason"] = None
+                chunk = {"id": request_id, "object": f"{kind}.chunk" if chat else kind, "created": created,
+                         "model": replica.model, "choices": [choice]}
+                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        usage = {"prompt_tokens": sim.prompt_len, "completion_tokens": sim.generated,
+                 "total_tokens": sim.prompt_len + sim.generated,
+                 "prompt_tokens_details": {"cached_tokens": sim.cached_tokens}}
+        if response is not None:
+            last = {"index": 0, "delta": {}, "finish_reason": "length"} if chat else {"index": 0, "text": "", "finish_reason": "length"}
+            await response.write(f"data: {json.dumps({'id': request_id, 'object': kind, 'created': created, 'model': replica.model, 'choices': [last]})}\n\n".encode())
+            if include_usage:
+                await response.write(f"data: {json.dumps({'id': request_id, 'object': kind, 'created': created, 'model': replica.model, 'choices': [], 'usage': usage})}\n\n".encode())
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+            return response
+        text = "".join(pieces)
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"} if chat
+                  else {"index": 0, "text": text, "finish_reason": "length"})
+        return web.json_response({"id": request_id, "object": kind, "created": created, "model": replica.model,
+                                  "choices": [choice], "usage": usage})
+
+    # ------------------------------------------------------------------ spans
+    async def _export_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            await self._export()
+
+    async def _export(self) -> None:
+        if not self._spans or self._session is None or not self.otlp_endpoint:
+            return
+        spans, self._spans = self._spans, []
+        body = _export_request(spans)
+        try:
+            async with self._session.post(self.otlp_endpoint, data=body, headers={"Content-Type": "application/x-protobuf"},
+                                          timeout=aiohttp.ClientTimeout(total=5)) as r:
+                await r.read()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.debug("span export failed: %s", exc)  # like vLLM's exporter: spans are best effort
+
+
+def _prompt_tokens(body: dict[str, Any], chat: bool) -> list[int]:
+    if chat:
+        text = "".join(str(m.get("content", "")) for m in body.get("messages", []))
+    else:
+        prompt = body.get("prompt", "")
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+            return [int(t) for t in prompt]
+        text = prompt if isinstance(prompt, str) else "".join(map(str, prompt))
+    data = text.encode()
+    # about 4 bytes per token, as a BPE tokenizer would give
+    return [int.from_bytes(data[i : i + 4].ljust(4, b"\0"), "little") % 50_000 for i in range(0, max(len(data), 1), 4)]
+
+
+def _trace_id(header: str | None) -> str:
+    if header:
+        parts = header.split("-")
+        if len(parts) == 4 and len(parts[1]) == 32:
+            return parts[1].lower()
+    return secrets.token_hex(16)
+
+
+def _export_request(spans: list[tuple[SimReplica, SimRequest, float]]) -> bytes:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+    def kv(key: str, value: Any) -> KeyValue:
+        if isinstance(value, int):
+            return KeyValue(key=key, value=AnyValue(int_value=value))
+        if isinstance(value, float):
+            return KeyValue(key=key, value=AnyValue(double_value=value))
+        return KeyValue(key=key, value=AnyValue(string_value=str(value)))
+
+    by_replica: dict[str, tuple[SimReplica, list[Span]]] = {}
+    for replica, r, wall_end in spans:
+        end = r.finished_at or 0.0
+        first = r.first_token_at or end
+        start_wall = wall_end - (end - r.arrival)
+        attrs = [
+            kv("gen_ai.latency.time_to_first_token", first - r.arrival),
+            kv("gen_ai.latency.e2e", end - r.arrival),
+            kv("gen_ai.latency.time_in_queue", (r.first_scheduled or end) - r.arrival),
+            kv("gen_ai.usage.prompt_tokens", r.prompt_len),
+            kv("gen_ai.usage.completion_tokens", r.generated),
+            kv("gen_ai.latency.time_in_model_prefill", r.prefill_time),
+            kv("gen_ai.latency.time_in_model_decode", end - first),
+            kv("gen_ai.latency.time_in_model_inference", end - (r.first_scheduled or end)),
+            kv("gen_ai.request.id", r.request_id),
+            kv("gen_ai.request.max_tokens", r.max_tokens),
+            kv("gen_ai.request.n", 1),
+        ]
+        span = Span(name="llm_request", trace_id=bytes.fromhex(r.trace_id), span_id=secrets.token_bytes(8), kind=2,
+                    start_time_unix_nano=int(start_wall * 1e9), end_time_unix_nano=int(wall_end * 1e9), attributes=attrs)
+        by_replica.setdefault(replica.name, (replica, []))[1].append(span)
+    request = ExportTraceServiceRequest(resource_spans=[
+        ResourceSpans(resource={"attributes": [kv(k, v) for k, v in replica.resource().items()]},
+                      scope_spans=[ScopeSpans(spans=spans_)])
+        for replica, spans_ in by_replica.values()
+    ])
+    return request.SerializeToString()
