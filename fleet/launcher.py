@@ -310,18 +310,23 @@ class Launcher:
             raise
         return started
 
+    @staticmethod
+    def _spawn(cmd: list[str], log_path: Path, what: str, attach: bool) -> subprocess.Popen[bytes]:
+        """A child in its own process group, logging to ``log_path``."""
+        with open(log_path, "ab") as log:
+            log.write(f"\n==== fleetscope: starting {what} at {time.ctime()}\n".encode())
+            log.flush()
+            return subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_set_parent_death_signal if attach else None,  # noqa: PLW1509
+            )
+
     def _start_sims(self, sims: list[ReplicaSpec], attach: bool, progress: Callable[[str], None]) -> list[ReplicaRecord]:
         """One process hosts every simulated replica (``python -m fleet.sim --spec``)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "fleet.sim", "--spec", str(self.spec_path)]
         log_path = self.state_dir / "sim.log"
-        with open(log_path, "ab") as log:
-            log.write(f"\n==== fleetscope: starting {len(sims)} simulated replica(s) at {time.ctime()}\n".encode())
-            log.flush()
-            proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_set_parent_death_signal if attach else None,  # noqa: PLW1509
-            )
+        proc = self._spawn(cmd, log_path, f"{len(sims)} simulated replica(s)", attach)
         for r in sims:
             self._children[r.name] = proc
         progress(f"started {len(sims)} simulated replica(s) pid {proc.pid}")
@@ -331,13 +336,7 @@ class Launcher:
         assert self.spec.gateway is not None and self.spec_path is not None
         cmd = [sys.executable, "-m", "fleet.gateway", "--spec", str(self.spec_path)]
         log_path = self.state_dir / "gateway.log"
-        with open(log_path, "ab") as log:
-            log.write(f"\n==== fleetscope: starting gateway at {time.ctime()}\n".encode())
-            log.flush()
-            proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_set_parent_death_signal if attach else None,  # noqa: PLW1509
-            )
+        proc = self._spawn(cmd, log_path, "gateway", attach)
         self._children["gateway"] = proc
         record = ReplicaRecord("gateway", "-", self.spec.gateway.port, proc.pid, time.time(), str(log_path), cmd, {})
         records = self.records()

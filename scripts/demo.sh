@@ -28,8 +28,9 @@ print("in ClickHouse now:")
 for table in ("scrapes", "series", "samples", "requests"):
     print(f"  {table:<9} {client.query(f'SELECT count() FROM {table}').result_rows[0][0]:>10,} rows")
 rows = client.query("""
-    SELECT replica, count() AS requests, round(quantile(0.99)(ttft_seconds), 3) AS p99_ttft_s
-    FROM requests GROUP BY replica ORDER BY replica""").result_rows
-for replica, n, p99 in rows:
-    print(f"  {replica:<9} {n:>6} requests, p99 TTFT {p99} s (from the engines' llm_request spans)")
+    SELECT replica, count() AS requests, countIf(has_gateway AND has_engine) AS joined,
+           round(quantileIf(0.99)(ttft_seconds, has_engine), 3) AS p99_ttft_s
+    FROM requests_joined GROUP BY replica ORDER BY replica""").result_rows
+for replica, n, joined, p99 in rows:
+    print(f"  {replica:<9} {n:>6} requests ({joined} gateway log + engine span joined), p99 TTFT {p99} s")
 PY

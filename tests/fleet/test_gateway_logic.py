@@ -119,3 +119,45 @@ def test_prompt_sizes() -> None:
     assert _prompt_info({"prompt": list(range(300))}, chat=False, prefix_tokens=4) == (300, "0,1,2,3")
     tokens, key = _prompt_info({"messages": [{"role": "user", "content": "x" * 400}]}, chat=True, prefix_tokens=4)
     assert tokens == 100 and key == "x" * 16
+
+
+def test_request_log_buffers_while_the_collector_is_down_and_ships_after() -> None:
+    import json
+
+    import aiohttp
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry
+
+    from fleet.gateway.requestlog import RequestLogShipper
+
+    received: list[dict] = []
+
+    async def intake(request: web.Request) -> web.Response:
+        lines = (await request.text()).splitlines()
+        received.extend(json.loads(line) for line in lines if line)
+        return web.json_response({"accepted": len(lines), "kept": len(lines), "rejected": []})
+
+    async def go() -> tuple[bool, int, float, bool]:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        shipper = RequestLogShipper(f"http://127.0.0.1:{port}/v1/requests", 0.1, max_buffer=5, registry=CollectorRegistry())
+        async with aiohttp.ClientSession() as session:
+            for i in range(7):
+                shipper.add({"n": i})
+            down = await shipper.flush(session)  # nothing listens yet
+            buffered = len(shipper.buffer)
+            app = web.Application()
+            app.router.add_post("/v1/requests", intake)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            up = await shipper.flush(session)
+            await runner.cleanup()
+        return down, buffered, shipper.dropped._value.get(), up
+
+    down, buffered, dropped, up = asyncio.run(go())
+    assert not down and buffered == 5 and dropped == 2  # bounded: the two oldest were dropped, counted
+    assert up and [r["n"] for r in received] == [2, 3, 4, 5, 6]

@@ -148,3 +148,67 @@ def test_traffic_generator_works_unchanged_against_simulated_replicas() -> None:
     stats = asyncio.run(go())
     assert stats.sent >= 20 and stats.ok == stats.sent, stats.summary()
     assert stats.summary()["ttft_p50_s"] is not None
+
+
+def test_simulated_engines_send_llm_request_spans_with_the_trace_id() -> None:
+    from aiohttp import web
+
+    from collector.otlp import decode_protobuf, request_row
+
+    rows: list[dict] = []
+
+    async def receive(request: web.Request) -> web.Response:
+        rows.extend(r for r in (request_row(s) for s in decode_protobuf(await request.read())) if r)
+        return web.Response()
+
+    async def go() -> None:
+        otlp_port = free_port()
+        app = web.Application()
+        app.router.add_post("/v1/traces", receive)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", otlp_port).start()
+        replica = SimReplica("sim-7", "tiny-small", free_port(), EngineConfig(max_model_len=2048), gpu_type="H100")
+        fleet = SimFleet([replica], otlp_endpoint=f"http://127.0.0.1:{otlp_port}/v1/traces")
+        await fleet.start()
+        async with httpx.AsyncClient() as client:
+            r = await client.post(f"http://127.0.0.1:{replica.port}/v1/completions",
+                                  json={"prompt": list(range(3, 300)), "max_tokens": 9},
+                                  headers={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+            assert r.status_code == 200
+        await asyncio.sleep(1.5)
+        await fleet.stop()
+        await runner.cleanup()
+
+    asyncio.run(go())
+    (row,) = rows
+    assert row["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
+    assert (row["replica"], row["model"], row["prompt_tokens"], row["completion_tokens"]) == ("sim-7", "tiny-small", 297, 9)
+    assert 0 < row["ttft_seconds"] <= row["e2e_seconds"]
+
+
+def test_fleet_launcher_runs_sim_replicas_in_one_process_and_stops_them(tmp_path: Path) -> None:
+    from fleet.launcher import Launcher, group_members
+    from fleet.spec import load_spec
+
+    ports = [free_port() for _ in range(3)]
+    (tmp_path / "fleet.yaml").write_text(f"""
+otlp_traces_endpoint: null
+models:
+  m: {{path: {tmp_path / 'no-model-needed'}}}
+replicas:
+  - {{name: s0, model: m, port: {ports[0]}, engine: sim, engine_args: {{num_gpu_blocks_override: 64, max_model_len: 1024}}}}
+  - {{name: s1, model: m, port: {ports[1]}, engine: sim}}
+  - {{name: s2, model: m, port: {ports[2]}, engine: sim}}
+""")
+    spec = load_spec(tmp_path / "fleet.yaml", base_dir=tmp_path)
+    launcher = Launcher(spec, tmp_path / "state", spec_path=tmp_path / "fleet.yaml")
+    records = launcher.start()
+    try:
+        assert len({r.pid for r in records}) == 1  # one process hosts all three
+        assert [s.health for s in launcher.status()] == ["healthy"] * 3
+        models = httpx.get(f"http://127.0.0.1:{ports[0]}/v1/models").json()
+        assert models["data"][0]["max_model_len"] == 1024
+    finally:
+        launcher.stop()
+    assert group_members(records[0].pid) == []

@@ -134,9 +134,12 @@ def test_over_limit_tenant_gets_429_with_retry_after(fleet) -> None:
         first = await client.post(f"{base}/v1/completions", json=completion(model="tiny-small"), headers={"x-tenant": "greedy"})
         second = await client.post(f"{base}/v1/completions", json=completion(model="tiny-small"), headers={"x-tenant": "greedy"})
         other = await client.post(f"{base}/v1/completions", json=completion(model="tiny-small"), headers={"x-tenant": "polite"})
-        return first, second, other, served_by(gateway)
+        metrics = (await client.get(f"{base}/metrics")).text
+        return first, second, other, served_by(gateway), metrics
 
-    first, second, other, records = run_gateway(spec, gw, body)
+    first, second, other, records, metrics = run_gateway(spec, gw, body)
+    assert 'fleetscope_gateway_rejected_total{reason="rate_limit"} 1.0' in metrics
+    assert "vllm:" not in metrics  # its own prefix, never confused with an engine's
     assert first.status_code == 200 and other.status_code == 200
     assert second.status_code == 429 and int(second.headers["Retry-After"]) >= 1
     assert "tenant greedy over 1 requests/s" in second.json()["error"]["message"]
