@@ -61,7 +61,6 @@ def llm_span(trace: str = TRACE, error: bool = False) -> Span:
 def test_llm_request_span_becomes_a_request_row() -> None:
     (span,) = decode_protobuf(export(llm_span()))
     row = request_row(span)
-    assert row is not None
     assert (row["trace_id"], row["request_id"], row["replica"], row["model"]) == (TRACE, "cmpl-123", "small-0", "tiny-small")
     assert (row["prompt_tokens"], row["completion_tokens"], row["max_tokens"]) == (1200, 65, 64)
     assert row["ttft_seconds"] == 0.25 and row["e2e_seconds"] == 1.5 and row["queue_seconds"] == 0.1
