@@ -29,18 +29,24 @@ from collector.exposition import SeriesCache, parse  # noqa: E402
 DEFAULT = Path(__file__).parent / "data" / "vllm-0.32-cpu-metrics.txt"
 
 
-def best_per_call(fn, seconds: float) -> float:
-    """Best mean time per call over rounds of ~seconds/5 each."""
-    best = float("inf")
-    for _ in range(5):
-        n, t0 = 0, time.perf_counter()
-        while True:
-            fn()
-            n += 1
-            elapsed = time.perf_counter() - t0
-            if elapsed >= seconds / 5:
-                break
-        best = min(best, elapsed / n)
+def per_call(fn, seconds: float) -> float:
+    """Mean time per call over about ``seconds``."""
+    n, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds:
+            return elapsed / n
+
+
+def best_interleaved(variants, seconds: float, rounds: int = 5) -> list[float]:
+    """Best time per call of each variant; rounds interleave the variants, so a burst of load
+    from elsewhere on the machine hits all of them alike instead of skewing one ratio."""
+    best = [float("inf")] * len(variants)
+    for _ in range(rounds):
+        for i, (_name, fn) in enumerate(variants):
+            best[i] = min(best[i], per_call(fn, seconds / rounds))
     return best
 
 
@@ -65,11 +71,9 @@ def main() -> None:
         ("ours, warm, Sample tuples", lambda: parse(text, cache=cache).samples),
     ]
     print(f"exposition: {args.file.name}, {n} samples, {len(text):,} bytes")
-    ref_time = None
-    for name, fn in variants:
-        t = best_per_call(fn, args.seconds)
-        ref_time = ref_time or t
-        print(f"{name:<42} {n / t:>12,.0f} samples/s   {ref_time / t:6.1f}x")
+    times = best_interleaved(variants, args.seconds)
+    for (name, _fn), t in zip(variants, times, strict=True):
+        print(f"{name:<42} {n / t:>12,.0f} samples/s   {times[0] / t:6.1f}x")
 
 
 if __name__ == "__main__":
