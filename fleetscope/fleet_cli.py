@@ -110,11 +110,12 @@ def up(
     from fleet.launcher import FleetError
 
     _settings, fleet_spec, launcher = _load(config, spec)
-    try:
-        engine = launcher.engine
-        typer.echo(f"engine: {engine.distribution} {engine.version} ({engine.device})")
-    except FleetError as exc:
-        fail(str(exc))
+    if any(r.engine == "vllm" for r in fleet_spec.replicas if not replica or r.name in replica):
+        try:
+            engine = launcher.engine
+            typer.echo(f"engine: {engine.distribution} {engine.version} ({engine.device})")
+        except FleetError as exc:
+            fail(str(exc))
     signal.signal(signal.SIGTERM, _raise_terminate)
     t0 = time.perf_counter()
     try:
