@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -260,7 +259,3 @@ async def _start_grpc(collector: Collector, host: str, port: int) -> Any:
         raise OSError(f"cannot listen for OTLP/gRPC on {host}:{port}")
     await server.start()
     return server
-
-
-def spool_dir(data_dir: Path) -> Path:
-    return data_dir / "spool"

@@ -132,13 +132,15 @@ class Writer:
 
     # ------------------------------------------------------------------ intake
     def add(self, table: str, columns: dict[str, list]) -> None:
+        """Queue rows for ``table``. The writer takes ownership of the lists (no copy):
+        the caller must not use them afterwards."""
         rows = _rows(columns)
         if not rows:
             return
         with self._lock:
             buf = self._buffers.get(table)
             if buf is None:
-                self._buffers[table] = {k: list(v) for k, v in columns.items()}
+                self._buffers[table] = dict(columns)
                 self._buffer_since[table] = time.monotonic()
             else:
                 for key, values in columns.items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -178,7 +178,3 @@ def check_ready(spec: FleetSpec, replicas: list[ReplicaSpec] | None = None, gene
 def check_gateway_port(spec: FleetSpec) -> None:
     if spec.gateway is not None and spec.gateway.enabled and not port_free(spec.host, spec.gateway.port):
         raise YamlConfigError(f"gateway: port {spec.gateway.port} on {spec.host} is already in use")
-
-
-def as_dict(spec: FleetSpec) -> dict[str, Any]:
-    return spec.model_dump(mode="json")

@@ -9,8 +9,7 @@ from __future__ import annotations
 import platform
 import sys
 from importlib import metadata as importlib_metadata
-from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 

@@ -17,7 +17,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from collector.service import Collector, CollectorConfig
-from collector.targets import FileDiscovery, Target, TargetError, make_target
+from collector.targets import FileDiscovery, Target, make_target
 from collector.writer import Writer, WriterConfig
 from fleetscope.settings import Settings
 
@@ -116,11 +116,3 @@ async def run_collector(collector: Collector, progress: Callable[[str], None]) -
             )
     progress("stopping: flushing the writer")
     return await collector.stop()
-
-
-def check_targets(settings: Settings) -> None:
-    """Raise ``TargetError`` for a bad static target before anything starts."""
-    static_targets(settings)
-
-
-__all__ += ["check_targets", "TargetError"]

@@ -10,7 +10,6 @@ import socket
 from pathlib import Path
 
 import httpx
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleet.loadgen import Targets, run_scenario

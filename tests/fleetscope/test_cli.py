@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -66,7 +65,7 @@ def test_bad_config_exits_2_with_one_line_and_starts_nothing(tmp_path: Path) -> 
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith(f"error: fleetscope.yaml:3: clickhouse.connect_timeout_s:")
+    assert lines[0].startswith("error: fleetscope.yaml:3: clickhouse.connect_timeout_s:")
     assert not (tmp_path / "data").exists()
 
 
