@@ -1,47 +1,66 @@
-"""Counter arithmetic in ClickHouse: stored counter samples -> reset-aware increases.
+"""Counter arithmetic from raw sample values: stored counter samples -> reset-aware increases.
 
-In:  a client, a counter metric name, a time window, and the label to group by.
-Out: a DataFrame ``[group, increase]``. A decrease between two consecutive samples of a series
-     is a counter reset (the engine restarted): the sample after the reset counts from zero,
-     as Prometheus' ``increase()`` does (without its extrapolation to the window edges), so an
-     increase is never negative.
+In:  a client, a counter metric name, a time window ``[start, end)``, and the label to group by.
+Out: a DataFrame ``[group, increase]``. Each sample in the window adds its increase over the
+     previous sample of its series (looked up to ``lookback`` before the window, so adjacent
+     windows add up); a decrease between two consecutive samples is a counter reset (the engine
+     restarted): the sample after it counts from zero, as Prometheus' ``increase()`` does
+     (without its extrapolation to the window edges), so an increase is never negative.
+
+This works from the values alone (window functions over ``samples``). It is the reference the
+collector's stored ``delta`` and the rollups are checked against; dashboards use the faster
+``analytics.metrics.counter_increase``, which sums deltas on the tier ``analytics.tiers`` picks.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pandas as pd
 
-__all__ = ["increase", "SERIES_LATEST"]
+__all__ = ["SERIES_LATEST", "increase", "series_latest"]
 
 # one row per fingerprint (series rows are re-written to refresh last_seen)
 SERIES_LATEST = """
     SELECT fingerprint, argMax(metric, last_seen) AS metric, argMax(labels, last_seen) AS labels,
            argMax(replica, last_seen) AS replica, argMax(model, last_seen) AS model,
-           argMax(instance, last_seen) AS instance
-    FROM series GROUP BY fingerprint
+           argMax(instance, last_seen) AS instance, argMax(le, last_seen) AS le
+    FROM series {where} GROUP BY fingerprint
 """
 
-_GROUPS = {"replica": "s.replica", "model": "s.model", "instance": "s.instance", "fingerprint": "v.fingerprint"}
+GROUPS = {"replica": "s.replica", "model": "s.model", "instance": "s.instance", "fingerprint": "v.fingerprint"}
 
 
-def increase(client, metric: str, start: datetime, end: datetime, by: str = "replica") -> pd.DataFrame:  # noqa: ANN001
+def series_latest(metric_param: str | None = None) -> str:
+    """``SERIES_LATEST``, restricted to ``metric = {<metric_param>:String}`` when given."""
+    return SERIES_LATEST.format(where=f"WHERE series.metric = {{{metric_param}:String}}" if metric_param else "")
+
+
+def increase(
+    client,
+    metric: str,
+    start: datetime,
+    end: datetime,
+    by: str = "replica",
+    lookback: timedelta = timedelta(minutes=15),
+) -> pd.DataFrame:
     """Reset-aware increase of ``metric`` per ``by`` (replica, model, instance, fingerprint)."""
-    if by not in _GROUPS:
-        raise ValueError(f"by must be one of {', '.join(_GROUPS)}")
+    if by not in GROUPS:
+        raise ValueError(f"by must be one of {', '.join(GROUPS)}")
     sql = f"""
-        SELECT {_GROUPS[by]} AS {by}, sum(if(v.value >= v.prev, v.value - v.prev, v.value)) AS increase
+        SELECT {GROUPS[by]} AS {by}, sum(if(v.value >= v.prev, v.value - v.prev, v.value)) AS increase
         FROM (
             SELECT fingerprint, ts, value,
                    lagInFrame(value, 1, nan) OVER (PARTITION BY fingerprint ORDER BY ts
                                                    ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS prev
             FROM samples
-            WHERE metric = {{metric:String}} AND ts >= {{start:DateTime64(3)}} AND ts <= {{end:DateTime64(3)}}
+            WHERE metric = {{metric:String}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
         ) AS v
-        INNER JOIN ({SERIES_LATEST}) AS s ON s.fingerprint = v.fingerprint
-        WHERE NOT isNaN(v.prev)
+        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
+        WHERE NOT isNaN(v.prev) AND NOT isNaN(v.value) AND v.ts >= {{start:DateTime64(3)}}
         GROUP BY {by}
         ORDER BY {by}
     """
-    return client.query_df(sql, parameters={"metric": metric, "start": start, "end": end})
+    return client.query_df(
+        sql, parameters={"metric": metric, "start": start, "end": end, "lookback_start": start - lookback}
+    )

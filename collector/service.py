@@ -1,6 +1,7 @@
 """The collector process: scraper + OTLP/gateway receiver -> converter/sampler -> writer.
 
-In:  targets (static and ``file_sd``), OTLP trace exports (HTTP ``POST /v1/traces`` protobuf or
+In:  targets (static and ``file_sd``; with ``CollectorConfig.shard`` only this collector's
+     hashmod share of them), OTLP trace exports (HTTP ``POST /v1/traces`` protobuf or
      JSON, gRPC ``TraceService/Export``), gateway request logs (``POST /v1/requests``, JSON lines).
 Out: rows handed to the ``Writer`` (``samples``, ``series``, ``scrapes``, ``requests``); the
      collector's own Prometheus metrics at ``GET /metrics`` and ``GET /healthz`` on the same
@@ -25,11 +26,11 @@ from collector.convert import Batch, SeriesConverter
 from collector.otlp import OtlpError, SpanRecord, decode_json, decode_protobuf, request_row
 from collector.requestlog import parse_request_log
 from collector.sampling import Sampler, SamplingPolicy
-from collector.scrape import ScrapeResult, Scraper
-from collector.targets import FileDiscovery, Target
+from collector.scrape import Scraper, ScrapeResult
+from collector.targets import FileDiscovery, Shard, Target
 from collector.writer import Writer
 
-__all__ = ["Collector", "CollectorConfig", "REQUEST_COLUMNS"]
+__all__ = ["REQUEST_COLUMNS", "Collector", "CollectorConfig"]
 
 log = logging.getLogger("fleetscope.collector")
 
@@ -50,8 +51,11 @@ class CollectorConfig:
     static_targets: list[Target] = field(default_factory=list)
     file_sd: list[FileDiscovery] = field(default_factory=list)
     file_sd_poll_s: float = 5.0
+    shard: Shard = field(default_factory=Shard)  # scrape only this share of the targets
     max_body_bytes: int = 16 * 1024 * 1024
     sampling: SamplingPolicy = field(default_factory=SamplingPolicy)
+    # fingerprint -> last stored value: the previous sample for the first counter delta after a restart
+    prior: dict[int, float] = field(default_factory=dict)
 
 
 class _Metrics:
@@ -84,11 +88,13 @@ class Collector:
     def on_scrape(self, result: ScrapeResult) -> None:
         try:
             self._on_scrape(result)
-        except Exception:  # noqa: BLE001 - one bad scrape must never stop a target's loop
+        except Exception:
             log.exception("could not store the scrape of %s", result.target.url)
 
     def _on_scrape(self, result: ScrapeResult) -> None:
-        converter = self._converters.setdefault(result.target.key, SeriesConverter())
+        converter = self._converters.get(result.target.key)
+        if converter is None:
+            converter = self._converters[result.target.key] = SeriesConverter(self.config.prior)
         batch = Batch()
         converter.convert(result, batch)
         self.renamed.update(converter.renamed)
@@ -104,12 +110,24 @@ class Collector:
             elif was_up is False:
                 log.info("target %s is up again", result.target.url)
 
-    def targets(self) -> list[Target]:
+    def all_targets(self) -> list[Target]:
+        """Every known target (static and ``file_sd``), whichever shard scrapes it."""
         found = list(self.config.static_targets)
         for discovery in self.config.file_sd:
             found.extend(discovery.targets)
         unique = {t.key: t for t in found}
         return list(unique.values())
+
+    def targets(self) -> list[Target]:
+        """The targets this collector scrapes: its shard of ``all_targets()``."""
+        return self.config.shard.select(self.all_targets())
+
+    def _set_targets(self) -> None:
+        known = self.all_targets()
+        mine = self.config.shard.select(known)
+        log.info("%s: scraping %d of %d targets", self.config.shard, len(mine), len(known))
+        if self.scraper is not None:
+            self.scraper.set_targets(mine)
 
     async def _watch_file_sd(self) -> None:
         while True:
@@ -120,8 +138,8 @@ class Collector:
                     log.info("file_sd %s: %d targets", discovery.path, len(discovery.targets))
                 elif discovery.error:
                     log.error("file_sd %s: %s (keeping the last good targets)", discovery.path, discovery.error)
-            if changed and self.scraper is not None:
-                self.scraper.set_targets(self.targets())
+            if changed:
+                self._set_targets()
             await asyncio.sleep(self.config.file_sd_poll_s)
 
     # ------------------------------------------------------------------ requests
@@ -175,7 +193,9 @@ class Collector:
         self.on_spans(spans)
         if request.content_type == "application/json":
             return web.json_response({})
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceResponse,
+        )
 
         return web.Response(body=ExportTraceServiceResponse().SerializeToString(), content_type="application/x-protobuf")
 
@@ -218,7 +238,7 @@ class Collector:
             if discovery.error:
                 log.error("file_sd %s: %s", discovery.path, discovery.error)
         self.scraper = Scraper(self.on_scrape, max_body_bytes=self.config.max_body_bytes)
-        self.scraper.set_targets(self.targets())
+        self._set_targets()
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.config.host, self.config.http_port).start()
@@ -249,7 +269,7 @@ async def _start_grpc(collector: Collector, host: str, port: int) -> Any:
     from collector.otlp import spans_from_message
 
     class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-        async def Export(self, request, context):  # noqa: N802, ANN001, ANN201
+        async def Export(self, request, context):
             collector.on_spans(spans_from_message(request))
             return trace_service_pb2.ExportTraceServiceResponse()
 

@@ -85,3 +85,55 @@ def test_old_name_next_to_new_name_and_repeated_series_are_not_counted_twice() -
     rows = list(zip(batch.tables["samples"]["metric"], batch.tables["samples"]["value"], strict=True))
     assert rows == [("vllm:kv_cache_usage_perc", 0.6), ("dup", 1.0)]
     assert converter.duplicates == 2 and converter.out_of_bounds == 1
+
+
+COUNTERS = """\
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{{model_name="m"}} {tokens}
+vllm:prompt_tokens_created{{model_name="m"}} 1.7e9
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{model_name="m"}} {running}
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{{le="1.0",model_name="m"}} {bucket}
+vllm:e2e_request_latency_seconds_bucket{{le="+Inf",model_name="m"}} {bucket}
+vllm:e2e_request_latency_seconds_sum{{model_name="m"}} {total}
+vllm:e2e_request_latency_seconds_count{{model_name="m"}} {bucket}
+"""
+
+
+def deltas(converter: SeriesConverter, **values: float) -> dict[str, float]:
+    batch = Batch()
+    converter.convert(result(COUNTERS.format(**values)), batch)
+    s = batch.tables["samples"]
+    return dict(zip(s["metric"], s["delta"], strict=True))
+
+
+def test_counter_deltas_are_reset_aware_and_gauges_have_none() -> None:
+    c = SeriesConverter()
+    first = deltas(c, tokens=100, running=3, bucket=5, total=2.5)
+    assert set(first.values()) == {0.0}  # nothing to compare the first sample with
+    second = deltas(c, tokens=160, running=1, bucket=7, total=3.0)
+    assert second["vllm:prompt_tokens_total"] == 60
+    assert second["vllm:e2e_request_latency_seconds_bucket"] == 2  # both buckets went 5 -> 7
+    assert second["vllm:e2e_request_latency_seconds_sum"] == 0.5
+    assert second["vllm:num_requests_running"] == 0  # a gauge going down is not a reset
+    assert second["vllm:prompt_tokens_created"] == 0  # a timestamp, not a counter
+    restarted = deltas(c, tokens=12, running=0, bucket=1, total=0.25)
+    assert restarted["vllm:prompt_tokens_total"] == 12  # counted from zero after the restart
+    assert restarted["vllm:e2e_request_latency_seconds_count"] == 1
+    nan = deltas(c, tokens=float("nan"), running=0, bucket=1, total=0.25)
+    assert nan["vllm:prompt_tokens_total"] == 0
+    after_nan = deltas(c, tokens=20, running=0, bucket=1, total=0.25)
+    assert after_nan["vllm:prompt_tokens_total"] == 8  # NaN did not replace the last good value
+
+
+def test_a_restarted_collector_continues_from_the_stored_values() -> None:
+    first = SeriesConverter()
+    deltas(first, tokens=100, running=3, bucket=5, total=2.5)
+    batch = Batch()
+    first.convert(result(COUNTERS.format(tokens=100, running=3, bucket=5, total=2.5)), batch)
+    s = batch.tables["samples"]
+    prior = dict(zip(s["fingerprint"], s["value"], strict=True))  # what load_prior reads back
+    second = SeriesConverter(prior)
+    after = deltas(second, tokens=130, running=3, bucket=6, total=3.0)
+    assert after["vllm:prompt_tokens_total"] == 30 and after["vllm:e2e_request_latency_seconds_count"] == 1

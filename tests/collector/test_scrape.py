@@ -11,12 +11,13 @@ import aiohttp
 import pytest
 
 from analytics.counters import increase
-from collector.convert import Batch, SeriesConverter
-from collector.scrape import ScrapeResult, Scraper, scrape_once
+from collector.convert import Batch, SeriesConverter, load_prior
+from collector.scrape import Scraper, ScrapeResult, scrape_once
 from collector.targets import FileDiscovery, TargetError, make_target
 from collector.writer import Writer, WriterConfig
 from migrations import clickhouse_runner
 from tests.collector.helpers import Targets
+
 
 def scrape(kind: str, **kw) -> ScrapeResult:
     async def go() -> ScrapeResult:
@@ -95,6 +96,11 @@ def test_counter_reset_never_gives_a_negative_increase(ch, tmp_path: Path) -> No
     df = increase(ch, "vllm:prompt_tokens_total", start, datetime.now(UTC), by="replica")
     # 100 -> 150 (+50), reset to 3 (+3), 3 -> 10 (+7)
     assert df.to_dict("records") == [{"replica": "counter", "increase": 60.0}]
+    # the deltas the collector stored say the same, and a restarted collector starts from them
+    assert ch.command("SELECT sum(delta) FROM samples WHERE metric = 'vllm:prompt_tokens_total'") == 60
+    prior = load_prior(ch)
+    last = ch.command("SELECT fingerprint FROM samples WHERE metric = 'vllm:prompt_tokens_total' LIMIT 1")
+    assert prior[int(last)] == 10.0
 
 
 def test_file_sd_is_reread_on_change_and_keeps_good_targets_on_error(tmp_path: Path) -> None:

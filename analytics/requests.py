@@ -1,0 +1,121 @@
+"""Request-log queries on the tier that fits the window: weighted totals and latency / size
+quantiles, grouped by request dimensions.
+
+In:  a client, a window ``[start, end)``, ``by`` (a list of: model, tenant, route, replica,
+     outcome, finish_reason, context_bucket, source), the row ``source`` (``gateway``: the
+     gateway's log, which knows tenants; ``otlp``: engine spans; ``None``: both), and
+     optionally a forced tier / retention / current time (``analytics.tiers.plan``).
+Out: DataFrames, one row per group, with ``.attrs["plan"]``:
+     - ``request_totals``: ``rows`` (sampled rows), ``requests`` (sum of weights: the estimated
+       number of requests), weighted ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``;
+     - ``request_quantile``: ``value``, the ``q`` quantile of a field (``ttft``, ``e2e``,
+       ``tpot``, ``itl``, ``queue``, ``prompt_tokens``, ``completion_tokens``, ``max_tokens``),
+       weighted by round(weight). Raw rows give the exact weighted quantile; rollups merge
+       t-digest sketches (tests state the tolerance: within the exact q +/- 0.05 quantiles).
+       Latencies of 0 (no token was produced) are left out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pandas as pd
+
+from analytics.tiers import Plan, Retention, plan
+
+__all__ = ["CONTEXT_BUCKET", "DIMENSIONS", "FIELDS", "request_quantile", "request_totals"]
+
+CONTEXT_BUCKET = "multiIf(prompt_tokens < 2048, '<2k', prompt_tokens < 8192, '2-8k', prompt_tokens < 32768, '8-32k', '>32k')"
+DIMENSIONS = ("model", "tenant", "route", "replica", "outcome", "finish_reason", "context_bucket", "source")
+# field -> (raw column, rollup sketch column, is a latency)
+FIELDS = {
+    "ttft": ("ttft_seconds", "ttft", True),
+    "e2e": ("e2e_seconds", "e2e", True),
+    "tpot": ("tpot_seconds", "tpot", True),
+    "itl": ("itl_seconds", "itl", True),
+    "queue": ("queue_seconds", "queue", True),
+    "prompt_tokens": ("prompt_tokens", "prompt_tokens_q", False),
+    "completion_tokens": ("completion_tokens", "completion_tokens_q", False),
+    "max_tokens": ("max_tokens", "max_tokens_q", False),
+}
+
+
+def _prepare(
+    start: datetime, end: datetime, by: list[str] | tuple[str, ...], source: str | None,
+    tier: str | None, retention: Retention | None, now: datetime | None,
+) -> tuple[Plan, str, str, dict[str, object]]:
+    for dim in by:
+        if dim not in DIMENSIONS:
+            raise ValueError(f"cannot group requests by {dim!r}; one of {', '.join(DIMENSIONS)}")
+    p = plan(start, end, now=now, retention=retention, kind="requests", tier=tier)
+    select = ", ".join(
+        f"{CONTEXT_BUCKET} AS context_bucket" if d == "context_bucket" and not p.tier.rollup else d for d in by
+    )
+    where = "ts >= {start:DateTime64(3)} AND ts < {end:DateTime64(3)}"
+    params: dict[str, object] = {"start": p.start, "end": p.end}
+    if source is not None:
+        where += " AND source = {source:String}"
+        params["source"] = source
+    return p, select, where, params
+
+
+def _finish(df: pd.DataFrame, p: Plan) -> pd.DataFrame:
+    df.attrs["plan"] = p
+    return df
+
+
+def request_totals(
+    client,
+    start: datetime,
+    end: datetime,
+    by: list[str] | tuple[str, ...] = ("model",),
+    *,
+    source: str | None = "gateway",
+    tier: str | None = None,
+    retention: Retention | None = None,
+    now: datetime | None = None,
+) -> pd.DataFrame:
+    """Weighted request and token totals per group over ``[start, end)``."""
+    p, select, where, params = _prepare(start, end, by, source, tier, retention, now)
+    if p.tier.rollup:
+        measures = ("sum(rows) AS rows, sum(requests) AS requests, sum(prompt_tokens) AS prompt_tokens, "
+                    "sum(completion_tokens) AS completion_tokens, sum(cached_tokens) AS cached_tokens")
+    else:
+        measures = ("count() AS rows, sum(toFloat64(weight)) AS requests, sum(weight * prompt_tokens) AS prompt_tokens, "
+                    "sum(weight * completion_tokens) AS completion_tokens, sum(weight * cached_tokens) AS cached_tokens")
+    group = f" GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else ""
+    head = f"{select}, " if select else ""
+    sql = f"SELECT {head}{measures} FROM {p.requests} WHERE {where}{group}"
+    return _finish(client.query_df(sql, parameters=params), p)
+
+
+def request_quantile(
+    client,
+    field: str,
+    q: float,
+    start: datetime,
+    end: datetime,
+    by: list[str] | tuple[str, ...] = ("model",),
+    *,
+    source: str | None = "gateway",
+    tier: str | None = None,
+    retention: Retention | None = None,
+    now: datetime | None = None,
+) -> pd.DataFrame:
+    """The weighted ``q`` quantile of ``field`` per group over ``[start, end)``."""
+    if field not in FIELDS:
+        raise ValueError(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile must be within [0, 1], got {q}")
+    p, select, where, params = _prepare(start, end, by, source, tier, retention, now)
+    column, sketch, latency = FIELDS[field]
+    if p.tier.rollup:
+        measure = f"quantileTDigestWeightedMerge({q!r})({sketch}) AS value"
+    else:
+        measure = f"quantileExactWeighted({q!r})({column}, toUInt64(greatest(1, round(weight)))) AS value"
+        if latency:
+            where += f" AND {column} > 0"
+    group = f" GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else ""
+    head = f"{select}, " if select else ""
+    sql = f"SELECT {head}{measure} FROM {p.requests} WHERE {where}{group}"
+    return _finish(client.query_df(sql, parameters=params), p)
