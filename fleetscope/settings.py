@@ -14,16 +14,26 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from analytics.tiers import Retention
 from collector.sampling import SamplingPolicy
-
 from fleet.yamlfile import YamlConfigError, describe_validation_error, read_yaml
+from storage.retention import Days
 
 __all__ = [
     "ClickHouseSettings",
@@ -49,6 +59,42 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class RetentionSettings(_Section):
+    """Days each storage tier keeps its rows (0: forever); `fleetscope migrate` sets the TTLs."""
+
+    raw_days: float = Field(default=7, ge=0, description="raw samples and scrapes")
+    requests_days: float = Field(default=30, ge=0, description="the raw (sampled) request log")
+    minute_days: float = Field(default=90, ge=0, description="1-minute rollups (samples_1m, requests_1m)")
+    hour_days: float = Field(default=730, ge=0, description="1-hour rollups (samples_1h, requests_1h)")
+    raw_max_span_hours: float = Field(
+        default=6, gt=0, description="queries over windows up to this long read raw rows (while retained)"
+    )
+    minute_max_span_days: float = Field(
+        default=7, gt=0, description="longer windows up to this long read the 1-minute rollups; beyond, 1-hour"
+    )
+
+    @model_validator(mode="after")
+    def _tiers_nest(self) -> RetentionSettings:
+        longest = self.raw_days
+        for name in ("minute_days", "hour_days"):
+            days = getattr(self, name)
+            if days and longest and days < longest:
+                raise ValueError(f"{name} ({days:g}) is shorter than a finer tier's retention ({longest:g}): "
+                                 "coarser tiers should keep at least as long")
+            longest = days or longest
+        return self
+
+    def days(self) -> Days:
+        return Days(raw=self.raw_days, requests=self.requests_days, minute=self.minute_days, hour=self.hour_days)
+
+    def for_queries(self) -> Retention:
+        return Retention(
+            raw_days=self.raw_days, requests_days=self.requests_days, minute_days=self.minute_days,
+            hour_days=self.hour_days, raw_max_span=timedelta(hours=self.raw_max_span_hours),
+            minute_max_span=timedelta(days=self.minute_max_span_days),
+        )
+
+
 class ClickHouseSettings(_Section):
     """Where telemetry lives: embedded chDB (``chdb:PATH``) or a server (``http(s)://``)."""
 
@@ -64,6 +110,7 @@ class ClickHouseSettings(_Section):
     )
     connect_timeout_s: float = Field(default=10.0, gt=0)
     query_timeout_s: float = Field(default=300.0, gt=0)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
     @field_validator("url")
     @classmethod
@@ -151,6 +198,24 @@ class CollectorSettings(_Section):
     flush_interval_s: float = Field(default=1.0, gt=0)
     spool_max_bytes: int = Field(default=1024**3, gt=0)
     sampling: SamplingPolicy = SamplingPolicy()
+    # shard_count comes before shard_index: the index is checked against the validated count.
+    shard_count: int = Field(
+        default=1, ge=1, description="collectors sharing the scrape targets (Prometheus hashmod)"
+    )
+    shard_index: int = Field(
+        default=0, ge=0, description="this collector's shard, 0..shard_count-1"
+    )
+
+    @field_validator("shard_index")
+    @classmethod
+    def _index_within_count(cls, value: int, info: ValidationInfo) -> int:
+        count = info.data.get("shard_count")
+        if count is not None and value >= count:
+            raise ValueError(
+                f"must be less than collector.shard_count ({count}); shards are numbered "
+                f"from 0, got {value}"
+            )
+        return value
 
     @model_validator(mode="after")
     def _timeout_within_interval(self) -> CollectorSettings:

@@ -14,9 +14,10 @@ from clickhouse_connect.driver.client import Client
 
 from fleetscope.settings import Settings
 from migrations import clickhouse_runner, metadata_runner
+from storage import retention
 from storage.clickhouse import connect, parse_url
 
-__all__ = ["MigrationReport", "open_clickhouse", "migrate_all", "migration_status"]
+__all__ = ["MigrationReport", "migrate_all", "migration_status", "open_clickhouse"]
 
 
 def open_clickhouse(settings: Settings, *, database: str | None = None) -> Client:
@@ -57,6 +58,9 @@ def migrate_all(
                 progress(f"  applied {m.filename}")
 
             clickhouse_runner.apply(client, settings.clickhouse.cluster, on_applied=done)
+            for table in retention.apply(client, settings.clickhouse.retention.days(), settings.clickhouse.cluster):
+                report.clickhouse.append(f"retention of {table}")
+                progress(f"  set the retention of {table}")
         finally:
             client.close()
     if metadata:

@@ -1,0 +1,70 @@
+"""Retention: per-tier TTLs from the config, applied by `fleetscope migrate`, dropping whole parts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from migrations import clickhouse_runner
+from storage import retention
+from tests.conftest import run_cli
+
+
+def create_query(client, table: str) -> str:
+    return client.command(f"SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = '{table}'")
+
+
+def test_ttls_follow_the_config_and_only_change_what_differs(ch) -> None:
+    clickhouse_runner.apply(ch)
+    changed = retention.apply(ch, retention.Days(raw=7, requests=30, minute=90, hour=730))
+    assert sorted(changed) == sorted(retention.TABLES)
+    assert "TTL toDateTime(ts) + toIntervalDay(7)" in create_query(ch, "samples")
+    assert "TTL ts + toIntervalDay(90)" in create_query(ch, "samples_1m")
+    assert "TTL ts + toIntervalDay(730)" in create_query(ch, "requests_1h")
+    for table in retention.TABLES:  # expired data leaves as whole parts, never by rewriting them
+        assert "ttl_only_drop_parts = 1" in create_query(ch, table), table
+    assert retention.apply(ch, retention.Days(raw=7, requests=30, minute=90, hour=730)) == []
+    assert retention.apply(ch, retention.Days(raw=3, requests=30, minute=0, hour=730)) == [
+        "samples", "scrapes", "samples_1m", "requests_1m"
+    ]
+    assert "toIntervalDay(3)" in create_query(ch, "scrapes")
+    assert "TTL" not in create_query(ch, "samples_1m")  # 0 keeps forever
+
+
+def test_expired_raw_days_are_dropped_while_the_rollups_keep_them(ch) -> None:
+    clickhouse_runner.apply(ch)
+    now = datetime.now(UTC).replace(microsecond=0)
+    old = now - timedelta(days=10)
+    ch.insert_df("samples", pd.DataFrame({
+        "metric": ["vllm:prompt_tokens_total"] * 4, "fingerprint": [1, 1, 1, 1],
+        "ts": [old, old + timedelta(seconds=5), now - timedelta(seconds=5), now],
+        "value": [10.0, 15.0, 100.0, 130.0], "delta": [0.0, 5.0, 85.0, 30.0],
+    }))
+    retention.apply(ch, retention.Days(raw=7, minute=90, hour=730))
+    ch.command("OPTIMIZE TABLE samples FINAL")
+    ch.command("OPTIMIZE TABLE samples_1m FINAL")
+    assert ch.command("SELECT count() FROM samples") == 2  # the day ten days ago is gone
+    assert ch.command("SELECT sum(increase) FROM samples_1m WHERE ts < now() - INTERVAL 7 DAY") == 5
+    assert ch.command("SELECT sum(increase) FROM samples_1h") == 120
+
+
+def test_negative_days_are_refused() -> None:
+    with pytest.raises(ValueError, match="raw must be >= 0 days"):
+        retention.statements(retention.Days(raw=-1))
+
+
+def test_migrate_applies_the_configured_retention(tmp_path: Path) -> None:
+    env = {"FLEETSCOPE_CLICKHOUSE_RETENTION_RAW_DAYS": "3"}
+    first = run_cli("migrate", cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stderr
+    assert "set the retention of samples" in first.stdout
+    second = run_cli("migrate", cwd=tmp_path, env=env)
+    assert "nothing to apply" in second.stdout
+    third = run_cli("migrate", cwd=tmp_path, env={"FLEETSCOPE_CLICKHOUSE_RETENTION_RAW_DAYS": "5"})
+    assert "set the retention of samples" in third.stdout and "set the retention of samples_1m" not in third.stdout
+    bad = run_cli("migrate", cwd=tmp_path, env={"FLEETSCOPE_CLICKHOUSE_RETENTION_HOUR_DAYS": "2"})
+    assert bad.returncode == 2
+    assert "hour_days (2) is shorter than a finer tier's retention" in bad.stderr
