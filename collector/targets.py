@@ -5,17 +5,20 @@ In:  ``StaticTarget`` entries (from settings, or built from the fleet spec by th
 Out: ``Target`` objects, each with ``job``, ``instance``, its labels (``replica``, ``model``, any
      others), URL, interval and timeout. ``FileDiscovery.poll()`` re-reads a file when its
      modification time changes; a broken file keeps the last good targets and reports why.
+     ``Shard`` picks this collector's part of the targets when several collectors share them
+     (Prometheus ``hashmod``: md5 of the target's scrape URL, modulo the shard count).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FileDiscovery", "Target", "TargetError", "make_target"]
+__all__ = ["FileDiscovery", "Shard", "Target", "TargetError", "make_target", "shard_of"]
 
 _RESERVED = {"job", "instance"}
 
@@ -44,10 +47,49 @@ class Target:
     def all_labels(self) -> dict[str, str]:
         return {"job": self.job, "instance": self.instance, **dict(self.labels)}
 
+    @property
+    def shard_key(self) -> str:
+        """What sharding hashes: the scrape URL (Prometheus hashes ``__address__``)."""
+        return self.url
+
     def offset(self) -> float:
         """A stable phase within the interval, so scrapes of many targets spread out."""
         digest = hashlib.blake2b(self.key.encode(), digest_size=8).digest()
         return (int.from_bytes(digest, "big") % 1_000_000) / 1_000_000 * self.interval_s
+
+
+def shard_of(target: Target, shard_count: int) -> int:
+    """The shard that scrapes ``target``: ``md5(scrape URL) mod shard_count``.
+
+    The same in every process and on every machine (no per-process hash seed), so N
+    collectors given the same target list split it without talking to each other.
+    """
+    digest = hashlib.md5(target.shard_key.encode(), usedforsecurity=False).hexdigest()
+    return int(digest, 16) % shard_count
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One collector's part of the targets: those with ``shard_of(target, count) == index``."""
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise TargetError(f"shard count must be >= 1, got {self.count}")
+        if not 0 <= self.index < self.count:
+            raise TargetError(f"shard index must be in 0..{self.count - 1}, got {self.index}")
+
+    def owns(self, target: Target) -> bool:
+        return self.count == 1 or shard_of(target, self.count) == self.index
+
+    def select(self, targets: Iterable[Target]) -> list[Target]:
+        """The targets this shard scrapes, in their given order."""
+        return [t for t in targets if self.owns(t)]
+
+    def __str__(self) -> str:
+        return f"shard {self.index} of {self.count}"
 
 
 def make_target(

@@ -109,9 +109,11 @@ def collect(
     typer.echo("collector stopped; everything written")
 
 
-from fleetscope.fleet_cli import app as fleet_app  # noqa: E402
+from fleetscope.bench_cli import app as bench_app
+from fleetscope.fleet_cli import app as fleet_app
 
 app.add_typer(fleet_app, name="fleet")
+app.add_typer(bench_app, name="bench")
 
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")

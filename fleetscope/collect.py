@@ -16,8 +16,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from collector.convert import load_prior
 from collector.service import Collector, CollectorConfig
-from collector.targets import FileDiscovery, Target, make_target
+from collector.targets import FileDiscovery, Shard, Target, make_target
 from collector.writer import Writer, WriterConfig
 from fleetscope.settings import Settings
 
@@ -87,7 +88,13 @@ def build_collector(settings: Settings, client: Any, *, extra_targets: list[Targ
         file_sd=discoveries,
         max_body_bytes=c.max_body_bytes,
         sampling=c.sampling,
+        shard=Shard(c.shard_index, c.shard_count),  # this collector's hashmod share of the targets
     )
+    try:
+        config.prior = load_prior(client)
+    except Exception as exc:  # noqa: BLE001 - a store that is away must not stop the collector
+        log.warning("could not read the last sample values from ClickHouse (%s): the first counter "
+                    "increase of each series after this start is counted from its next sample", exc)
     return Collector(config, writer, registry)
 
 

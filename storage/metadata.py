@@ -11,6 +11,7 @@ Tables (later issues add theirs through new revisions):
     replicas     inventory: replica name, model, GPU type/count, endpoint
     slos         per-model latency objectives (TTFT, ITL/TPOT, e2e)
     annotations  marks on the timeline (deploys, incidents, notes)
+    leases       named active/standby locks with an expiry (used through ``storage.leases``)
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
     "Annotation",
     "Base",
     "GpuPrice",
+    "Lease",
     "Replica",
     "Slo",
     "make_engine",
@@ -132,6 +134,22 @@ class Annotation(Base):
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), nullable=False
     )
+
+
+class Lease(Base):
+    """Who holds a named lease, and until when (``storage.leases`` reads and changes these rows).
+
+    Times are UTC. The holder keeps the lease by renewing it before ``expires_at``; after that
+    any other holder may take it over.
+    """
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(256), nullable=False)
+    acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    renewed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:

@@ -9,7 +9,8 @@ from sqlalchemy import inspect
 from migrations import metadata_runner
 from storage.metadata import Base, make_engine
 
-EXPECTED = {"gpu_prices", "replicas", "slos", "annotations"}
+EXPECTED = {"gpu_prices", "replicas", "slos", "annotations", "leases"}
+REVISIONS = ["0001", "0002"]
 
 
 def table_names(url: str) -> set[str]:
@@ -22,13 +23,13 @@ def table_names(url: str) -> set[str]:
 
 def test_upgrade_downgrade_upgrade(metadata_url: str) -> None:
     applied = metadata_runner.upgrade(metadata_url)
-    assert [r.revision for r in applied] == ["0001"]
+    assert [r.revision for r in applied] == REVISIONS
     assert EXPECTED <= table_names(metadata_url)
     assert metadata_runner.upgrade(metadata_url) == []  # second run changes nothing
     metadata_runner.downgrade(metadata_url, "base")
     assert table_names(metadata_url) == set()
     assert metadata_runner.current(metadata_url) is None
-    assert [r.revision for r in metadata_runner.upgrade(metadata_url)] == ["0001"]
+    assert [r.revision for r in metadata_runner.upgrade(metadata_url)] == REVISIONS
     assert EXPECTED <= table_names(metadata_url)
 
 
