@@ -20,7 +20,7 @@ help:
 	@echo "make demo       - set up and run fleetscope on the embedded store (chDB + SQLite)"
 	@echo "make test       - set up and run the whole test suite (real engines, PostgreSQL started if needed)"
 	@echo "make test-fast  - the suite without the slow real-engine tests"
-	@echo "make bench      - run the benchmarks in bench/ (each prints a side-by-side ratio)"
+	@echo "make bench      - the benchmark suite (~12 min): each figure beside its reference; JSON in bench/results/"
 	@echo "make clean      - remove .venv and ./data"
 
 $(PY):
@@ -47,8 +47,16 @@ test-fast: install
 	scripts/ensure-postgres.sh
 	$(BIN)/pytest -m "not slow"
 
+# about 12 minutes on 2 cores; every figure beside its reference, JSON in bench/results/
 bench: install
-	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@mkdir -p bench/results
+	@echo "== 1. parser vs prometheus_client" && $(PY) bench/bench_exposition.py --json bench/results/exposition.json
+	@echo "== 2. scrape ingest" && $(PY) bench/bench_scrape_ingest.py --json bench/results/scrape_ingest.json
+	@echo "== 4. OTLP request-log ingest" && $(PY) bench/bench_otlp_ingest.py --json bench/results/otlp_ingest.json
+	@echo "== 3 + 5. warehouse: bytes per sample, panel queries" && $(PY) bench/bench_warehouse.py --json bench/results/warehouse.json
+	@echo "== insert path" && $(PY) bench/bench_store_insert.py --json bench/results/store_insert.json
+	@echo "== simulator scale" && $(PY) bench/bench_sim.py --levels 250,500 --json bench/results/sim.json
+	@$(PY) bench/summary.py bench/results
 
 clean:
 	rm -rf $(VENV) data

@@ -5,8 +5,11 @@ In:  a client, a metric (for histograms the family name, e.g. ``vllm:time_to_fir
      a window ``[start, end)``, ``by`` (replica, model, instance, fingerprint), and optionally a
      forced tier / the retention / the current time (``analytics.tiers.plan``).
 Out: DataFrames, one row per group, plus ``.attrs["plan"]`` (the tier and aligned window used):
-     - ``counter_increase``: ``[by, increase]``: the sum of the stored reset-aware deltas
-       (raw ``samples.delta`` or the rollups' ``increase``: the same numbers, summed earlier);
+     - ``counter_increase``: ``[by, increase]``: per series, the last value in the window minus
+       the last one before it (looked up to ``LOOKBACK`` back; without one, the series' first
+       value in the window), plus the values before counter resets (``samples.reset``, the
+       rollups' ``resets``): Prometheus' ``increase()`` without extrapolation. Raw rows and
+       rollups give the same numbers (the rollups keep each bucket's first and last value);
      - ``gauge_summary``: ``[by, min, max, avg, last]``: ``avg`` weights every sample equally,
        ``last`` is the mean over the group's series of each series' last value;
      - ``histogram_quantile``: ``[by, quantile, count]``: Prometheus' ``histogram_quantile`` over
@@ -17,7 +20,7 @@ Out: DataFrames, one row per group, plus ``.attrs["plan"]`` (the tier and aligne
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -25,7 +28,11 @@ import pandas as pd
 from analytics.counters import GROUPS, series_latest
 from analytics.tiers import Plan, Retention, plan
 
-__all__ = ["bucket_quantile", "counter_increase", "gauge_summary", "histogram_quantile"]
+__all__ = ["LOOKBACK", "bucket_quantile", "counter_increase", "gauge_summary", "histogram_quantile", "series_increase"]
+
+LOOKBACK = timedelta(minutes=15)  # how far before a window its "previous sample" is looked for
+# per-series aggregation follows the tables' sort key (metric, fingerprint, ts): stream it
+SETTINGS = {"optimize_aggregation_in_order": 1}
 
 
 def _plan(start: datetime, end: datetime, tier: str | None, retention: Retention | None, now: datetime | None) -> Plan:
@@ -38,11 +45,43 @@ def _check_by(by: str) -> None:
 
 
 def _params(metric: str, p: Plan) -> dict[str, object]:
-    return {"metric": metric, "start": p.start, "end": p.end}
+    lookback = max(LOOKBACK, p.tier.resolution)
+    return {"metric": metric, "start": p.start, "end": p.end, "lookback_start": p.start - lookback}
 
 
-def _where() -> str:
-    return "v.metric = {metric:String} AND v.ts >= {start:DateTime64(3)} AND v.ts < {end:DateTime64(3)}"
+def series_increase(p: Plan) -> str:
+    """SQL: ``[fingerprint, increase]`` of every series of ``{metric}`` over the plan's window."""
+    if p.tier.rollup:
+        window = f"""
+            SELECT fingerprint, argMax(value_last.2, value_last.1) AS last_v,
+                   argMin(value_first.2, value_first.1) AS first_v, argMin(value_first.3, value_first.1) AS first_reset,
+                   sum(resets) AS resets
+            FROM {p.samples} WHERE {_where("")} GROUP BY fingerprint"""
+        before = f"""
+            SELECT fingerprint, argMax(value_last.2, value_last.1) AS base, 1 AS has
+            FROM {p.samples} WHERE {_before("")} GROUP BY fingerprint"""
+    else:
+        window = f"""
+            SELECT fingerprint, argMax(value, ts) AS last_v, argMin(value, ts) AS first_v,
+                   argMin(reset, ts) AS first_reset, sum(reset) AS resets
+            FROM samples WHERE {_where("")} AND NOT isNaN(value) GROUP BY fingerprint"""
+        before = f"""
+            SELECT fingerprint, argMax(value, ts) AS base, 1 AS has
+            FROM samples WHERE {_before("")} AND NOT isNaN(value) GROUP BY fingerprint"""
+    return f"""
+        SELECT w.fingerprint AS fingerprint,
+               w.last_v - if(b.has = 1, b.base, w.first_v) + w.resets - if(b.has = 1, 0, w.first_reset) AS increase
+        FROM ({window}) AS w LEFT JOIN ({before}) AS b ON b.fingerprint = w.fingerprint
+        WHERE NOT isNaN(increase)"""
+
+
+def _where(alias: str = "v.") -> str:
+    return f"{alias}metric = {{metric:String}} AND {alias}ts >= {{start:DateTime64(3)}} AND {alias}ts < {{end:DateTime64(3)}}"
+
+
+def _before(alias: str = "v.") -> str:
+    return (f"{alias}metric = {{metric:String}} AND {alias}ts >= {{lookback_start:DateTime64(3)}} "
+            f"AND {alias}ts < {{start:DateTime64(3)}}")
 
 
 def counter_increase(
@@ -59,15 +98,13 @@ def counter_increase(
     """Reset-aware increase of counter ``metric`` per ``by`` over ``[start, end)``."""
     _check_by(by)
     p = _plan(start, end, tier, retention, now)
-    column = "v.increase" if p.tier.rollup else "v.delta"
     sql = f"""
-        SELECT {GROUPS[by]} AS {by}, sum({column}) AS increase
-        FROM {p.samples} AS v
+        SELECT {GROUPS[by]} AS {by}, sum(v.increase) AS increase
+        FROM ({series_increase(p)}) AS v
         INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
-        WHERE {_where()}
         GROUP BY {by} ORDER BY {by}
     """
-    df = client.query_df(sql, parameters=_params(metric, p))
+    df = client.query_df(sql, parameters=_params(metric, p), settings=SETTINGS)
     df.attrs["plan"] = p
     return df
 
@@ -89,13 +126,14 @@ def gauge_summary(
     if p.tier.rollup:
         per_series = f"""
             SELECT v.fingerprint AS fingerprint, min(v.value_min) AS lo, max(v.value_max) AS hi,
-                   sum(v.value_sum) AS total, sum(v.value_count) AS n, max(v.value_last).2 AS last
+                   sum(v.value_sum) AS total, sum(v.value_count) AS n,
+                   argMax(v.value_last.2, v.value_last.1) AS last
             FROM {p.samples} AS v WHERE {_where()} GROUP BY v.fingerprint"""
     else:
         per_series = f"""
             SELECT v.fingerprint AS fingerprint, minIf(v.value, isFinite(v.value)) AS lo,
                    maxIf(v.value, isFinite(v.value)) AS hi, sumIf(v.value, isFinite(v.value)) AS total,
-                   countIf(isFinite(v.value)) AS n, argMax(v.value, v.ts) AS last
+                   countIf(isFinite(v.value)) AS n, argMaxIf(v.value, v.ts, NOT isNaN(v.value)) AS last
             FROM samples AS v WHERE {_where()} GROUP BY v.fingerprint"""
     group = "v.fingerprint" if by == "fingerprint" else f"s.{by}"
     sql = f"""
@@ -106,7 +144,7 @@ def gauge_summary(
         WHERE v.n > 0
         GROUP BY {by} ORDER BY {by}
     """
-    df = client.query_df(sql, parameters=_params(metric, p))
+    df = client.query_df(sql, parameters=_params(metric, p), settings=SETTINGS)
     df.attrs["plan"] = p
     return df
 
@@ -151,17 +189,16 @@ def histogram_quantile(
     """The ``q`` quantile of histogram family ``metric`` per ``by`` over ``[start, end)``."""
     _check_by(by)
     p = _plan(start, end, tier, retention, now)
-    column = "v.increase" if p.tier.rollup else "v.delta"
     sql = f"""
-        SELECT {GROUPS[by]} AS {by}, s.le AS le, sum({column}) AS count
-        FROM {p.samples} AS v
+        SELECT {GROUPS[by]} AS {by}, s.le AS le, sum(v.increase) AS count
+        FROM ({series_increase(p)}) AS v
         INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
-        WHERE {_where()} AND NOT isNaN(s.le)
+        WHERE NOT isNaN(s.le)
         GROUP BY {by}, le ORDER BY {by}, le
     """
-    buckets = client.query_df(sql, parameters=_params(f"{metric}_bucket", p))
+    buckets = client.query_df(sql, parameters=_params(f"{metric}_bucket", p), settings=SETTINGS)
     rows = []
-    for group, frame in buckets.groupby(by, sort=True):
+    for group, frame in (buckets.groupby(by, sort=True) if len(buckets) else ()):
         bounds, counts = frame["le"].to_numpy(float), frame["count"].to_numpy(float)
         rows.append({by: group, "quantile": bucket_quantile(q, bounds, counts), "count": float(counts[-1])})
     df = pd.DataFrame(rows, columns=[by, "quantile", "count"])

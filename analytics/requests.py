@@ -1,13 +1,15 @@
 """Request-log queries on the tier that fits the window: weighted totals and latency / size
 quantiles, grouped by request dimensions.
 
-In:  a client, a window ``[start, end)``, ``by`` (a list of: model, tenant, route, replica,
-     outcome, finish_reason, context_bucket, source), the row ``source`` (``gateway``: the
+In:  a client, a window ``[start, end)``, ``by`` (a list of: model, tenant, route, outcome,
+     finish_reason, context_bucket, source; ``replica`` on the raw tier only), the row ``source`` (``gateway``: the
      gateway's log, which knows tenants; ``otlp``: engine spans; ``None``: both), and
      optionally a forced tier / retention / current time (``analytics.tiers.plan``).
 Out: DataFrames, one row per group, with ``.attrs["plan"]``:
      - ``request_totals``: ``rows`` (sampled rows), ``requests`` (sum of weights: the estimated
        number of requests), weighted ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``;
+     - ``request_quantiles``: ``{field}_q{level}`` columns for several fields and levels in one
+       query (e.g. the distributions drift compares);
      - ``request_quantile``: ``value``, the ``q`` quantile of a field (``ttft``, ``e2e``,
        ``tpot``, ``itl``, ``queue``, ``prompt_tokens``, ``completion_tokens``, ``max_tokens``),
        weighted by round(weight). Raw rows give the exact weighted quantile; rollups merge
@@ -23,10 +25,11 @@ import pandas as pd
 
 from analytics.tiers import Plan, Retention, plan
 
-__all__ = ["CONTEXT_BUCKET", "DIMENSIONS", "FIELDS", "request_quantile", "request_totals"]
+__all__ = ["CONTEXT_BUCKET", "DIMENSIONS", "FIELDS", "request_quantile", "request_quantiles", "request_totals"]
 
 CONTEXT_BUCKET = "multiIf(prompt_tokens < 2048, '<2k', prompt_tokens < 8192, '2-8k', prompt_tokens < 32768, '8-32k', '>32k')"
-DIMENSIONS = ("model", "tenant", "route", "replica", "outcome", "finish_reason", "context_bucket", "source")
+DIMENSIONS = ("model", "tenant", "route", "outcome", "finish_reason", "context_bucket", "source")
+RAW_ONLY = ("replica",)  # kept per row, not in the rollups (per-replica latency: analytics.metrics)
 # field -> (raw column, rollup sketch column, is a latency)
 FIELDS = {
     "ttft": ("ttft_seconds", "ttft", True),
@@ -43,20 +46,23 @@ FIELDS = {
 def _prepare(
     start: datetime, end: datetime, by: list[str] | tuple[str, ...], source: str | None,
     tier: str | None, retention: Retention | None, now: datetime | None,
-) -> tuple[Plan, str, str, dict[str, object]]:
+) -> tuple[Plan, str, str, str, dict[str, object]]:
     for dim in by:
-        if dim not in DIMENSIONS:
-            raise ValueError(f"cannot group requests by {dim!r}; one of {', '.join(DIMENSIONS)}")
+        if dim not in DIMENSIONS + RAW_ONLY:
+            raise ValueError(f"cannot group requests by {dim!r}; one of {', '.join(DIMENSIONS + RAW_ONLY)}")
     p = plan(start, end, now=now, retention=retention, kind="requests", tier=tier)
-    select = ", ".join(
-        f"{CONTEXT_BUCKET} AS context_bucket" if d == "context_bucket" and not p.tier.rollup else d for d in by
-    )
+    if p.tier.rollup and any(d in RAW_ONLY for d in by):
+        raise ValueError(f"requests are rolled up without {', '.join(RAW_ONLY)}: group by it on the raw tier "
+                         f"(tier='raw', windows the raw request log still holds), or use analytics.metrics")
+    select = ", ".join(by)
     where = "ts >= {start:DateTime64(3)} AND ts < {end:DateTime64(3)}"
     params: dict[str, object] = {"start": p.start, "end": p.end}
     if source is not None:
         where += " AND source = {source:String}"
         params["source"] = source
-    return p, select, where, params
+    # raw rows get their context bucket computed (the rollups store it)
+    table = p.requests if p.tier.rollup else f"(SELECT *, {CONTEXT_BUCKET} AS context_bucket FROM {p.requests})"
+    return p, table, select, where, params
 
 
 def _finish(df: pd.DataFrame, p: Plan) -> pd.DataFrame:
@@ -76,7 +82,7 @@ def request_totals(
     now: datetime | None = None,
 ) -> pd.DataFrame:
     """Weighted request and token totals per group over ``[start, end)``."""
-    p, select, where, params = _prepare(start, end, by, source, tier, retention, now)
+    p, table, select, where, params = _prepare(start, end, by, source, tier, retention, now)
     if p.tier.rollup:
         measures = ("sum(rows) AS rows, sum(requests) AS requests, sum(prompt_tokens) AS prompt_tokens, "
                     "sum(completion_tokens) AS completion_tokens, sum(cached_tokens) AS cached_tokens")
@@ -85,7 +91,7 @@ def request_totals(
                     "sum(weight * completion_tokens) AS completion_tokens, sum(weight * cached_tokens) AS cached_tokens")
     group = f" GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else ""
     head = f"{select}, " if select else ""
-    sql = f"SELECT {head}{measures} FROM {p.requests} WHERE {where}{group}"
+    sql = f"SELECT {head}{measures} FROM {table} WHERE {where}{group}"
     return _finish(client.query_df(sql, parameters=params), p)
 
 
@@ -107,7 +113,7 @@ def request_quantile(
         raise ValueError(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
     if not 0 <= q <= 1:
         raise ValueError(f"quantile must be within [0, 1], got {q}")
-    p, select, where, params = _prepare(start, end, by, source, tier, retention, now)
+    p, table, select, where, params = _prepare(start, end, by, source, tier, retention, now)
     column, sketch, latency = FIELDS[field]
     if p.tier.rollup:
         measure = f"quantileTDigestWeightedMerge({q!r})({sketch}) AS value"
@@ -117,5 +123,45 @@ def request_quantile(
             where += f" AND {column} > 0"
     group = f" GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else ""
     head = f"{select}, " if select else ""
-    sql = f"SELECT {head}{measure} FROM {p.requests} WHERE {where}{group}"
+    sql = f"SELECT {head}{measure} FROM {table} WHERE {where}{group}"
     return _finish(client.query_df(sql, parameters=params), p)
+
+
+def request_quantiles(
+    client,  # noqa: ANN001
+    fields: list[str] | tuple[str, ...],
+    levels: list[float] | tuple[float, ...],
+    start: datetime,
+    end: datetime,
+    by: list[str] | tuple[str, ...] = ("model",),
+    *,
+    source: str | None = "gateway",
+    tier: str | None = None,
+    retention: Retention | None = None,
+    now: datetime | None = None,
+) -> pd.DataFrame:
+    """Weighted quantiles of several ``fields`` at several ``levels`` per group, in one query:
+    columns ``{field}_q{level}`` (e.g. ``prompt_tokens_q0.9``)."""
+    for field in fields:
+        if field not in FIELDS:
+            raise ValueError(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
+    if not levels or not all(0 <= q <= 1 for q in levels):
+        raise ValueError(f"quantile levels must be within [0, 1], got {levels}")
+    p, table, select, where, params = _prepare(start, end, by, source, tier, retention, now)
+    qs = ", ".join(repr(float(q)) for q in levels)
+    measures = []
+    for field in fields:
+        column, sketch, latency = FIELDS[field]
+        if p.tier.rollup:
+            measures.append(f"quantilesTDigestWeightedMerge({qs})({sketch}) AS {field}")
+        else:
+            valid = f"{column} > 0" if latency else "1"
+            measures.append(f"quantilesExactWeightedIf({qs})({column}, toUInt64(greatest(1, round(weight))), {valid}) AS {field}")
+    group = f" GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else ""
+    head = f"{select}, " if select else ""
+    df = client.query_df(f"SELECT {head}{', '.join(measures)} FROM {table} WHERE {where}{group}", parameters=params)
+    for field in fields:
+        values = df.pop(field) if len(df) else pd.Series([], dtype=object)
+        for i, q in enumerate(levels):
+            df[f"{field}_q{q:g}"] = [v[i] if len(v) > i else float("nan") for v in values]
+    return _finish(df, p)

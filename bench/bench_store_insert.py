@@ -8,6 +8,7 @@ Prints rows/s for both and the ratio. Not a test: nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -49,6 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         client = connect(f"chdb:{tmp}/ch")
@@ -63,6 +65,10 @@ def main() -> None:
     print(f"insert_df (columnar, ours):      {args.rows / columnar:,.0f} rows/s")
     print(f"insert (row tuples, reference):  {args.rows / row_wise:,.0f} rows/s")
     print(f"ratio columnar / row tuples:     {row_wise / columnar:.1f}x")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"rows": args.rows, "insert_df_rows_per_s": args.rows / columnar,
+                                         "row_tuples_rows_per_s": args.rows / row_wise}, indent=2))
 
 
 if __name__ == "__main__":

@@ -14,13 +14,21 @@ the new name (deprecation periods), the old one is skipped so nothing is counted
 series repeated within one exposition keeps its first sample; a sample whose own timestamp is
 outside 1970-2262 is dropped and counted (``out_of_bounds``).
 
-Counter deltas: every sample carries ``delta``, the reset-aware increase since the previous
-sample of the same series, for cumulative series (counters, histogram buckets, sums and
-counts): ``v - prev``, or ``v`` when the value went down (the engine restarted and counts from
-zero, as Prometheus' ``increase()`` assumes); 0 for the first sample of a series, for NaN and for
-gauges. The rollups add deltas up (migrations/clickhouse/0006_rollups.sql). The previous value
+Counter resets: every sample carries ``reset``. For cumulative series (counters, histogram
+buckets, sums and counts) whose value went down since the previous sample of the series (the
+engine restarted and counts from zero, as Prometheus' ``increase()`` assumes), it is the
+previous value; everywhere else 0 (first samples, NaN, gauges). The increase between two
+samples is then ``v_b - v_a + sum(reset after a up to b)``: the rollups and
+``analytics.metrics`` use that (migrations/clickhouse/0006_rollups.sql). The previous value
 comes from this converter's memory or, after a collector restart, from ``prior`` (the last
 values in the store, ``load_prior``).
+
+Speed: a target's exposition has the same series in the same order scrape after scrape (the
+parser's cache hands back the same series objects). The converter remembers that layout (kept
+samples, metric names, fingerprints, which are counters, their last values) and converts a
+scrape with the same layout in a few numpy operations, emitting numpy columns; anything else
+(new or vanished series, explicit timestamps, the 10-minute series refresh) takes the general
+path, which also records the next layout.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from collector.scrape import ScrapeResult
 
@@ -76,7 +86,7 @@ def cumulative(name: str, types: Mapping[str, str]) -> bool:
 
 def load_prior(client: Any, lookback_s: float = 3600.0) -> dict[int, float]:
     """The last value of every series written in the last ``lookback_s``: the "previous sample"
-    for the first delta after a collector restart."""
+    for the first reset check after a collector restart."""
     rows = client.query(
         "SELECT fingerprint, argMax(value, ts) FROM samples "
         "WHERE ts > now64(3) - toIntervalMillisecond({ms:UInt64}) GROUP BY fingerprint",
@@ -99,18 +109,45 @@ def fingerprint(metric: str, labels: Mapping[str, str]) -> int:
 
 @dataclass
 class Batch:
-    """Columns per table produced from one or more scrapes."""
+    """Columns per table produced from one or more scrapes (lists, or numpy arrays from the
+    converter's fast path)."""
 
-    tables: dict[str, dict[str, list]] = field(default_factory=dict)
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def columns(self, table: str, names: tuple[str, ...]) -> dict[str, list]:
+        """The table's columns as lists, to append to."""
         cols = self.tables.get(table)
         if cols is None:
             cols = self.tables[table] = {n: [] for n in names}
+        elif not isinstance(cols[names[0]], list):
+            for name in names:
+                cols[name] = cols[name].tolist()
         return cols
 
+    def extend(self, table: str, arrays: dict[str, np.ndarray]) -> None:
+        """Add numpy columns (kept as arrays when the table is empty in this batch)."""
+        cols = self.tables.get(table)
+        if cols is None:
+            self.tables[table] = arrays
+            return
+        for name, values in arrays.items():
+            have = cols[name]
+            cols[name] = have + values.tolist() if isinstance(have, list) else np.concatenate([have, values])
 
-SAMPLE_COLUMNS = ("metric", "fingerprint", "ts", "value", "delta")
+
+@dataclass
+class _Layout:
+    """What a scrape with the same series as the last one converts to."""
+
+    series: list[Any]  # the exposition's series objects, in order
+    keep: np.ndarray | None  # indices of the samples written (None: all of them)
+    metric: np.ndarray  # object: metric name per written sample
+    fingerprint: np.ndarray  # uint64
+    cumulative: np.ndarray  # bool
+    last: np.ndarray  # float64: last value of each cumulative series (NaN: none yet)
+
+
+SAMPLE_COLUMNS = ("metric", "fingerprint", "ts", "value", "reset")
 SERIES_COLUMNS = ("fingerprint", "metric", "original_metric", "labels", "first_seen", "last_seen")
 SCRAPE_COLUMNS = ("ts", "job", "instance", "replica", "up", "duration_seconds", "samples_scraped", "error")
 
@@ -122,6 +159,7 @@ class SeriesConverter:
         # id(parsed series ref) -> (ref, metric, fingerprint, labels, cumulative); the ref is kept so ids stay valid
         self._refs: dict[int, tuple[object, str, int, dict[str, str], bool]] = {}
         self._last: dict[int, float] = {}  # cumulative series: fingerprint -> last value
+        self._layout: _Layout | None = None
         self._prior = prior or {}
         self._written: set[int] = set()
         self._refreshed = time.time()
@@ -154,12 +192,44 @@ class SeriesConverter:
         exposition = result.exposition
         if exposition is None:
             return
+        now = time.time()
+        layout = self._layout
+        if (
+            layout is not None
+            and now - self._refreshed <= SERIES_REFRESH_S
+            and exposition.series == layout.series  # the same objects: compared by identity
+            and exposition.timestamps.count(None) == len(exposition.timestamps)
+        ):
+            self._convert_same_layout(layout, exposition.values, result.timestamp, batch)
+            return
+        if layout is not None:  # leaving the fast path: its last values go back to the dict
+            self._layout = None
+            for fp, value, cum in zip(layout.fingerprint.tolist(), layout.last.tolist(), layout.cumulative.tolist(), strict=True):
+                if cum and value == value:  # noqa: PLR0124 - not NaN
+                    self._last[fp] = value
+        self._convert_general(result, exposition, now, batch)
+
+    def _convert_same_layout(self, layout: _Layout, raw: list[float], ts: float, batch: Batch) -> None:
+        values = np.array(raw, dtype=np.float64)
+        if layout.keep is not None:
+            values = values[layout.keep]
+        prev = layout.last
+        counted = layout.cumulative & ~np.isnan(values)
+        reset = np.where(counted & (values < prev), prev, 0.0)  # NaN prev: no comparison holds
+        layout.last = np.where(counted, values, prev)
+        batch.extend("samples", {"metric": layout.metric, "fingerprint": layout.fingerprint,
+                                 "ts": np.full(len(values), ts), "value": values, "reset": reset})
+
+    def _convert_general(self, result: ScrapeResult, exposition: Any, now: float, batch: Batch) -> None:
+        target = result.target
         target_labels = target.all_labels()
         refs = self._refs
         samples = batch.columns("samples", SAMPLE_COLUMNS)
         metrics, fps, values, stamps = samples["metric"], samples["fingerprint"], samples["value"], samples["ts"]
-        deltas, last, prior, types = samples["delta"], self._last, self._prior, exposition.types
-        now = time.time()
+        resets, last, prior, types = samples["reset"], self._last, self._prior, exposition.types
+        first_row = len(metrics)
+        kept: list[int] = []
+        layout_ok = True  # no explicit timestamps: later scrapes with these series take the fast path
         if now - self._refreshed > SERIES_REFRESH_S:  # re-write series rows: keeps last_seen fresh
             self._written.clear()
             self._refreshed = now
@@ -168,7 +238,7 @@ class SeriesConverter:
         seen: set[int] = set()
         names = {ref[0] for ref in exposition.series} if self.renamed else None
         scrape_ts = result.timestamp
-        for ref, value, ts in zip(exposition.series, exposition.values, exposition.timestamps, strict=True):
+        for index, (ref, value, ts) in enumerate(zip(exposition.series, exposition.values, exposition.timestamps, strict=True)):
             known = refs.get(id(ref))
             if known is None or known[0] is not ref:
                 metric, fp, labels = self._resolve(ref, target_labels)
@@ -180,6 +250,8 @@ class SeriesConverter:
                 self.duplicates += 1  # repeated series, or an old name next to its new one
                 continue
             seen.add(fp)
+            if ts is not None:
+                layout_ok = False
             if ts is not None and not 0 <= ts < MAX_TS:
                 self.out_of_bounds += 1
                 continue
@@ -193,18 +265,30 @@ class SeriesConverter:
                 new_series["labels"].append(known[3])
                 new_series["first_seen"].append(now)
                 new_series["last_seen"].append(now)
-            delta = 0.0
+            reset = 0.0
             if known[4] and value == value:  # cumulative and not NaN
                 prev = last.get(fp)
                 if prev is None:
                     prev = prior.get(fp)
-                if prev is not None:
-                    delta = value - prev if value >= prev else value
+                if prev is not None and value < prev:
+                    reset = prev
                 last[fp] = value
             metrics.append(known[1])
             fps.append(fp)
             values.append(value)
-            deltas.append(delta)
+            resets.append(reset)
             stamps.append(scrape_ts if ts is None else ts)
+            kept.append(index)
         if len(refs) > 4 * max(len(exposition.series), 256):  # parser cache was trimmed
             self._refs = {id(r): refs[id(r)] for r in exposition.series if id(r) in refs}
+        if layout_ok:
+            fps_kept = fps[first_row:]
+            cumulative_kept = np.array([self._refs[id(exposition.series[i])][4] for i in kept], dtype=bool)
+            self._layout = _Layout(
+                series=list(exposition.series),
+                keep=None if len(kept) == len(exposition.series) else np.array(kept, dtype=np.intp),
+                metric=np.array(metrics[first_row:], dtype=object),
+                fingerprint=np.array(fps_kept, dtype=np.uint64),
+                cumulative=cumulative_kept,
+                last=np.array([last.get(fp, np.nan) if c else np.nan for fp, c in zip(fps_kept, cumulative_kept.tolist(), strict=True)]),
+            )

@@ -54,7 +54,7 @@ class CollectorConfig:
     shard: Shard = field(default_factory=Shard)  # scrape only this share of the targets
     max_body_bytes: int = 16 * 1024 * 1024
     sampling: SamplingPolicy = field(default_factory=SamplingPolicy)
-    # fingerprint -> last stored value: the previous sample for the first counter delta after a restart
+    # fingerprint -> last stored value: the previous sample for the first reset check after a restart
     prior: dict[int, float] = field(default_factory=dict)
 
 

@@ -36,10 +36,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from itertools import chain
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -85,8 +87,25 @@ _TRANSIENT = (
 )
 
 
-def _rows(columns: dict[str, list]) -> int:
+def _rows(columns: dict[str, Any]) -> int:
     return len(next(iter(columns.values()))) if columns else 0
+
+
+def _combine(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """One batch from the chunks ``add`` received: lists stay lists; a column that came as
+    numpy arrays in any chunk becomes one array (of that array's dtype)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    out: dict[str, Any] = {}
+    for name in chunks[0]:
+        parts = [chunk[name] for chunk in chunks]
+        arrays = [p for p in parts if isinstance(p, np.ndarray)]
+        if not arrays:
+            out[name] = list(chain.from_iterable(parts))
+        else:
+            dtype = arrays[0].dtype
+            out[name] = np.concatenate([p if isinstance(p, np.ndarray) else np.asarray(p, dtype=dtype) for p in parts])
+    return out
 
 
 def _frame(columns: dict[str, list]) -> pd.DataFrame:
@@ -113,7 +132,8 @@ class Writer:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._buffers: dict[str, dict[str, list]] = {}
+        self._buffers: dict[str, list[dict[str, Any]]] = {}  # table -> chunks as added
+        self._counts: dict[str, int] = {}  # table -> rows buffered
         self._buffer_since: dict[str, float] = {}
         self._thread: threading.Thread | None = None
         self._flush_lock = threading.Lock()  # one flush at a time (thread, close(), tests)
@@ -131,21 +151,19 @@ class Writer:
         self._update_spool_metrics()
 
     # ------------------------------------------------------------------ intake
-    def add(self, table: str, columns: dict[str, list]) -> None:
-        """Queue rows for ``table``. The writer takes ownership of the lists (no copy):
-        the caller must not use them afterwards."""
+    def add(self, table: str, columns: dict[str, Any]) -> None:
+        """Queue rows for ``table`` (columns as lists or numpy arrays). The writer takes
+        ownership of them (no copy): the caller must not change them afterwards."""
         rows = _rows(columns)
         if not rows:
             return
         with self._lock:
-            buf = self._buffers.get(table)
-            if buf is None:
-                self._buffers[table] = dict(columns)
+            chunks = self._buffers.get(table)
+            if chunks is None:
+                chunks = self._buffers[table] = []
                 self._buffer_since[table] = time.monotonic()
-            else:
-                for key, values in columns.items():
-                    buf[key].extend(values)
-            size = _rows(self._buffers[table])
+            chunks.append(columns)
+            size = self._counts[table] = self._counts.get(table, 0) + rows
         if size >= self.config.batch_rows:
             self._wake.set()
         if size >= 2 * self.config.max_buffer_rows:
@@ -177,12 +195,14 @@ class Writer:
     def _cut(self, table: str) -> None:
         """Take the buffered rows of ``table`` and write them to the spool as one batch."""
         with self._lock:
-            columns = self._buffers.pop(table, None)
+            chunks = self._buffers.pop(table, None)
             self._buffer_since.pop(table, None)
-            if not columns:
+            self._counts.pop(table, None)
+            if not chunks:
                 return
             self._seq += 1
             seq = self._seq
+        columns = _combine(chunks)
         token = uuid.uuid4().hex
         payload = pickle.dumps({"table": table, "token": token, "columns": columns}, protocol=5)
         _count, used = self.spool_size()
@@ -205,8 +225,8 @@ class Writer:
         now = time.monotonic()
         with self._lock:
             return [
-                t for t, buf in self._buffers.items()
-                if force or _rows(buf) >= self.config.batch_rows or now - self._buffer_since[t] >= self.config.flush_interval_s
+                t for t in self._buffers
+                if force or self._counts.get(t, 0) >= self.config.batch_rows or now - self._buffer_since[t] >= self.config.flush_interval_s
             ]
 
     def _reject(self, path: Path, table: str, rows: int, reason: str) -> None:
@@ -316,4 +336,4 @@ class Writer:
 
     def pending_rows(self) -> int:
         with self._lock:
-            return sum(_rows(b) for b in self._buffers.values())
+            return sum(self._counts.values())

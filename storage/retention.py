@@ -42,7 +42,7 @@ _TTL = re.compile(r"\bTTL\s+(.+?)\s+SETTINGS\b", re.DOTALL)
 
 
 def _ttl(expr: str, days: float) -> str:
-    seconds = int(round(days * 86400))
+    seconds = round(days * 86400)
     if seconds % 86400 == 0:
         return f"{expr} + toIntervalDay({seconds // 86400})"
     return f"{expr} + toIntervalSecond({seconds})"

@@ -73,6 +73,7 @@ class Calibration:
     series: list[tuple[str, dict[str, str]]]  # exposition order: (metric, exposed labels)
     cumulative: np.ndarray  # bool per series
     integer: np.ndarray  # bool per series: counts (not *_sum)
+    whole: np.ndarray  # bool per series: gauges that only took whole values (running, waiting, ...)
     rates: np.ndarray  # calibrated request rates (levels)
     increase: np.ndarray  # (levels, series): increase per minute
     gauge: np.ndarray  # (levels, series): mean value
@@ -101,6 +102,7 @@ def calibrate(profile: ModelProfile, shape: RequestShape, minutes: float = 3.0, 
     cum = np.array([cumulative(name, template.types) for name, _ in template.series])
     integer = cum & ~np.array([name.endswith("_sum") for name, _ in template.series])
     increase, gauge, spread, pools = [], [], [], []
+    whole = np.ones(len(series), dtype=bool)
     warmup = 60.0
     for level, rate in enumerate(LEVELS):
         values, finished = [], []
@@ -111,6 +113,7 @@ def calibrate(profile: ModelProfile, shape: RequestShape, minutes: float = 3.0, 
                 values.append(parse(scrape.text).values)
                 finished.extend(scrape.finished)
         v = np.array(values, dtype=float)
+        whole &= np.all(v == np.round(v), axis=0)
         span_min = (len(v) - 1) * 5.0 / 60.0
         increase.append(np.where(cum, (v[-1] - v[0]) / span_min, 0.0))
         gauge.append(np.where(cum, 0.0, v.mean(axis=0)))
@@ -126,7 +129,8 @@ def calibrate(profile: ModelProfile, shape: RequestShape, minutes: float = 3.0, 
             "cached": np.array([r.cached_tokens for r in done]),
             "max_tokens": np.array([r.max_tokens for r in done]),
         })
-    return Calibration(series, cum, integer, np.array(LEVELS), np.array(increase), np.array(gauge), np.array(spread), pools)
+    return Calibration(series, cum, integer, whole & ~cum, np.array(LEVELS), np.array(increase), np.array(gauge),
+                       np.array(spread), pools)
 
 
 # ---------------------------------------------------------------------------- the fleet's story
@@ -204,31 +208,48 @@ def _profile_at(cals: dict[tuple[str, str], Calibration], profile: ModelProfile,
     return ic * (1 - s) + il * s, gc * (1 - s) + gl * s, sc * (1 - s) + sl * s
 
 
-def _tier_frame(metric: np.ndarray, fps: np.ndarray, starts: np.ndarray, step: float, scrape_s: float,
+def _tier_frame(metric: np.ndarray, fps: np.ndarray, starts: np.ndarray, step: float | np.ndarray, scrape_s: float,
                 inc: np.ndarray, cum_end: np.ndarray, gauge: np.ndarray, spread: np.ndarray,
-                cumulative_mask: np.ndarray, rng: np.random.Generator) -> pa.Table:
-    """Rollup rows (buckets x series) with the columns of samples_1m / samples_1h."""
+                cumulative_mask: np.ndarray, rng: np.random.Generator,
+                gauge_range: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Table:
+    """Rollup rows (buckets x series) with the columns of samples_1m / samples_1h; ``step`` is the
+    seconds each bucket covers (less than its width for a bucket the raw samples complete)."""
     buckets, n = inc.shape
-    count = int(round(step / scrape_s))
-    upper = np.isin(metric, _FRACTIONS)  # gauges that are fractions: at most 1
+    step = np.broadcast_to(np.asarray(step, dtype=float), (buckets,))
+    count = np.repeat(np.round(step / scrape_s).astype(np.uint64), n)
     cum_start = cum_end - inc
-    noise = np.abs(rng.standard_normal((buckets, n))) * spread
-    lo = np.where(cumulative_mask, cum_start, np.where(gauge >= 0, np.maximum(gauge - noise, 0.0), gauge - noise))
-    hi = np.where(cumulative_mask, cum_end, np.where(upper, np.minimum(gauge + noise, 1.0), gauge + noise))
+    g_lo, g_hi = gauge_range if gauge_range is not None else _gauge_range(metric, gauge, spread, rng)
+    lo = np.where(cumulative_mask, cum_start, g_lo)
+    hi = np.where(cumulative_mask, cum_end, g_hi)
     mean = np.where(cumulative_mask, (cum_start + cum_end) / 2, gauge)
     last = np.where(cumulative_mask, cum_end, gauge)
     last_ts = _stamps(np.repeat(starts + step - scrape_s, n))
+    mean_count = count.reshape(buckets, n)
+    first_ts = _stamps(np.repeat(starts, n))
+    first = np.where(cumulative_mask, cum_start, gauge)
     return pa.table({
         "metric": _metric_column(metric, buckets),
         "fingerprint": pa.array(np.tile(fps, buckets)),
         "ts": pa.array(np.repeat(starts, n).astype(np.int64), type=pa.timestamp("s", tz="UTC")),
-        "increase": np.where(cumulative_mask, inc, 0.0).ravel(),
+        "resets": np.zeros(buckets * n),
         "value_min": lo.ravel(),
         "value_max": hi.ravel(),
-        "value_sum": (mean * count).ravel(),
-        "value_count": pa.array(np.full(buckets * n, count, dtype=np.uint64)),
+        "value_sum": (mean * mean_count).ravel(),
+        "value_count": pa.array(count),
+        "value_first": pa.StructArray.from_arrays([first_ts, pa.array(first.ravel()), pa.array(np.zeros(buckets * n))],
+                                                  names=["1", "2", "3"]),
         "value_last": pa.StructArray.from_arrays([last_ts, pa.array(last.ravel())], names=["1", "2"]),
     })
+
+
+def _gauge_range(metric: np.ndarray, gauge: np.ndarray, spread: np.ndarray,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """min and max of a gauge around its mean in a bucket (fractions stay within 0..1)."""
+    upper = np.isin(metric, _FRACTIONS)
+    noise = np.abs(rng.standard_normal(gauge.shape)) * spread
+    lo = np.where(gauge >= 0, np.maximum(gauge - noise, 0.0), gauge - noise)
+    hi = np.where(upper, np.minimum(gauge + noise, 1.0), gauge + noise)
+    return lo, hi
 
 
 def _stamps(seconds: np.ndarray) -> pa.Array:
@@ -260,7 +281,7 @@ def seed(
     report = SeedReport(replicas=replicas)
     end_dt = (end or datetime.now(UTC)).astimezone(UTC).replace(second=0, microsecond=0)
     end_s = end_dt.timestamp()
-    raw_start = math.floor((end_s - raw_hours * 3600) / 3600) * 3600
+    raw_start = math.floor((end_s - raw_hours * 3600) / 60) * 60  # the raw samples finish its hour
     minute_start = math.floor((raw_start - minute_hours * 3600) / 3600) * 3600
     start = math.floor((end_s - days * 86400) / 3600) * 3600
     if not start < minute_start <= raw_start < end_s:
@@ -327,18 +348,24 @@ def seed(
         cum_h, cum_m = cum[: len(hours)], cum[len(hours):]
         hour_frames.append(_tier_frame(metric, fps, hours, 3600.0, interval_s, inc_all[: len(hours)], cum_h,
                                        gauge_h, spread_h, cal.cumulative, rng))
+        range_m = _gauge_range(metric, gauge_m, spread_m, rng)
         minute_frames.append(_tier_frame(metric, fps, minutes, 60.0, interval_s, inc_all[len(hours):], cum_m,
-                                         gauge_m, spread_m, cal.cumulative, rng))
-        # the 1 h rows of the minute-resolution stretch: sums of its minutes
-        per_hour = 60
-        k = len(minutes) // per_hour
-        if k:
-            g = gauge_m[: k * per_hour].reshape(k, per_hour, -1)
+                                         gauge_m, spread_m, cal.cumulative, rng, range_m))
+        # the 1 h rows of the minute-resolution stretch: sums of its minutes (the last hour may be
+        # partial: the raw samples' view adds the rest of it, and the rows merge)
+        k = 0
+        if len(minutes):
+            hour_of = ((minutes - minute_start) // 3600).astype(int)
+            first = np.flatnonzero(np.r_[True, np.diff(hour_of) > 0])
+            last = np.r_[first[1:], len(minutes)] - 1
+            counts = (last - first + 1).astype(float)
+            k = len(first)
             hour_frames.append(_tier_frame(
-                metric, fps, minutes[::per_hour][:k], 3600.0, interval_s,
-                inc_all[len(hours):][: k * per_hour].reshape(k, per_hour, -1).sum(axis=1),
-                cum_m[per_hour - 1 :: per_hour][:k], g.mean(axis=1), g.std(axis=1) + spread_m[: k * per_hour].reshape(k, per_hour, -1).mean(axis=1),
-                cal.cumulative, rng))
+                metric, fps, minute_start + 3600.0 * hour_of[first], counts * 60.0, interval_s,
+                np.add.reduceat(inc_all[len(hours):], first, axis=0), cum_m[last],
+                np.add.reduceat(gauge_m, first, axis=0) / counts[:, None],
+                np.add.reduceat(spread_m, first, axis=0) / counts[:, None], cal.cumulative, rng,
+                (np.minimum.reduceat(range_m[0], first, axis=0), np.maximum.reduceat(range_m[1], first, axis=0))))
         # raw samples: per-scrape shares of each minute's work
         inc_s, gauge_s, spread_s = shape_at(steps)
         inc_s = inc_s * (interval_s / 60.0) * rng.gamma(8, 1 / 8, size=(len(steps), 1))
@@ -351,19 +378,20 @@ def seed(
             after = np.cumsum(inc_s[at:], axis=0)
             value[at:] = np.where(cal.integer, np.floor(after), after)
             prev[at + 1 :] = value[at:-1]
-        delta = np.where(value >= prev, value - prev, value)
-        delta = np.where(cal.cumulative, delta, 0.0)
+        reset = np.where(cal.cumulative & (value < prev), prev, 0.0)  # as the collector marks them
+        # gauges as an engine shows them: whole numbers stay whole, KV usage is used blocks / blocks
         gauges = gauge_s + rng.standard_normal(gauge_s.shape) * spread_s * 0.5
-        if "vllm:kv_cache_usage_perc" in metric:
-            kv = np.flatnonzero(metric == "vllm:kv_cache_usage_perc")
-            gauges[:, kv] = np.clip(gauges[:, kv], 0.0, 1.0)
+        gauges = np.where(cal.whole, np.round(gauges), gauges)
+        kv = np.flatnonzero(metric == "vllm:kv_cache_usage_perc")
+        blocks = replica.profile.config.num_blocks
+        gauges[:, kv] = np.clip(np.round(gauges[:, kv] * blocks) / blocks, 0.0, 1.0)
         value = np.where(cal.cumulative, value, np.maximum(gauges, 0.0))
         raw_frames.append(pa.table({
             "metric": _metric_column(metric, len(steps)),
             "fingerprint": pa.array(np.tile(fps, len(steps))),
             "ts": _stamps(np.repeat(steps, len(fps))),
             "value": value.ravel(),
-            "delta": delta.ravel(),
+            "reset": reset.ravel(),
         }))
         scrape_rows.append(pd.DataFrame({
             "ts": pd.to_datetime(steps, unit="s", utc=True), "job": "vllm", "instance": replica.labels["instance"],

@@ -2,7 +2,7 @@
 quantiles and weighted request counts, on 2 h of simulated engines scraped every 15 s.
 
 The data goes the real way: simulated vLLM expositions -> parser -> converter (which computes
-the counter deltas) -> writer -> chDB, where the materialized views fill the 1 min and 1 h
+the counter resets) -> writer -> chDB, where the materialized views fill the 1 min and 1 h
 tiers. The reference numbers are computed here in Python from the scraped values.
 """
 
@@ -20,7 +20,7 @@ import pytest
 
 from analytics.counters import increase as raw_increase
 from analytics.metrics import counter_increase, gauge_summary, histogram_quantile
-from analytics.requests import request_quantile, request_totals
+from analytics.requests import request_quantile, request_quantiles, request_totals
 from collector.convert import Batch, SeriesConverter
 from collector.exposition import SeriesCache, parse
 from collector.scrape import ScrapeResult
@@ -143,14 +143,14 @@ def test_the_restart_is_counted_from_zero_not_lost_or_negative(history) -> None:
     client, h = history
     # r1 restarted 50 min into the window: its counter fell back to a small value
     values = client.query_df(
-        "SELECT ts, value, delta FROM samples WHERE metric = 'vllm:generation_tokens_total' "
+        "SELECT ts, value, reset FROM samples WHERE metric = 'vllm:generation_tokens_total' "
         "AND fingerprint IN (SELECT fingerprint FROM series WHERE replica = 'r1') ORDER BY ts"
     )
     drops = values[values["value"].diff() < 0]
     assert len(drops) == 1
     drop = drops.index[0]
-    assert values.loc[drop, "delta"] == values.loc[drop, "value"]  # counted from zero
-    assert (values["delta"] >= 0).all()
+    assert values.loc[drop, "reset"] == values.loc[drop - 1, "value"]  # the value before the reset
+    assert (values.drop(index=drop)["reset"] == 0).all()
 
 
 def test_gauge_min_max_avg_last_agree_on_every_tier(history) -> None:
@@ -226,3 +226,35 @@ def test_request_latency_sketch_is_within_a_stated_rank_tolerance(history) -> No
     for model, group in inside.groupby("model"):
         ttft = np.repeat(group["ttft_seconds"].to_numpy(), group["weight"].astype(int).to_numpy())
         assert math.isclose(raw.loc[model, "value"], float(np.quantile(ttft, 0.9)), rel_tol=0.02, abs_tol=1e-3)
+
+
+def test_context_buckets_agree_between_raw_rows_and_rollups(history) -> None:  # noqa: ANN001
+    client, h = history
+    rows = pd.DataFrame(h.requests)
+    inside = rows[(rows["ts"] >= h.window[0]) & (rows["ts"] < h.window[1])]
+    buckets = pd.cut(inside["prompt_tokens"], [-1, 2047, 8191, 32767, 1 << 40], labels=["<2k", "2-8k", "8-32k", ">32k"])
+    expected = inside.groupby(buckets, observed=True)["weight"].sum().to_dict()
+    assert len(expected) >= 1
+    for tier in ("raw", "1m", "1h"):
+        df = request_totals(client, *h.window, by=["context_bucket", "model"], tier=tier)
+        got = df.groupby("context_bucket")["requests"].sum().to_dict()
+        assert got == pytest.approx(expected), tier
+
+
+def test_several_distributions_in_one_query_and_no_replica_on_rollups(history) -> None:  # noqa: ANN001
+    client, h = history
+    rows = pd.DataFrame(h.requests)
+    inside = rows[(rows["ts"] >= h.window[0]) & (rows["ts"] < h.window[1])]
+    for tier in ("raw", "1h"):
+        df = request_quantiles(client, ["prompt_tokens", "ttft"], [0.5, 0.9], *h.window, by=["tenant"], tier=tier)
+        df = df.set_index("tenant")
+        for tenant, group in inside.groupby("tenant"):
+            prompts = np.repeat(group["prompt_tokens"].to_numpy(), group["weight"].astype(int).to_numpy())
+            for q in (0.5, 0.9):
+                lo, hi = np.quantile(prompts, max(q - 0.05, 0)), np.quantile(prompts, min(q + 0.05, 1))
+                assert lo <= df.loc[tenant, f"prompt_tokens_q{q:g}"] <= hi, (tier, tenant, q)
+            assert df.loc[tenant, "ttft_q0.5"] <= df.loc[tenant, "ttft_q0.9"]
+    with pytest.raises(ValueError, match="rolled up without replica"):
+        request_totals(client, *h.window, by=["replica"], tier="1h")
+    per_replica = request_totals(client, *h.window, by=["replica"], tier="raw")
+    assert set(per_replica["replica"]) == {r for r, _ in REPLICAS}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from collector.convert import Batch, SeriesConverter, canonical_name, fingerprint
 from collector.exposition import SeriesCache, parse
 from collector.scrape import ScrapeResult
@@ -58,7 +60,7 @@ def test_series_rows_once_samples_every_scrape_with_stable_fingerprints() -> Non
     converter.convert(result(OLD_VLLM, cache), first)
     converter.convert(result(OLD_VLLM.replace("0.97", "0.5"), cache), second)
     assert len(first.tables["series"]["fingerprint"]) == 7 and "series" not in second.tables
-    assert first.tables["samples"]["fingerprint"] == second.tables["samples"]["fingerprint"]
+    assert first.tables["samples"]["fingerprint"] == list(second.tables["samples"]["fingerprint"])
     assert second.tables["samples"]["value"][0] == 0.5
     fp = first.tables["series"]["fingerprint"][0]
     assert fp == fingerprint("vllm:kv_cache_usage_perc", first.tables["series"]["labels"][0])
@@ -101,39 +103,57 @@ vllm:e2e_request_latency_seconds_count{{model_name="m"}} {bucket}
 """
 
 
-def deltas(converter: SeriesConverter, **values: float) -> dict[str, float]:
+def resets(converter: SeriesConverter, **values: float) -> dict[str, float]:
     batch = Batch()
     converter.convert(result(COUNTERS.format(**values)), batch)
     s = batch.tables["samples"]
-    return dict(zip(s["metric"], s["delta"], strict=True))
+    return dict(zip(s["metric"], s["reset"], strict=True))
 
 
-def test_counter_deltas_are_reset_aware_and_gauges_have_none() -> None:
+def test_counter_resets_are_marked_with_the_value_before_them() -> None:
     c = SeriesConverter()
-    first = deltas(c, tokens=100, running=3, bucket=5, total=2.5)
+    first = resets(c, tokens=100, running=3, bucket=5, total=2.5)
     assert set(first.values()) == {0.0}  # nothing to compare the first sample with
-    second = deltas(c, tokens=160, running=1, bucket=7, total=3.0)
-    assert second["vllm:prompt_tokens_total"] == 60
-    assert second["vllm:e2e_request_latency_seconds_bucket"] == 2  # both buckets went 5 -> 7
-    assert second["vllm:e2e_request_latency_seconds_sum"] == 0.5
-    assert second["vllm:num_requests_running"] == 0  # a gauge going down is not a reset
-    assert second["vllm:prompt_tokens_created"] == 0  # a timestamp, not a counter
-    restarted = deltas(c, tokens=12, running=0, bucket=1, total=0.25)
-    assert restarted["vllm:prompt_tokens_total"] == 12  # counted from zero after the restart
-    assert restarted["vllm:e2e_request_latency_seconds_count"] == 1
-    nan = deltas(c, tokens=float("nan"), running=0, bucket=1, total=0.25)
+    second = resets(c, tokens=160, running=1, bucket=7, total=3.0)
+    assert set(second.values()) == {0.0}  # counters went up; the gauge going down is no reset
+    restarted = resets(c, tokens=12, running=0, bucket=1, total=0.25)
+    assert restarted["vllm:prompt_tokens_total"] == 160  # counts from zero again: 160 came before
+    assert restarted["vllm:e2e_request_latency_seconds_count"] == 7
+    assert restarted["vllm:e2e_request_latency_seconds_sum"] == 3.0
+    assert restarted["vllm:num_requests_running"] == 0  # a gauge
+    assert restarted["vllm:prompt_tokens_created"] == 0  # a timestamp, not a counter
+    nan = resets(c, tokens=float("nan"), running=0, bucket=1, total=0.25)
     assert nan["vllm:prompt_tokens_total"] == 0
-    after_nan = deltas(c, tokens=20, running=0, bucket=1, total=0.25)
-    assert after_nan["vllm:prompt_tokens_total"] == 8  # NaN did not replace the last good value
+    after_nan = resets(c, tokens=5, running=0, bucket=1, total=0.25)
+    assert after_nan["vllm:prompt_tokens_total"] == 12  # NaN did not replace the last good value
 
 
 def test_a_restarted_collector_continues_from_the_stored_values() -> None:
-    first = SeriesConverter()
-    deltas(first, tokens=100, running=3, bucket=5, total=2.5)
     batch = Batch()
-    first.convert(result(COUNTERS.format(tokens=100, running=3, bucket=5, total=2.5)), batch)
+    SeriesConverter().convert(result(COUNTERS.format(tokens=100, running=3, bucket=5, total=2.5)), batch)
     s = batch.tables["samples"]
     prior = dict(zip(s["fingerprint"], s["value"], strict=True))  # what load_prior reads back
-    second = SeriesConverter(prior)
-    after = deltas(second, tokens=130, running=3, bucket=6, total=3.0)
-    assert after["vllm:prompt_tokens_total"] == 30 and after["vllm:e2e_request_latency_seconds_count"] == 1
+    after = resets(SeriesConverter(prior), tokens=30, running=3, bucket=6, total=3.0)
+    assert after["vllm:prompt_tokens_total"] == 100  # a reset across the collector restart is seen
+    assert after["vllm:e2e_request_latency_seconds_count"] == 0
+
+
+def test_repeated_layouts_convert_to_the_same_rows_as_the_general_path() -> None:
+    """The fast path (same series as the last scrape) and the general path agree row for row."""
+    cache = SeriesCache()
+    fast, general = SeriesConverter(), SeriesConverter()
+    scrapes = [dict(tokens=t, running=r, bucket=b, total=s) for t, r, b, s in
+               [(100, 3, 5, 2.5), (160, 1, 7, 3.0), (12, 0, 1, 0.25), (float("nan"), 2, 1, 0.25), (20, 2, 2, 0.5), (25, 1, 3, 0.75)]]
+    extra = "# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{model_name=\"m\"} 4\n"
+    for i, values in enumerate(scrapes):
+        text = COUNTERS.format(**values) + (extra if i == 3 else "")  # a series comes and goes
+        got, want = Batch(), Batch()
+        fast.convert(result(text, cache=cache), got)
+        general._layout = None  # the general path, every time
+        general.convert(result(text), want)
+        g, w = got.tables["samples"], want.tables["samples"]
+        for column in ("metric", "fingerprint", "reset"):
+            assert list(g[column]) == list(w[column]), (i, column)
+        assert np.array_equal(np.asarray(g["value"], dtype=float), np.asarray(w["value"], dtype=float), equal_nan=True)
+    assert isinstance(got.tables["samples"]["value"], np.ndarray)  # the last scrape took the fast path
+    assert list(got.tables["samples"]["reset"]) == [0.0] * len(got.tables["samples"]["reset"])

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from analytics.counters import increase
+from analytics.metrics import counter_increase
 from collector.convert import Batch, SeriesConverter, load_prior
 from collector.scrape import Scraper, ScrapeResult, scrape_once
 from collector.targets import FileDiscovery, TargetError, make_target
@@ -96,8 +97,10 @@ def test_counter_reset_never_gives_a_negative_increase(ch, tmp_path: Path) -> No
     df = increase(ch, "vllm:prompt_tokens_total", start, datetime.now(UTC), by="replica")
     # 100 -> 150 (+50), reset to 3 (+3), 3 -> 10 (+7)
     assert df.to_dict("records") == [{"replica": "counter", "increase": 60.0}]
-    # the deltas the collector stored say the same, and a restarted collector starts from them
-    assert ch.command("SELECT sum(delta) FROM samples WHERE metric = 'vllm:prompt_tokens_total'") == 60
+    # the stored reset marks give the same, and a restarted collector starts from the last values
+    assert ch.command("SELECT sum(reset) FROM samples WHERE metric = 'vllm:prompt_tokens_total'") == 150
+    fast = counter_increase(ch, "vllm:prompt_tokens_total", start, datetime.now(UTC), by="replica", tier="raw")
+    assert fast.to_dict("records") == [{"replica": "counter", "increase": 60.0}]
     prior = load_prior(ch)
     last = ch.command("SELECT fingerprint FROM samples WHERE metric = 'vllm:prompt_tokens_total' LIMIT 1")
     assert prior[int(last)] == 10.0

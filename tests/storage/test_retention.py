@@ -41,14 +41,14 @@ def test_expired_raw_days_are_dropped_while_the_rollups_keep_them(ch) -> None:
     ch.insert_df("samples", pd.DataFrame({
         "metric": ["vllm:prompt_tokens_total"] * 4, "fingerprint": [1, 1, 1, 1],
         "ts": [old, old + timedelta(seconds=5), now - timedelta(seconds=5), now],
-        "value": [10.0, 15.0, 100.0, 130.0], "delta": [0.0, 5.0, 85.0, 30.0],
+        "value": [10.0, 15.0, 100.0, 130.0], "reset": [0.0, 0.0, 0.0, 0.0],
     }))
     retention.apply(ch, retention.Days(raw=7, minute=90, hour=730))
     ch.command("OPTIMIZE TABLE samples FINAL")
     ch.command("OPTIMIZE TABLE samples_1m FINAL")
     assert ch.command("SELECT count() FROM samples") == 2  # the day ten days ago is gone
-    assert ch.command("SELECT sum(increase) FROM samples_1m WHERE ts < now() - INTERVAL 7 DAY") == 5
-    assert ch.command("SELECT sum(increase) FROM samples_1h") == 120
+    assert ch.command("SELECT count() FROM samples_1m WHERE ts < now() - INTERVAL 7 DAY") == 1
+    assert ch.command("SELECT max(value_last).2 FROM samples_1m WHERE ts < now() - INTERVAL 7 DAY") == 15
 
 
 def test_negative_days_are_refused() -> None:

@@ -1,0 +1,253 @@
+"""Benchmark: the warehouse at fleet scale — bytes per raw sample, and dashboard-panel queries
+over 30 days of a 200-replica fleet, rollups against the raw table.
+
+1. Seeds a temporary chDB store with ``fleetscope bench seed``'s history (``fleet.sim.history``:
+   the simulator's engine model, 200 replicas, 30 days; the recent hours raw, older history in
+   the rollups), timing it.
+2. Bytes per raw sample after merges (``OPTIMIZE ... FINAL``; ``bytes_on_disk`` of the active
+   parts), side by side on the same rows (every 5th series) with the same rows stored with
+   ClickHouse's default compression (LZ4, no column codecs) and as a naive log table (labels
+   inline on every row, sorted by time). Prometheus' TSDB is quoted at 1.3-1.8 bytes/sample.
+3. Panel queries as the dashboard runs them (``analytics``), each repeated: p99 TTFT by model,
+   KV-cache usage by replica, cost per 1M tokens by tenant, traffic-mix drift features
+   (last day vs the 29 before). Over 30 days they read the rollups (``analytics.tiers``): p95
+   latency against the 250 ms goal. Beside each, the same query on the raw table over a window
+   raw rows exist for (the raw request log holds all 30 days; raw samples only the recent
+   minutes the seed writes), with a rollup answering that window: the ratio. Peak memory is the growth of the
+   resident set of a process running only that query.
+
+Phases run in child processes (chDB allows one process per store). Not a test: nothing is
+asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PRICES = {"H100": 2.49}  # USD per GPU-hour (on-demand list price order of magnitude)
+TTFT = "vllm:time_to_first_token_seconds"
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---------------------------------------------------------------------------- phase: seed + bytes
+def phase_seed(store: str, args: argparse.Namespace) -> dict:
+    from fleet.sim.history import seed
+    from migrations import clickhouse_runner
+    from storage.clickhouse import connect
+
+    client = connect(f"chdb:{store}")
+    clickhouse_runner.apply(client)
+    last = [0.0]
+
+    def progress(message: str, fraction: float) -> None:
+        if fraction - last[0] >= 0.1 or fraction >= 1:
+            last[0] = fraction
+            print(f"  seed {fraction:4.0%} {message}", file=sys.stderr, flush=True)
+
+    report = seed(client, replicas=args.replicas, days=args.days, raw_hours=args.raw_hours,
+                  minute_hours=args.minute_hours, request_sample_rate=args.sample_rate, progress=progress)
+    rows = {t: int(client.command(f"SELECT count() FROM {t}")) for t in
+            ("samples", "samples_1m", "samples_1h", "requests", "requests_1m", "requests_1h", "series")}
+    t0 = time.perf_counter()
+    client.command("OPTIMIZE TABLE samples FINAL")
+    optimize_s = time.perf_counter() - t0
+    ours_full = bytes_per_row(client, "samples")
+    # the same rows three ways, on every 5th series
+    client.command("CREATE TABLE sub_ours AS samples")
+    client.command("INSERT INTO sub_ours SELECT * FROM samples WHERE fingerprint % 5 = 0")
+    client.command("""CREATE TABLE sub_default (metric LowCardinality(String), fingerprint UInt64, ts DateTime64(3, 'UTC'),
+                      value Float64, reset Float64) ENGINE = MergeTree ORDER BY (metric, fingerprint, ts)""")
+    client.command("INSERT INTO sub_default SELECT metric, fingerprint, ts, value, reset FROM sub_ours")
+    client.command("""CREATE TABLE sub_naive (ts DateTime64(3, 'UTC'), metric String, labels Map(String, String),
+                      value Float64) ENGINE = MergeTree ORDER BY ts""")
+    client.command("""INSERT INTO sub_naive SELECT v.ts, v.metric, s.labels, v.value FROM sub_ours AS v
+                      INNER JOIN (SELECT fingerprint, any(labels) AS labels FROM series GROUP BY fingerprint) AS s
+                      USING fingerprint""")
+    for table in ("sub_ours", "sub_default", "sub_naive"):
+        client.command(f"OPTIMIZE TABLE {table} FINAL")
+    sizes = {t: bytes_per_row(client, t) for t in ("sub_ours", "sub_default", "sub_naive")}
+    columns = client.query(
+        "SELECT name, sum(data_compressed_bytes) FROM system.columns WHERE database = currentDatabase() "
+        "AND table = 'samples' GROUP BY name"
+    ).result_rows
+    client.close()
+    return {
+        "seed": {"seconds": report.seconds, "replicas": report.replicas, "series": report.series,
+                 "raw_samples": report.raw_samples, "minute_rows": report.minute_rows, "hour_rows": report.hour_rows,
+                 "requests": report.requests, "raw_start": report.raw_start.isoformat(), "end": report.end.isoformat(),
+                 "start": report.start.isoformat()},
+        "rows": rows,
+        "optimize_s": optimize_s,
+        "bytes_per_sample": {"ours": ours_full, "ours_subset": sizes["sub_ours"],
+                             "clickhouse_default": sizes["sub_default"], "naive_log_table": sizes["sub_naive"]},
+        "column_bytes_per_sample": {name: b / rows["samples"] for name, b in columns},
+    }
+
+
+def bytes_per_row(client, table: str) -> float:  # noqa: ANN001
+    size, rows = client.query(
+        "SELECT sum(bytes_on_disk), sum(rows) FROM system.parts WHERE database = currentDatabase() "
+        "AND table = {t:String} AND active", parameters={"t": table}
+    ).result_rows[0]
+    return size / rows if rows else float("nan")
+
+
+# ---------------------------------------------------------------------------- phase: one panel
+def panels(end: datetime, raw_start: datetime) -> dict:
+    """name -> (30-day query on the planned tier, raw-window query on raw, the same window on a rollup)."""
+    from analytics.cost import cost_by_tenant
+    from analytics.metrics import gauge_summary, histogram_quantile
+    from analytics.requests import request_quantiles, request_totals
+
+    month = (end - timedelta(days=30), end)
+    raw_window = (raw_start, end)
+    current = (end - timedelta(days=1), end)
+    reference = (end - timedelta(days=30), end - timedelta(days=1))
+
+    def drift(window_a, window_b, tier=None):  # noqa: ANN001, ANN202
+        def run(c) -> None:  # noqa: ANN001
+            for w in (window_a, window_b):  # shares by dimension, and the size distributions
+                request_totals(c, *w, by=["tenant", "model", "context_bucket", "finish_reason"], tier=tier)
+                request_quantiles(c, ["prompt_tokens", "completion_tokens", "max_tokens"],
+                                  [0.1, 0.25, 0.5, 0.75, 0.9, 0.99], *w, by=["tenant"], tier=tier)
+        return run
+
+    return {
+        "p99 TTFT by model": (
+            lambda c: histogram_quantile(c, TTFT, 0.99, *month, by="model", now=end),
+            lambda c: histogram_quantile(c, TTFT, 0.99, *raw_window, by="model", tier="raw"),
+            lambda c: histogram_quantile(c, TTFT, 0.99, *raw_window, by="model", tier="1m"),
+        ),
+        "KV-cache usage by replica": (
+            lambda c: gauge_summary(c, "vllm:kv_cache_usage_perc", *month, by="replica", now=end),
+            lambda c: gauge_summary(c, "vllm:kv_cache_usage_perc", *raw_window, by="replica", tier="raw"),
+            lambda c: gauge_summary(c, "vllm:kv_cache_usage_perc", *raw_window, by="replica", tier="1m"),
+        ),
+        "cost per 1M tokens by tenant": (
+            lambda c: cost_by_tenant(c, *month, PRICES, now=end),
+            lambda c: cost_by_tenant(c, *raw_window, PRICES, tier="raw"),
+            lambda c: cost_by_tenant(c, *raw_window, PRICES, tier="1m"),
+        ),
+        "drift features (1 d vs 29 d)": (
+            drift(current, reference),
+            drift(current, reference, tier="raw"),  # the raw request log holds the 30 days
+            drift(current, reference, tier="1h"),
+        ),
+    }
+
+
+def phase_query(store: str, name: str, variant: int, repeats: int, end: str, raw_start: str) -> dict:
+    from storage.clickhouse import connect
+
+    client = connect(f"chdb:{store}")
+    client.command("SELECT 1")
+    fn = panels(datetime.fromisoformat(end), datetime.fromisoformat(raw_start))[name][variant]
+    base = rss_mib()
+    fn(client)  # warm: first touch of the files, query plans
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(client)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return {"p50_ms": statistics.median(times) * 1000, "p95_ms": times[max(0, int(len(times) * 0.95) - 1)] * 1000,
+            "peak_mib": max(0.0, peak_mib() - base)}
+
+
+def child(args: list[str]) -> dict:
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"phase {args[:3]} failed:\n{out.stderr[-3000:]}")
+    sys.stderr.write(out.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replicas", type=int, default=200)
+    parser.add_argument("--days", type=float, default=30)
+    parser.add_argument("--raw-hours", type=float, default=0.25, help="recent hours of raw samples")
+    parser.add_argument("--minute-hours", type=float, default=3.0, help="hours before them at 1-minute resolution")
+    parser.add_argument("--sample-rate", type=float, default=0.01)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--phase", choices=["seed", "query"], help=argparse.SUPPRESS)
+    parser.add_argument("--store", help=argparse.SUPPRESS)
+    parser.add_argument("--panel", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--end", help=argparse.SUPPRESS)
+    parser.add_argument("--raw-start", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.phase == "seed":
+        print(json.dumps(phase_seed(args.store, args)))
+        return
+    if args.phase == "query":
+        print(json.dumps(phase_query(args.store, args.panel, args.variant, args.repeats, args.end, args.raw_start)))
+        return
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = f"{tmp}/ch"
+        common = ["--replicas", str(args.replicas), "--days", str(args.days), "--raw-hours", str(args.raw_hours),
+                  "--minute-hours", str(args.minute_hours), "--sample-rate", str(args.sample_rate)]
+        print(f"seeding {args.days:g} days of {args.replicas} replicas ...", flush=True)
+        seeded = child(["--phase", "seed", "--store", store, *common])
+        s, rows = seeded["seed"], seeded["rows"]
+        written = s["raw_samples"] + s["minute_rows"] + s["hour_rows"] + s["requests"]
+        print(f"seeded in {s['seconds']:.0f}s ({written / s['seconds']:,.0f} rows/s): {s['series']:,} series; raw samples "
+              f"{rows['samples']:,} (since {s['raw_start'][:16]}), samples_1m {rows['samples_1m']:,}, samples_1h "
+              f"{rows['samples_1h']:,}, requests {rows['requests']:,} (1m {rows['requests_1m']:,}, 1h {rows['requests_1h']:,})")
+        b = seeded["bytes_per_sample"]
+        print("\n3. bytes per raw sample after merges (same rows, every 5th series)")
+        print(f"   fleetscope samples (codecs, all columns)           {b['ours_subset']:6.2f} B   (whole table: {b['ours']:.2f} B)")
+        print(f"   ClickHouse default compression, same sort key       {b['clickhouse_default']:6.2f} B   "
+              f"({b['clickhouse_default'] / b['ours_subset']:.1f}x ours)")
+        print(f"   naive log table (labels on every row, by time)      {b['naive_log_table']:6.2f} B   "
+              f"({b['naive_log_table'] / b['ours_subset']:.1f}x ours)")
+        print("   Prometheus TSDB (published): 1.3-1.8 B; goal <= 1.0 B. Per column: " + ", ".join(
+            f"{k} {v:.2f}" for k, v in sorted(seeded["column_bytes_per_sample"].items(), key=lambda kv: -kv[1])))
+
+        print(f"\n5. panel queries ({args.repeats} runs each, after one warm-up)")
+        print(f"   {'panel':<30} {'30 d p95':>9} {'tier':>5} {'peak':>8} | {'raw p95':>8} {'rollup p95':>10} {'ratio':>6}  (same window)")
+        results = {}
+        for name in panels(datetime.now(UTC), datetime.now(UTC)):
+            q = ["--phase", "query", "--store", store, "--panel", name, "--repeats", str(args.repeats),
+                 "--end", s["end"], "--raw-start", s["raw_start"]]
+            month = child([*q, "--variant", "0"])
+            raw = child([*q, "--variant", "1", "--repeats", str(max(3, args.repeats // 4))])
+            rollup = child([*q, "--variant", "2"])
+            tier = "1h" if "drift" not in name else "1h/1m"
+            results[name] = {"month": month, "raw_window": raw, "rollup_window": rollup}
+            print(f"   {name:<30} {month['p95_ms']:>7.0f}ms {tier:>5} {month['peak_mib']:>5.0f}MiB | "
+                  f"{raw['p95_ms']:>6.0f}ms {rollup['p95_ms']:>8.0f}ms {raw['p95_ms'] / rollup['p95_ms']:>5.1f}x")
+        print("   goal: p95 <= 250 ms over 30 days of 200 replicas. Same window: the raw samples' span (metric "
+              "panels, vs the 1-minute tier) / the 30 days of the raw request log (drift, vs the 1-hour tier).")
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"seed": seeded, "panels": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
