@@ -132,10 +132,10 @@ async def ours(bodies_count: int, spans: int, concurrency: int, tmp: str) -> dic
     cpu0, t0 = cpu_seconds(), time.perf_counter()
     await loop.run_in_executor(None, done.get)  # all posted and answered
     expected = bodies_count * spans
-    while writer.pending_rows() or writer.spool_size()[0]:
-        await asyncio.sleep(0.05)
+    deadline = time.monotonic() + 120
+    while (stored := int(client.command("SELECT count() FROM requests"))) < expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)  # until every row is in ClickHouse
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
-    stored = client.command("SELECT count() FROM requests")
     rolled = client.command("SELECT sum(rows) FROM requests_1m")
     poster.join()
     await collector.stop()

@@ -7,6 +7,11 @@ Out: ``SpanRecord``s (all spans) and, for ``llm_request`` spans, request rows wi
      launcher sets (``fleetscope.replica``/``fleetscope.model``, else ``service.instance.id`` /
      ``service.name``). Other spans (e.g. vLLM start-up spans) are counted and ignored.
      A body that cannot be decoded raises ``OtlpError``.
+
+``request_columns`` is the collector's path for protobuf bodies: it goes from the decoded
+message straight to the ``requests`` columns, reading only the attributes a row needs, and
+gives the same rows as ``request_row`` over ``decode_protobuf`` (tests/collector/test_otlp.py)
+at about a third of the cost per span.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-__all__ = ["OtlpError", "SpanRecord", "decode_json", "decode_protobuf", "request_row", "REQUEST_SPAN"]
+__all__ = ["OtlpError", "SpanRecord", "decode_json", "decode_protobuf", "request_columns", "request_row", "REQUEST_SPAN"]
 
 REQUEST_SPAN = "llm_request"
 STATUS_ERROR = 2
@@ -57,6 +62,69 @@ def decode_protobuf(body: bytes) -> list[SpanRecord]:
     except (DecodeError, ValueError, RuntimeError) as exc:
         raise OtlpError(f"not an OTLP protobuf ExportTraceServiceRequest: {exc}") from None
     return spans_from_message(request)
+
+
+def _number(value: Any) -> float:
+    # an AnyValue: ints and doubles count, anything else (strings, bools) is 0, as in _num
+    return float(value.double_value or value.int_value) if value is not None else 0.0
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value.string_value or (str(value.int_value) if value.int_value else "")
+
+
+def request_columns(body: bytes) -> tuple[dict[str, list], int]:
+    """A protobuf body -> (``requests`` columns of its ``llm_request`` spans, other spans)."""
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise OtlpError(f"not an OTLP protobuf ExportTraceServiceRequest: {exc}") from None
+    ts, request_id, trace_id, replicas, models, status, outcome = [], [], [], [], [], [], []
+    prompt, completion, max_tokens, ttft, e2e, queue, prefill, decode, tpot = [], [], [], [], [], [], [], [], []
+    other = 0
+    for rs in request.resource_spans:
+        res = {kv.key: kv.value for kv in rs.resource.attributes}
+        replica = (_text(res.get("fleetscope.replica")) or _text(res.get("service.instance.id"))
+                   or _text(res.get("service.name")))
+        resource_model = _text(res.get("fleetscope.model"))
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                if span.name != REQUEST_SPAN:
+                    other += 1
+                    continue
+                a = {kv.key: kv.value for kv in span.attributes}
+                n_out = int(_number(a.get("gen_ai.usage.completion_tokens")))
+                d = _number(a.get("gen_ai.latency.time_in_model_decode"))
+                error = span.status.code == STATUS_ERROR
+                ts.append(span.start_time_unix_nano / 1e9)
+                request_id.append(_text(a.get("gen_ai.request.id")))
+                trace_id.append(span.trace_id.hex())
+                replicas.append(replica)
+                models.append(resource_model or _text(a.get("gen_ai.response.model")))
+                status.append(500 if error else 200)
+                outcome.append("error" if error else "ok")
+                prompt.append(int(_number(a.get("gen_ai.usage.prompt_tokens"))))
+                completion.append(n_out)
+                max_tokens.append(int(_number(a.get("gen_ai.request.max_tokens"))))
+                ttft.append(_number(a.get("gen_ai.latency.time_to_first_token")))
+                e2e.append(_number(a.get("gen_ai.latency.e2e")))
+                queue.append(_number(a.get("gen_ai.latency.time_in_queue")))
+                prefill.append(_number(a.get("gen_ai.latency.time_in_model_prefill")))
+                decode.append(d)
+                tpot.append(d / (n_out - 1) if n_out > 1 else 0.0)
+    n = len(ts)
+    empty, zeros = [""] * n, [0] * n
+    return {
+        "ts": ts, "source": ["otlp"] * n, "request_id": request_id, "trace_id": trace_id, "replica": replicas,
+        "model": models, "tenant": empty, "route": empty, "status_code": status, "finish_reason": empty,
+        "prompt_tokens": prompt, "completion_tokens": completion, "cached_tokens": zeros, "max_tokens": max_tokens,
+        "ttft_seconds": ttft, "e2e_seconds": e2e, "queue_seconds": queue, "prefill_seconds": prefill,
+        "decode_seconds": decode, "tpot_seconds": tpot, "session": empty, "route_reason": empty,
+        "outcome": outcome, "itl_seconds": [0.0] * n, "prefix_hash": empty, "stream": zeros,
+    }, other
 
 
 def spans_from_message(request: ExportTraceServiceRequest) -> list[SpanRecord]:

@@ -56,6 +56,11 @@ class Sampler:
         self._decisions: OrderedDict[str, float | None] = OrderedDict()
         self._remember = remember
 
+    @property
+    def keeps_everything(self) -> bool:
+        """Every row is kept with weight 1 (no rate below 1): no decision to make or remember."""
+        return self.policy.default_rate >= 1.0 and all(rule.rate >= 1.0 for rule in self.policy.rules)
+
     def rate_for(self, tenant: str, model: str) -> float:
         for rule in self.policy.rules:
             if (rule.tenant is None or rule.tenant == tenant) and (rule.model is None or rule.model == model):

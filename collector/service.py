@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from collector.convert import Batch, SeriesConverter
-from collector.otlp import OtlpError, SpanRecord, decode_json, decode_protobuf, request_row
+from collector.otlp import OtlpError, SpanRecord, decode_json, request_columns, request_row
 from collector.requestlog import parse_request_log
 from collector.sampling import Sampler, SamplingPolicy
 from collector.scrape import Scraper, ScrapeResult
@@ -160,6 +160,18 @@ class Collector:
             self.metrics.requests.labels(source, "kept").inc(count)
         return count
 
+    def add_request_columns(self, columns: dict[str, list], source: str) -> int:
+        """Rows as columns (``REQUEST_COLUMNS`` but ``weight``); sampled like ``add_requests``."""
+        n = len(columns["ts"])
+        if not n:
+            return 0
+        if not self.sampler.keeps_everything:  # per-row decisions (shared with the gateway's rows)
+            return self.add_requests([dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)], source)
+        columns["weight"] = [1.0] * n
+        self.writer.add("requests", {name: columns[name] for name in REQUEST_COLUMNS})
+        self.metrics.requests.labels(source, "kept").inc(n)
+        return n
+
     def on_spans(self, spans: list[SpanRecord]) -> int:
         rows = []
         for span in spans:
@@ -184,13 +196,15 @@ class Collector:
         try:
             body = await self._body(request)
             if request.content_type == "application/json":
-                spans = decode_json(body)
+                self.on_spans(decode_json(body))
             else:
-                spans = decode_protobuf(body)
+                columns, other = request_columns(body)
+                self.metrics.spans.labels("other").inc(other)
+                self.metrics.spans.labels("llm_request").inc(len(columns["ts"]))
+                self.add_request_columns(columns, "otlp")
         except (OtlpError, OSError, RecursionError) as exc:
             self.metrics.bad_bodies.labels("traces").inc()
             return web.json_response({"error": str(exc)}, status=400)
-        self.on_spans(spans)
         if request.content_type == "application/json":
             return web.json_response({})
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (

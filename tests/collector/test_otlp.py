@@ -13,7 +13,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-from collector.otlp import OtlpError, decode_json, decode_protobuf, request_row
+from collector.otlp import OtlpError, decode_json, decode_protobuf, request_columns, request_row
 from collector.requestlog import parse_request_log
 from collector.sampling import Sampler, SamplingPolicy, SamplingRule
 
@@ -172,3 +172,24 @@ def test_both_rows_of_a_request_share_one_decision_and_weight() -> None:
         assert engine_first.weight(engine) == engine_first.weight(gateway)
         kept += w1 or 0.0
     assert kept == pytest.approx(n, rel=0.05)  # joined estimate of the request count: unbiased
+
+
+def test_the_columnar_path_gives_the_same_rows_as_span_records() -> None:
+    startup = Span(name="Executor init", trace_id=bytes(16), span_id=bytes(8))
+    sparse = Span(name="llm_request", trace_id=bytes.fromhex(TRACE), span_id=bytes(8),
+                  attributes=[kv("gen_ai.request.id", 42), kv("gen_ai.usage.completion_tokens", 1),
+                              kv("gen_ai.response.model", "from-span")])
+    bare = ExportTraceServiceRequest(resource_spans=[ResourceSpans(
+        resource={"attributes": [kv("service.name", "vllm-a")]}, scope_spans=[ScopeSpans(spans=[sparse])])])
+    bodies = [export(llm_span(), startup, llm_span(error=True), replica="small-1"), bare.SerializeToString(),
+              export(*[llm_span(trace=f"{i:032x}") for i in range(20)])]
+    for body in bodies:
+        columns, other = request_columns(body)
+        spans = decode_protobuf(body)
+        expected = [row for row in map(request_row, spans) if row is not None]
+        assert other == len(spans) - len(expected)
+        assert len(columns["ts"]) == len(expected)
+        for i, row in enumerate(expected):
+            assert {name: values[i] for name, values in columns.items()} == row
+    sparse_row = {name: values[0] for name, values in request_columns(bodies[1])[0].items()}
+    assert (sparse_row["replica"], sparse_row["model"], sparse_row["request_id"]) == ("vllm-a", "from-span", "42")
