@@ -10,6 +10,7 @@ Out: DataFrames, one row per group, plus ``.attrs["plan"]`` (the tier and aligne
        value in the window), plus the values before counter resets (``samples.reset``, the
        rollups' ``resets``): Prometheus' ``increase()`` without extrapolation. Raw rows and
        rollups give the same numbers (the rollups keep each bucket's first and last value);
+       a drop nobody marked (the collector was away across an engine restart) counts from zero;
      - ``gauge_summary``: ``[by, min, max, avg, last]``: ``avg`` weights every sample equally,
        ``last`` is the mean over the group's series of each series' last value;
      - ``histogram_quantile``: ``[by, quantile, count]``: Prometheus' ``histogram_quantile`` over
@@ -68,9 +69,12 @@ def series_increase(p: Plan) -> str:
         before = f"""
             SELECT fingerprint, argMax(value, ts) AS base, 1 AS has
             FROM samples WHERE {_before("")} AND NOT isNaN(value) GROUP BY fingerprint"""
+    # a negative result means a reset nobody marked (the collector was away when the engine
+    # restarted and had no previous value): count it from zero, as a marked one would be
     return f"""
         SELECT w.fingerprint AS fingerprint,
-               w.last_v - if(b.has = 1, b.base, w.first_v) + w.resets - if(b.has = 1, 0, w.first_reset) AS increase
+               w.last_v - if(b.has = 1, b.base, w.first_v) + w.resets - if(b.has = 1, 0, w.first_reset) AS marked,
+               if(marked < 0, w.last_v + w.resets, marked) AS increase
         FROM ({window}) AS w LEFT JOIN ({before}) AS b ON b.fingerprint = w.fingerprint
         WHERE NOT isNaN(increase)"""
 

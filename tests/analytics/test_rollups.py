@@ -258,3 +258,20 @@ def test_several_distributions_in_one_query_and_no_replica_on_rollups(history) -
         request_totals(client, *h.window, by=["replica"], tier="1h")
     per_replica = request_totals(client, *h.window, by=["replica"], tier="raw")
     assert set(per_replica["replica"]) == {r for r, _ in REPLICAS}
+
+
+def test_an_unmarked_restart_never_gives_a_negative_increase(ch) -> None:  # noqa: ANN001
+    clickhouse_runner.apply(ch)
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
+    # the collector was away while the engine restarted: 500 -> 40 with no reset mark
+    ch.insert_df("samples", pd.DataFrame({
+        "metric": ["vllm:prompt_tokens_total"] * 4, "fingerprint": [7] * 4,
+        "ts": [start, start + timedelta(minutes=1), start + timedelta(minutes=30), start + timedelta(minutes=31)],
+        "value": [400.0, 500.0, 40.0, 70.0], "reset": [0.0] * 4}))
+    ch.insert_df("series", pd.DataFrame({"fingerprint": [7], "metric": ["vllm:prompt_tokens_total"],
+                                         "original_metric": ["vllm:prompt_tokens_total"],
+                                         "labels": [{"replica": "r"}], "first_seen": [start], "last_seen": [start]}))
+    for tier in ("raw", "1m", "1h"):
+        df = counter_increase(ch, "vllm:prompt_tokens_total", start - timedelta(minutes=1) if tier != "1h" else start,
+                              start + timedelta(hours=1), tier=tier)
+        assert df["increase"].tolist() == [70.0], tier  # from zero to 70 after the restart
