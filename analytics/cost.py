@@ -23,7 +23,7 @@ import pandas as pd
 
 from analytics.counters import series_latest
 from analytics.requests import request_totals
-from analytics.tiers import Retention, plan
+from analytics.tiers import Retention, coverage, param_time, plan
 
 __all__ = ["UP_METRIC", "cost_by_tenant", "gpu_spend"]
 
@@ -41,7 +41,8 @@ def gpu_spend(
     now: datetime | None = None,
 ) -> pd.DataFrame:
     """Seconds up and GPU spend per replica over ``[start, end)``."""
-    p = plan(start, end, now=now, retention=retention, kind="samples", tier=tier)
+    p = plan(start, end, now=now, retention=retention, kind="samples", tier=tier,
+             data=coverage(client, "samples") if tier is None else None)
     bucket, width = ("toStartOfHour(v.ts)", 3600) if p.tier.name == "1h" else ("toStartOfMinute(v.ts)", 60)
     sql = f"""
         SELECT s.replica AS replica, any(s.model) AS model, any(s.labels['gpu_type']) AS gpu_type,
@@ -52,10 +53,16 @@ def gpu_spend(
         WHERE v.metric = {{metric:String}} AND v.ts >= {{start:DateTime64(3)}} AND v.ts < {{end:DateTime64(3)}}
         GROUP BY replica ORDER BY replica
     """
-    df = client.query_df(sql, parameters={"metric": UP_METRIC, "start": p.start, "end": p.end})
+    df = client.query_df(sql, parameters={"metric": UP_METRIC, "start": param_time(p.start), "end": param_time(p.end)})
+    unlabelled = df.loc[df["gpu_type"] == "", "replica"].tolist()
+    if unlabelled:
+        raise KeyError(f"no gpu_type label on {', '.join(repr(r) for r in unlabelled[:5])}: give the scrape target "
+                       "gpu_type and gpu_count labels (the fleet spec does) to price it")
     missing = sorted(set(df["gpu_type"]) - set(prices))
     if missing:
         raise KeyError(f"no GPU price for {', '.join(repr(m) for m in missing)}: add one (USD per GPU-hour)")
+    # a window that is not bucket-aligned touches one bucket more than it covers
+    df["up_seconds"] = df["up_seconds"].clip(upper=(p.end - p.start).total_seconds())
     df["gpu_count"] = df["gpu_count"].clip(lower=1)
     df["spend"] = df["up_seconds"] * df["gpu_count"] * df["gpu_type"].map(prices) / 3600.0
     df.attrs["plan"] = p

@@ -7,9 +7,9 @@ Out: a DataFrame ``[group, increase]``. Each sample in the window adds its incre
      restarted): the sample after it counts from zero, as Prometheus' ``increase()`` does
      (without its extrapolation to the window edges), so an increase is never negative.
 
-This works from the values alone (window functions over ``samples``). It is the reference the
-collector's stored ``delta`` and the rollups are checked against; dashboards use the faster
-``analytics.metrics.counter_increase``, which sums deltas on the tier ``analytics.tiers`` picks.
+This works from the values alone (window functions over ``samples``), ignoring the collector's
+reset marks: it is the reference ``analytics.metrics.counter_increase`` (reset marks, on the
+tier ``analytics.tiers`` picks: what pages and rules use) is checked against in the tests.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pandas as pd
+
+from analytics.tiers import param_time
 
 __all__ = ["SERIES_LATEST", "increase", "series_latest"]
 
@@ -62,5 +64,6 @@ def increase(
         ORDER BY {by}
     """
     return client.query_df(
-        sql, parameters={"metric": metric, "start": start, "end": end, "lookback_start": start - lookback}
+        sql, parameters={"metric": metric, "start": param_time(start), "end": param_time(end),
+                         "lookback_start": param_time(start - lookback)}
     )

@@ -10,7 +10,9 @@ Out: DataFrames, one row per group, plus ``.attrs["plan"]`` (the tier and aligne
        value in the window), plus the values before counter resets (``samples.reset``, the
        rollups' ``resets``): Prometheus' ``increase()`` without extrapolation. Raw rows and
        rollups give the same numbers (the rollups keep each bucket's first and last value);
-       a drop nobody marked (the collector was away across an engine restart) counts from zero;
+       when a drop nobody marked (the collector was away across an engine restart) would make
+       the total negative, the series counts from zero at the window's end value instead (the
+       part before the drop is lost; a marked reset loses nothing);
      - ``gauge_summary``: ``[by, min, max, avg, last]``: ``avg`` weights every sample equally,
        ``last`` is the mean over the group's series of each series' last value;
      - ``histogram_quantile``: ``[by, quantile, count]``: Prometheus' ``histogram_quantile`` over
@@ -27,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from analytics.counters import GROUPS, series_latest
-from analytics.tiers import Plan, Retention, plan
+from analytics.tiers import Plan, Retention, coverage, param_time, plan
 
 __all__ = ["LOOKBACK", "bucket_quantile", "counter_increase", "gauge_summary", "histogram_quantile", "series_increase"]
 
@@ -36,8 +38,10 @@ LOOKBACK = timedelta(minutes=15)  # how far before a window its "previous sample
 SETTINGS = {"optimize_aggregation_in_order": 1}
 
 
-def _plan(start: datetime, end: datetime, tier: str | None, retention: Retention | None, now: datetime | None) -> Plan:
-    return plan(start, end, now=now, retention=retention, kind="samples", tier=tier)
+def _plan(client, start: datetime, end: datetime, tier: str | None, retention: Retention | None,  # noqa: ANN001
+          now: datetime | None) -> Plan:
+    data = coverage(client, "samples") if tier is None else None
+    return plan(start, end, now=now, retention=retention, kind="samples", tier=tier, data=data)
 
 
 def _check_by(by: str) -> None:
@@ -47,7 +51,8 @@ def _check_by(by: str) -> None:
 
 def _params(metric: str, p: Plan) -> dict[str, object]:
     lookback = max(LOOKBACK, p.tier.resolution)
-    return {"metric": metric, "start": p.start, "end": p.end, "lookback_start": p.start - lookback}
+    return {"metric": metric, "start": param_time(p.start), "end": param_time(p.end),
+            "lookback_start": param_time(p.start - lookback)}
 
 
 def series_increase(p: Plan) -> str:
@@ -59,8 +64,8 @@ def series_increase(p: Plan) -> str:
                    sum(resets) AS resets
             FROM {p.samples} WHERE {_where("")} GROUP BY fingerprint"""
         before = f"""
-            SELECT fingerprint, argMax(value_last.2, value_last.1) AS base, 1 AS has
-            FROM {p.samples} WHERE {_before("")} GROUP BY fingerprint"""
+            SELECT fingerprint, argMaxIf(value_last.2, value_last.1, NOT isNaN(value_last.2)) AS base, 1 AS has
+            FROM {p.samples} WHERE {_before("")} AND NOT isNaN(value_last.2) GROUP BY fingerprint"""
     else:
         window = f"""
             SELECT fingerprint, argMax(value, ts) AS last_v, argMin(value, ts) AS first_v,
@@ -101,7 +106,7 @@ def counter_increase(
 ) -> pd.DataFrame:
     """Reset-aware increase of counter ``metric`` per ``by`` over ``[start, end)``."""
     _check_by(by)
-    p = _plan(start, end, tier, retention, now)
+    p = _plan(client, start, end, tier, retention, now)
     sql = f"""
         SELECT {GROUPS[by]} AS {by}, sum(v.increase) AS increase
         FROM ({series_increase(p)}) AS v
@@ -126,7 +131,7 @@ def gauge_summary(
 ) -> pd.DataFrame:
     """min / max / avg / last of gauge ``metric`` per ``by`` over ``[start, end)``."""
     _check_by(by)
-    p = _plan(start, end, tier, retention, now)
+    p = _plan(client, start, end, tier, retention, now)
     if p.tier.rollup:
         per_series = f"""
             SELECT v.fingerprint AS fingerprint, min(v.value_min) AS lo, max(v.value_max) AS hi,
@@ -192,7 +197,7 @@ def histogram_quantile(
 ) -> pd.DataFrame:
     """The ``q`` quantile of histogram family ``metric`` per ``by`` over ``[start, end)``."""
     _check_by(by)
-    p = _plan(start, end, tier, retention, now)
+    p = _plan(client, start, end, tier, retention, now)
     sql = f"""
         SELECT {GROUPS[by]} AS {by}, s.le AS le, sum(v.increase) AS count
         FROM ({series_increase(p)}) AS v

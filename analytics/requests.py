@@ -23,7 +23,7 @@ from datetime import datetime
 
 import pandas as pd
 
-from analytics.tiers import Plan, Retention, plan
+from analytics.tiers import Plan, Retention, coverage, param_time, plan
 
 __all__ = ["CONTEXT_BUCKET", "DIMENSIONS", "FIELDS", "request_quantile", "request_quantiles", "request_totals"]
 
@@ -44,19 +44,21 @@ FIELDS = {
 
 
 def _prepare(
+    client,  # noqa: ANN001
     start: datetime, end: datetime, by: list[str] | tuple[str, ...], source: str | None,
     tier: str | None, retention: Retention | None, now: datetime | None,
 ) -> tuple[Plan, str, str, str, dict[str, object]]:
     for dim in by:
         if dim not in DIMENSIONS + RAW_ONLY:
             raise ValueError(f"cannot group requests by {dim!r}; one of {', '.join(DIMENSIONS + RAW_ONLY)}")
-    p = plan(start, end, now=now, retention=retention, kind="requests", tier=tier)
+    p = plan(start, end, now=now, retention=retention, kind="requests", tier=tier,
+             data=coverage(client, "requests") if tier is None else None)
     if p.tier.rollup and any(d in RAW_ONLY for d in by):
         raise ValueError(f"requests are rolled up without {', '.join(RAW_ONLY)}: group by it on the raw tier "
                          f"(tier='raw', windows the raw request log still holds), or use analytics.metrics")
     select = ", ".join(by)
     where = "ts >= {start:DateTime64(3)} AND ts < {end:DateTime64(3)}"
-    params: dict[str, object] = {"start": p.start, "end": p.end}
+    params: dict[str, object] = {"start": param_time(p.start), "end": param_time(p.end)}
     if source is not None:
         where += " AND source = {source:String}"
         params["source"] = source
@@ -82,7 +84,7 @@ def request_totals(
     now: datetime | None = None,
 ) -> pd.DataFrame:
     """Weighted request and token totals per group over ``[start, end)``."""
-    p, table, select, where, params = _prepare(start, end, by, source, tier, retention, now)
+    p, table, select, where, params = _prepare(client, start, end, by, source, tier, retention, now)
     if p.tier.rollup:
         measures = ("sum(rows) AS rows, sum(requests) AS requests, sum(prompt_tokens) AS prompt_tokens, "
                     "sum(completion_tokens) AS completion_tokens, sum(cached_tokens) AS cached_tokens")
@@ -113,7 +115,7 @@ def request_quantile(
         raise ValueError(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
     if not 0 <= q <= 1:
         raise ValueError(f"quantile must be within [0, 1], got {q}")
-    p, table, select, where, params = _prepare(start, end, by, source, tier, retention, now)
+    p, table, select, where, params = _prepare(client, start, end, by, source, tier, retention, now)
     column, sketch, latency = FIELDS[field]
     if p.tier.rollup:
         measure = f"quantileTDigestWeightedMerge({q!r})({sketch}) AS value"
@@ -147,7 +149,7 @@ def request_quantiles(
             raise ValueError(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
     if not levels or not all(0 <= q <= 1 for q in levels):
         raise ValueError(f"quantile levels must be within [0, 1], got {levels}")
-    p, table, select, where, params = _prepare(start, end, by, source, tier, retention, now)
+    p, table, select, where, params = _prepare(client, start, end, by, source, tier, retention, now)
     qs = ", ".join(repr(float(q)) for q in levels)
     measures = []
     for field in fields:

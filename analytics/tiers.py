@@ -1,23 +1,28 @@
 """Which table answers a time range: raw, 1-minute or 1-hour rollups.
 
-In:  a query window ``[start, end)``, the current time and the retention of each tier
-     (``Retention``, from the ``clickhouse.retention`` settings).
+In:  a query window ``[start, end)``, the current time, the retention of each tier
+     (``Retention``, from the ``clickhouse.retention`` settings: ``for_queries()``) and,
+     when a client is at hand, where each tier's data begins (``coverage``).
 Out: a ``Plan``: the tier, its tables (``samples``/``requests``, ``samples_1m``/``requests_1m``,
      ``samples_1h``/``requests_1h``) and the window aligned to the tier's resolution.
 
 Rule (after SigNoz, DESIGN.md section 6): the finest tier whose span limit covers the window
-and whose retention still holds its start: raw up to ``raw_max_span`` (6 h by default), 1 min
-up to ``minute_max_span`` (7 days), 1 h beyond. A rollup window is widened to whole buckets
+and whose retention (and data, when known) still holds its start: raw up to ``raw_max_span``
+(6 h by default), 1 min up to ``minute_max_span`` (7 days), 1 h beyond. The data check
+matters where a tier begins later than its retention says: a store migrated recently, or
+synthetic history (``fleetscope bench seed``) written at 1-minute resolution for its last day
+only. A rollup window is widened to whole buckets
 (start floored, end ceiled), so a rollup answer covers at most one bucket more at each end
 than asked; ``Plan.start``/``Plan.end`` say exactly which window was answered.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["HOUR", "MINUTE", "RAW", "TIERS", "Plan", "Retention", "Tier", "plan"]
+__all__ = ["HOUR", "MINUTE", "RAW", "TIERS", "Plan", "Retention", "Tier", "coverage", "param_time", "plan"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,33 @@ class Plan:
         return self.tier.requests
 
 
+def param_time(value: datetime) -> str:
+    """A query parameter for a ``DateTime64(3)`` placeholder, to the millisecond (a datetime
+    parameter would be formatted to whole seconds)."""
+    return _utc(value).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+_COVERAGE: dict[tuple[int, str], tuple[float, dict[str, datetime | None]]] = {}
+COVERAGE_TTL_S = 60.0
+
+
+def coverage(client, kind: str = "samples") -> dict[str, datetime | None]:  # noqa: ANN001
+    """Tier name -> the earliest time its table holds (None: empty), cached for a minute per
+    client. Answered from part metadata (the tables are partitioned by time), so it is cheap."""
+    key = (id(client), kind)
+    hit = _COVERAGE.get(key)
+    now = time.monotonic()
+    if hit is not None and now - hit[0] < COVERAGE_TTL_S:
+        return hit[1]
+    found: dict[str, datetime | None] = {}
+    for tier in TIERS.values():
+        table = tier.samples if kind == "samples" else tier.requests
+        rows, earliest = client.query(f"SELECT count(), min(ts) FROM {table}").result_rows[0]
+        found[tier.name] = _utc(earliest) if rows else None
+    _COVERAGE[key] = (now, found)
+    return found
+
+
 def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
@@ -87,11 +119,14 @@ def plan(
     retention: Retention | None = None,
     kind: str = "samples",
     tier: str | None = None,
+    data: dict[str, datetime | None] | None = None,
 ) -> Plan:
     """The table and aligned window that answer ``[start, end)``.
 
     ``kind`` is ``samples`` (metrics) or ``requests`` (the request log: its raw table has its
     own retention). ``tier`` forces one (``raw``, ``1m``, ``1h``), e.g. to compare them.
+    ``data`` (from ``coverage``) says where each tier's rows begin: a tier that begins after
+    ``start`` is passed over for a coarser one that holds the start.
     """
     start, end = _utc(start), _utc(end)
     if end <= start:
@@ -107,12 +142,26 @@ def plan(
         r = retention or Retention()
         span = end - start
         raw_days = r.raw_days if kind == "samples" else r.requests_days
+        def holds(name: str) -> bool:
+            if data is None or name not in data:
+                return True
+            begins = data[name]
+            # empty, or beginning after the window starts (bucket-aligned: a rollup bucket
+            # that contains the start counts)
+            if begins is None:
+                return False
+            resolution = TIERS[name].resolution
+            return begins <= (_align(start, start + resolution, resolution)[0] if resolution else start)
+
+        candidates = []
         if span <= r.raw_max_span and r.keeps(raw_days, start, now):
-            chosen = RAW
-        elif span <= r.minute_max_span and r.keeps(r.minute_days, start, now):
-            chosen = MINUTE
-        else:
-            chosen = HOUR
+            candidates.append(RAW)
+        if span <= r.minute_max_span and r.keeps(r.minute_days, start, now):
+            candidates.append(MINUTE)
+        candidates.append(HOUR)
+        # the finest that holds the start; when none does (a store younger than the window),
+        # the finest allowed: it has the most of what there is
+        chosen = next((t for t in candidates if holds(t.name)), candidates[0])
     if chosen.rollup:
         start, end = _align(start, end, chosen.resolution)
     return Plan(chosen, start, end)

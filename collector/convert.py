@@ -145,6 +145,7 @@ class _Layout:
     fingerprint: np.ndarray  # uint64
     cumulative: np.ndarray  # bool
     last: np.ndarray  # float64: last value of each cumulative series (NaN: none yet)
+    skipped: int = 0  # duplicate samples left out per scrape
 
 
 SAMPLE_COLUMNS = ("metric", "fingerprint", "ts", "value", "reset")
@@ -213,6 +214,7 @@ class SeriesConverter:
         values = np.array(raw, dtype=np.float64)
         if layout.keep is not None:
             values = values[layout.keep]
+            self.duplicates += layout.skipped
         prev = layout.last
         counted = layout.cumulative & ~np.isnan(values)
         reset = np.where(counted & (values < prev), prev, 0.0)  # NaN prev: no comparison holds
@@ -290,5 +292,7 @@ class SeriesConverter:
                 metric=np.array(metrics[first_row:], dtype=object),
                 fingerprint=np.array(fps_kept, dtype=np.uint64),
                 cumulative=cumulative_kept,
-                last=np.array([last.get(fp, np.nan) if c else np.nan for fp, c in zip(fps_kept, cumulative_kept.tolist(), strict=True)]),
+                last=np.array([last.get(fp, prior.get(fp, np.nan)) if c else np.nan
+                               for fp, c in zip(fps_kept, cumulative_kept.tolist(), strict=True)]),
+                skipped=len(exposition.series) - len(kept),
             )

@@ -75,13 +75,17 @@ class RetentionSettings(_Section):
 
     @model_validator(mode="after")
     def _tiers_nest(self) -> RetentionSettings:
-        longest = self.raw_days
+        def days(value: float) -> float:
+            return float("inf") if value == 0 else value  # 0 keeps forever
+
+        finer_name, finer = "raw_days", days(self.raw_days)
         for name in ("minute_days", "hour_days"):
-            days = getattr(self, name)
-            if days and longest and days < longest:
-                raise ValueError(f"{name} ({days:g}) is shorter than a finer tier's retention ({longest:g}): "
+            keep = days(getattr(self, name))
+            if keep < finer:
+                shown = "forever (0)" if finer == float("inf") else f"{finer:g} days"
+                raise ValueError(f"{name} ({getattr(self, name):g}) is shorter than {finer_name} ({shown}): "
                                  "coarser tiers should keep at least as long")
-            longest = days or longest
+            finer_name, finer = name, keep
         return self
 
     def days(self) -> Days:

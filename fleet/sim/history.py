@@ -432,12 +432,13 @@ def _seed_requests(client, cals, replicas: list[Replica], start: float, end: flo
     frames, total, hours = [], 0, list(_hours(start, end))
     weight = np.float32(1.0 / rate)
     for i, hour in enumerate(hours):
+        span = min(3600.0, end - hour)  # the last hour ends now, not in the future
         mix = tenant_mix(hour, end)
         share = float(long_share(np.array([hour]), end)[0])
         for model, group in by_model.items():
             profile = group[0].profile
             fleet_rate = sum(r.factor for r in group) * profile.peak_rate * float(load(np.array([hour + 1800]), end)[0])
-            n = int(rng.poisson(fleet_rate * 3600 * rate))
+            n = int(rng.poisson(fleet_rate * span * rate))
             if n == 0:
                 continue
             per_replica = fleet_rate / len(group)
@@ -451,7 +452,7 @@ def _seed_requests(client, cals, replicas: list[Replica], start: float, end: flo
                                         chat_pool[rng.integers(0, len(chat_pool), n)])
             tenants = rng.choice(list(mix), size=n, p=list(mix.values()))
             tenants = np.where(is_long, "hooli", tenants)
-            ts = hour + np.sort(rng.random(n)) * 3600
+            ts = hour + np.sort(rng.random(n)) * span
             frames.append(pd.DataFrame({
                 "ts": pd.to_datetime(ts, unit="s", utc=True),
                 "source": "gateway",

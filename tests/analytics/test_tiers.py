@@ -67,3 +67,31 @@ def test_forcing_a_tier_and_bad_windows() -> None:
         plan(NOW, NOW - timedelta(hours=1))
     naive = plan(datetime(2026, 11, 29, 11), datetime(2026, 11, 29, 12), now=NOW)
     assert naive.start.tzinfo is UTC  # naive datetimes are read as UTC
+
+
+def test_a_tier_whose_rows_begin_after_the_window_start_is_passed_over() -> None:
+    # as after `fleetscope bench seed`: 1-minute rows for the last day only, raw for minutes
+    data = {"raw": NOW - timedelta(minutes=20), "1m": NOW - timedelta(days=1), "1h": NOW - timedelta(days=30)}
+    assert plan(NOW - timedelta(days=3), NOW, now=NOW, data=data).tier.name == "1h"
+    assert plan(NOW - timedelta(hours=12), NOW, now=NOW, data=data).tier.name == "1m"
+    assert plan(NOW - timedelta(hours=2), NOW, now=NOW, data=data).tier.name == "1m"
+    assert plan(NOW - timedelta(minutes=10), NOW, now=NOW, data=data).tier.name == "raw"
+    # a store younger than the window: the finest tier the span allows, not a coarser one
+    young = {"raw": NOW - timedelta(minutes=5), "1m": NOW - timedelta(minutes=5), "1h": NOW - timedelta(minutes=30)}
+    assert plan(NOW - timedelta(minutes=15), NOW, now=NOW, data=young).tier.name == "raw"
+    empty = {"raw": None, "1m": None, "1h": None}
+    assert plan(NOW - timedelta(days=2), NOW, now=NOW, data=empty).tier.name == "1m"
+
+
+def test_coverage_reads_where_each_tier_begins(ch) -> None:  # noqa: ANN001
+    import pandas as pd
+
+    from analytics.tiers import coverage
+    from migrations import clickhouse_runner
+
+    clickhouse_runner.apply(ch)
+    assert coverage(ch, "requests") == {"raw": None, "1m": None, "1h": None}
+    t = datetime(2026, 11, 29, 10, 17, 5, tzinfo=UTC)
+    ch.insert_df("samples", pd.DataFrame({"metric": ["m"], "fingerprint": [1], "ts": [t], "value": [1.0]}))
+    found = coverage(ch, "samples")
+    assert found == {"raw": t, "1m": t.replace(second=0), "1h": t.replace(minute=0, second=0)}

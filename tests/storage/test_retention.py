@@ -67,4 +67,14 @@ def test_migrate_applies_the_configured_retention(tmp_path: Path) -> None:
     assert "set the retention of samples" in third.stdout and "set the retention of samples_1m" not in third.stdout
     bad = run_cli("migrate", cwd=tmp_path, env={"FLEETSCOPE_CLICKHOUSE_RETENTION_HOUR_DAYS": "2"})
     assert bad.returncode == 2
-    assert "hour_days (2) is shorter than a finer tier's retention" in bad.stderr
+    assert "hour_days (2) is shorter than minute_days (90 days)" in bad.stderr
+
+
+def test_keeping_forever_is_the_longest_retention() -> None:
+    from fleetscope.settings import RetentionSettings
+
+    with pytest.raises(ValueError, match=r"hour_days \(30\) is shorter than minute_days \(forever \(0\)\)"):
+        RetentionSettings(minute_days=0, hour_days=30)
+    with pytest.raises(ValueError, match=r"minute_days \(5\) is shorter than raw_days \(forever"):
+        RetentionSettings(raw_days=0, minute_days=5)
+    assert RetentionSettings(raw_days=0, minute_days=0, hour_days=0).days() == retention.Days(0, 30, 0, 0)
