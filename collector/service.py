@@ -98,8 +98,7 @@ class Collector:
         batch = Batch()
         converter.convert(result, batch)
         self.renamed.update(converter.renamed)
-        for table, columns in batch.tables.items():
-            self.writer.add(table, columns)
+        self.writer.add_tables(batch.tables)  # one scrape's rows are spooled together
         self.metrics.scrapes.labels(result.target.job, "ok" if result.up else "failed").inc()
         self.metrics.samples.inc(result.samples)
         was_up = self._up.get(result.target.key)

@@ -7,7 +7,9 @@ Out: ``insert_df`` calls on a clickhouse-connect client, at most about one per t
 Nothing is lost when ClickHouse is away, and nothing is counted twice:
 - every batch gets a deduplication token and is written to the spool directory (a
   write-ahead file) *before* it is inserted; the file is removed only after the insert
-  succeeded. A crash between insert and removal replays the batch on restart, and the
+  succeeded. One file holds the batches of every table cut at the same time, and
+  ``add_tables`` queues one scrape's rows for all tables at once, so a crash keeps a scrape's
+  samples and its ``scrapes`` row together or loses both (a lost interval, never half of one). A crash between insert and removal replays the batch on restart, and the
   tables' ``non_replicated_deduplication_window`` (replicated tables dedupe by default)
   drops the repeat because the token is the same.
 - while an insert fails, batches stay in the spool and are replayed oldest first, with
@@ -91,6 +93,20 @@ def _rows(columns: dict[str, Any]) -> int:
     return len(next(iter(columns.values()))) if columns else 0
 
 
+def _write_atomic(path: Path, payload: bytes) -> None:
+    """Write ``path`` so that it exists whole or not at all (temp file, fsync, rename)."""
+    tmp = path.with_suffix(".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _combine(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     """One batch from the chunks ``add`` received: lists stay lists; a column that came as
     numpy arrays in any chunk becomes one array (of that array's dtype)."""
@@ -154,24 +170,31 @@ class Writer:
     def add(self, table: str, columns: dict[str, Any]) -> None:
         """Queue rows for ``table`` (columns as lists or numpy arrays). The writer takes
         ownership of them (no copy): the caller must not change them afterwards."""
-        rows = _rows(columns)
-        if not rows:
-            return
+        self.add_tables({table: columns})
+
+    def add_tables(self, tables: dict[str, dict[str, Any]]) -> None:
+        """Queue rows for several tables at once: they go to the spool in the same file (e.g. a
+        scrape's samples, its series and its scrapes row), so a crash keeps all or none."""
+        sizes = {}
         with self._lock:
-            chunks = self._buffers.get(table)
-            if chunks is None:
-                chunks = self._buffers[table] = []
-                self._buffer_since[table] = time.monotonic()
-            chunks.append(columns)
-            size = self._counts[table] = self._counts.get(table, 0) + rows
-        if size >= self.config.batch_rows:
+            for table, columns in tables.items():
+                rows = _rows(columns)
+                if not rows:
+                    continue
+                chunks = self._buffers.get(table)
+                if chunks is None:
+                    chunks = self._buffers[table] = []
+                    self._buffer_since[table] = time.monotonic()
+                chunks.append(columns)
+                sizes[table] = self._counts[table] = self._counts.get(table, 0) + rows
+        if any(size >= self.config.batch_rows for size in sizes.values()):
             self._wake.set()
-        if size >= 2 * self.config.max_buffer_rows:
+        if any(size >= 2 * self.config.max_buffer_rows for size in sizes.values()):
             # the writer thread is stuck (e.g. a hanging insert): spool here to bound memory
             try:
-                self._cut(table)
+                self._cut(*self._due(force=True))
             except OSError as exc:
-                log.error("cannot spool %s rows: %s", table, exc)
+                log.error("cannot spool %s rows: %s", ", ".join(sizes), exc)
 
     # ------------------------------------------------------------------ spool
     def _spooled(self) -> list[Path]:
@@ -192,32 +215,42 @@ class Writer:
         self.metrics.spool_batches.set(count)
         self.metrics.spool_bytes.set(size)
 
-    def _cut(self, table: str) -> None:
-        """Take the buffered rows of ``table`` and write them to the spool as one batch."""
+    def _cut(self, *tables: str) -> None:
+        """Take the buffered rows of ``tables`` and write them to the spool as one file, so that
+        a crash keeps all of one flush or none of it (a scrape's samples and its scrapes row
+        land together)."""
         with self._lock:
-            chunks = self._buffers.pop(table, None)
-            self._buffer_since.pop(table, None)
-            self._counts.pop(table, None)
-            if not chunks:
+            taken = []
+            for table in tables:
+                chunks = self._buffers.pop(table, None)
+                self._buffer_since.pop(table, None)
+                self._counts.pop(table, None)
+                if chunks:
+                    taken.append((table, chunks))
+            if not taken:
                 return
             self._seq += 1
             seq = self._seq
-        columns = _combine(chunks)
-        token = uuid.uuid4().hex
-        payload = pickle.dumps({"table": table, "token": token, "columns": columns}, protocol=5)
+        batches = [{"table": table, "token": uuid.uuid4().hex, "columns": _combine(chunks)} for table, chunks in taken]
+        payload = pickle.dumps({"batches": batches}, protocol=5)
         _count, used = self.spool_size()
         if used + len(payload) > self.config.spool_max_bytes:
-            rows = _rows(columns)
-            self.metrics.dropped.labels(table).inc(rows)
-            log.error("spool full (%d bytes): dropped %d %s rows", used, rows, table)
+            for batch in batches:
+                rows = _rows(batch["columns"])
+                self.metrics.dropped.labels(batch["table"]).inc(rows)
+                log.error("spool full (%d bytes): dropped %d %s rows", used, rows, batch["table"])
             return
-        path = self.spool / f"{seq:012d}-{table}-{token}.batch"
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(path)
+        names = "+".join(batch["table"] for batch in batches)
+        path = self.spool / f"{seq:012d}-{names}-{batches[0]['token']}.batch"
+        try:
+            _write_atomic(path, payload)
+        except OSError:  # disk full / unwritable: the rows go back to the buffers, tried again later
+            with self._lock:
+                for table, chunks in taken:
+                    self._buffers[table] = chunks + self._buffers.get(table, [])
+                    self._counts[table] = self._counts.get(table, 0) + sum(_rows(c) for c in chunks)
+                    self._buffer_since.setdefault(table, time.monotonic())
+            raise
         self._update_spool_metrics()
 
     # ------------------------------------------------------------------ flushing
@@ -229,41 +262,56 @@ class Writer:
                 if force or self._counts.get(t, 0) >= self.config.batch_rows or now - self._buffer_since[t] >= self.config.flush_interval_s
             ]
 
-    def _reject(self, path: Path, table: str, rows: int, reason: str) -> None:
-        path.replace(self.spool / "rejected" / path.name)
+    def _reject(self, path: Path, batches: list[dict[str, Any]], index: int, reason: str) -> bool:
+        """Set one table's batch of a spooled file aside in ``spool/rejected/`` (a file of its own)
+        and keep the file's other batches; then go on with those. Returns ``_insert``'s answer."""
+        batch = batches[index]
+        table, rows = batch["table"], _rows(batch["columns"])
+        _write_atomic(self.spool / "rejected" / f"{path.stem}-{table}.batch", pickle.dumps(batch, protocol=5))
+        rest = batches[:index] + batches[index + 1 :]
+        if rest:
+            _write_atomic(path, pickle.dumps({"batches": rest}, protocol=5))
+        else:
+            path.unlink()
         self._attempts.pop(path.name, None)
         self.metrics.rejected.labels(table).inc(rows)
         log.error("store refuses a %s batch (%s): moved to %s", table, reason, self.spool / "rejected")
         self._update_spool_metrics()
+        return self._insert(path) if rest else True
 
     def _insert(self, path: Path) -> bool:
-        """Insert one spooled batch; remove the file on success. False when it must wait."""
-        batch = pickle.loads(path.read_bytes())
-        table, token, columns = batch["table"], batch["token"], batch["columns"]
-        try:
-            frame = _frame(columns)
-        except (ValueError, OverflowError, TypeError) as exc:  # deterministic: retrying cannot help
-            self._reject(path, table, _rows(columns), f"cannot build rows: {exc}")
-            return True
-        t0 = time.perf_counter()
-        try:
-            self.client.insert_df(table, frame, settings={"insert_deduplication_token": token})
-        except Exception as exc:  # noqa: BLE001 - every store failure is handled the same way
-            self.metrics.batches.labels(table, "error").inc()
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            if not self._ping():  # an outage: not this batch's fault
-                self._attempts.pop(path.name, None)
-            elif not any(marker in str(exc) for marker in _TRANSIENT) and not isinstance(exc, OSError):
-                tries = self._attempts[path.name] = self._attempts.get(path.name, 0) + 1
-                if tries >= self.config.max_attempts:
-                    self._reject(path, table, _rows(columns), first)
-                    return True
-            log.warning("insert into %s failed (%s); batch kept in the spool", table, first)
-            return False
+        """Insert one spooled file (one batch per table); remove it when all landed. False when
+        it must wait. A table inserted before another failed is inserted again on the retry,
+        and its deduplication token makes the store drop the repeat."""
+        data = pickle.loads(path.read_bytes())
+        batches = data["batches"] if "batches" in data else [data]  # files of older versions: one table
+        landed = []
+        for index, batch in enumerate(batches):
+            table, token, columns = batch["table"], batch["token"], batch["columns"]
+            try:
+                frame = _frame(columns)
+            except (ValueError, OverflowError, TypeError) as exc:  # deterministic: retrying cannot help
+                return self._reject(path, batches, index, f"cannot build rows: {exc}")
+            t0 = time.perf_counter()
+            try:
+                self.client.insert_df(table, frame, settings={"insert_deduplication_token": token})
+            except Exception as exc:  # noqa: BLE001 - every store failure is handled the same way
+                self.metrics.batches.labels(table, "error").inc()
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                if not self._ping():  # an outage: not this batch's fault
+                    self._attempts.pop(path.name, None)
+                elif not any(marker in str(exc) for marker in _TRANSIENT) and not isinstance(exc, OSError):
+                    tries = self._attempts[path.name] = self._attempts.get(path.name, 0) + 1
+                    if tries >= self.config.max_attempts:
+                        return self._reject(path, batches, index, first)
+                log.warning("insert into %s failed (%s); batch kept in the spool", table, first)
+                return False
+            landed.append((table, _rows(columns), time.perf_counter() - t0))
         self._attempts.pop(path.name, None)
-        self.metrics.latency.labels(table).observe(time.perf_counter() - t0)
-        self.metrics.rows.labels(table).inc(_rows(columns))
-        self.metrics.batches.labels(table, "ok").inc()
+        for table, rows, seconds in landed:
+            self.metrics.latency.labels(table).observe(seconds)
+            self.metrics.rows.labels(table).inc(rows)
+            self.metrics.batches.labels(table, "ok").inc()
         path.unlink()
         self._update_spool_metrics()
         return True
@@ -276,12 +324,14 @@ class Writer:
             return False
 
     def spool_due(self, force: bool = False) -> None:
-        """Move due buffers to the spool (disk), without inserting."""
-        for table in self._due(force):
-            try:
-                self._cut(table)
-            except OSError as exc:  # disk full / unwritable: keep the rows in memory, try later
-                log.error("cannot spool %s rows: %s", table, exc)
+        """Move due buffers to the spool (disk), all due tables in one file, without inserting."""
+        due = self._due(force)
+        if not due:
+            return
+        try:
+            self._cut(*due)
+        except OSError as exc:  # disk full / unwritable: the rows stay in memory, tried again later
+            log.error("cannot spool %s rows: %s", ", ".join(due), exc)
 
     def flush(self, force: bool = True) -> bool:
         """Spool due buffers and insert every spooled batch in order. True when all landed."""
