@@ -19,8 +19,10 @@ than asked; ``Plan.start``/``Plan.end`` say exactly which window was answered.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 __all__ = ["HOUR", "MINUTE", "RAW", "TIERS", "Plan", "Retention", "Tier", "coverage", "param_time", "plan"]
 
@@ -79,15 +81,19 @@ def param_time(value: datetime) -> str:
     return _utc(value).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
-_COVERAGE: dict[tuple[int, str], tuple[float, dict[str, datetime | None]]] = {}
+# client -> kind -> (when read, tier -> earliest row); weak, so a closed client's entry goes
+_COVERAGE: weakref.WeakKeyDictionary[Any, dict[str, tuple[float, dict[str, datetime | None]]]] = weakref.WeakKeyDictionary()
 COVERAGE_TTL_S = 60.0
 
 
 def coverage(client, kind: str = "samples") -> dict[str, datetime | None]:  # noqa: ANN001
     """Tier name -> the earliest time its table holds (None: empty), cached for a minute per
     client. Answered from part metadata (the tables are partitioned by time), so it is cheap."""
-    key = (id(client), kind)
-    hit = _COVERAGE.get(key)
+    try:
+        cached = _COVERAGE.setdefault(client, {})
+    except TypeError:  # a client that cannot be weakly referenced: no cache
+        cached = {}
+    hit = cached.get(kind)
     now = time.monotonic()
     if hit is not None and now - hit[0] < COVERAGE_TTL_S:
         return hit[1]
@@ -96,7 +102,7 @@ def coverage(client, kind: str = "samples") -> dict[str, datetime | None]:  # no
         table = tier.samples if kind == "samples" else tier.requests
         rows, earliest = client.query(f"SELECT count(), min(ts) FROM {table}").result_rows[0]
         found[tier.name] = _utc(earliest) if rows else None
-    _COVERAGE[key] = (now, found)
+    cached[kind] = (now, found)
     return found
 
 

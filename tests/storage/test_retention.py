@@ -37,7 +37,7 @@ def test_ttls_follow_the_config_and_only_change_what_differs(ch) -> None:
 def test_expired_raw_days_are_dropped_while_the_rollups_keep_them(ch) -> None:
     clickhouse_runner.apply(ch)
     now = datetime.now(UTC).replace(microsecond=0)
-    old = now - timedelta(days=10)
+    old = now.replace(second=0) - timedelta(days=10)  # both old samples in one minute
     ch.insert_df("samples", pd.DataFrame({
         "metric": ["vllm:prompt_tokens_total"] * 4, "fingerprint": [1, 1, 1, 1],
         "ts": [old, old + timedelta(seconds=5), now - timedelta(seconds=5), now],
