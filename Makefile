@@ -20,7 +20,7 @@ help:
 	@echo "make demo       - set up and run fleetscope on the embedded store (chDB + SQLite)"
 	@echo "make test       - set up and run the whole test suite (real engines, PostgreSQL started if needed)"
 	@echo "make test-fast  - the suite without the slow real-engine tests"
-	@echo "make bench      - the benchmark suite (~12 min): each figure beside its reference; JSON in bench/results/"
+	@echo "make bench      - the benchmark suite (~10 min): each figure beside its reference; JSON in bench/results/"
 	@echo "make clean      - remove .venv and ./data"
 
 $(PY):
@@ -47,7 +47,7 @@ test-fast: install
 	scripts/ensure-postgres.sh
 	$(BIN)/pytest -m "not slow"
 
-# about 12 minutes on 2 cores; every figure beside its reference, JSON in bench/results/
+# about 10 minutes on 2 cores; every figure beside its reference, JSON in bench/results/
 bench: install
 	@mkdir -p bench/results
 	@echo "== 1. parser vs prometheus_client" && $(PY) bench/bench_exposition.py --json bench/results/exposition.json
