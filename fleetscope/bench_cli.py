@@ -9,6 +9,7 @@ Out: ``fleet.sim.history.seed`` run against the configured store (after its sche
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from typing import Annotated
@@ -81,10 +82,17 @@ def seed(
             fail(f"the store already holds {rows:,} samples; seeded history would mix with them "
                  "(use another clickhouse.url, or --force)", code=2)
         typer.echo(f"seeding {days:g} days of {replicas} simulated replicas into {settings.clickhouse.url}", err=True)
-        report = write_history(
-            client, replicas=replicas, days=days, raw_hours=raw_hours, minute_hours=minute_hours,
-            interval_s=interval, request_sample_rate=request_sample_rate, seed_value=seed_value, progress=ProgressBar(),
-        )
+        # the embedded ClickHouse takes SIGINT for itself when it starts: take Ctrl-C back
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            report = write_history(
+                client, replicas=replicas, days=days, raw_hours=raw_hours, minute_hours=minute_hours,
+                interval_s=interval, request_sample_rate=request_sample_rate, seed_value=seed_value, progress=ProgressBar(),
+            )
+        except KeyboardInterrupt:
+            typer.echo("\ninterrupted: the store holds part of the history; seed a fresh store "
+                       "(another clickhouse.url) or run again with --force", err=True)
+            raise typer.Exit(130) from None
     finally:
         client.close()
     typer.echo(

@@ -57,22 +57,14 @@ SELECT
 FROM (SELECT metric, fingerprint, ts AS raw_ts, value, reset FROM {{local:samples}})
 GROUP BY metric, fingerprint, ts;
 
-CREATE TABLE IF NOT EXISTS {{local:samples_1h}} {{on_cluster}} (
-    metric LowCardinality(String),
-    fingerprint UInt64,
-    ts DateTime('UTC') CODEC(DoubleDelta, ZSTD(1)) COMMENT 'start of the hour',
-    resets SimpleAggregateFunction(sum, Float64) COMMENT 'counters: sum of samples.reset in the bucket',
-    value_min SimpleAggregateFunction(min, Float64) COMMENT 'inf when the bucket has no finite sample',
-    value_max SimpleAggregateFunction(max, Float64) COMMENT '-inf when the bucket has no finite sample',
-    value_sum SimpleAggregateFunction(sum, Float64) COMMENT 'sum of the finite values (avg = value_sum / value_count)',
-    value_count SimpleAggregateFunction(sum, UInt64) COMMENT 'number of finite samples',
-    value_first SimpleAggregateFunction(min, Tuple(DateTime64(3, 'UTC'), Float64, Float64)) COMMENT '(time, value, reset) of the first sample that is not NaN',
-    value_last SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), Float64)) COMMENT '(time, value) of the last sample that is not NaN'
-) ENGINE = {{engine:AggregatingMergeTree}}
+CREATE TABLE IF NOT EXISTS {{local:samples_1h}} {{on_cluster}} AS {{local:samples_1m}}
+ENGINE = {{engine:AggregatingMergeTree}}
 PARTITION BY toYYYYMM(ts)
 ORDER BY (metric, fingerprint, ts)
 SETTINGS ttl_only_drop_parts = 1
 COMMENT 'Samples rolled up per series and hour (from samples, by samples_1h_mv)';
+
+ALTER TABLE {{local:samples_1h}} {{on_cluster}} COMMENT COLUMN ts 'start of the hour';
 
 {{distributed:samples_1h:fingerprint}};
 
@@ -159,6 +151,8 @@ PARTITION BY toYYYYMM(ts)
 ORDER BY (model, tenant, ts, source, route, outcome, finish_reason, context_bucket)
 SETTINGS ttl_only_drop_parts = 1
 COMMENT 'Request log rolled up per hour and dimension set (from requests, by requests_1h_mv)';
+
+ALTER TABLE {{local:requests_1h}} {{on_cluster}} COMMENT COLUMN ts 'start of the hour';
 
 {{distributed:requests_1h:rand()}};
 
