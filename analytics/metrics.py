@@ -178,8 +178,8 @@ def bucket_quantile(q: float, bounds: np.ndarray, counts: np.ndarray) -> float:
     if i == 0 and upper <= 0:
         return upper
     in_bucket = counts[i] - below
-    if in_bucket <= 0:
-        return upper
+    if in_bucket <= 0:  # q = 0 on an empty first bucket: 0/0 in Prometheus too
+        return math.nan
     return lower + (upper - lower) * (rank - below) / in_bucket
 
 
