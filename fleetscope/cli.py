@@ -110,10 +110,13 @@ def collect(
 
 
 from fleetscope.bench_cli import app as bench_app
+from fleetscope.catalog_cli import prices_app, slo_app
 from fleetscope.fleet_cli import app as fleet_app
 
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(bench_app, name="bench")
+app.add_typer(prices_app, name="prices")
+app.add_typer(slo_app, name="slo")
 
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from migrations import clickhouse_runner
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 SHIPPED_CH = [m.filename for m in clickhouse_runner.discover()]
 
 
-@pytest.mark.parametrize("command", [[], ["version"], ["migrate"], ["config"], ["config", "show"], ["config", "check"]])
+@pytest.mark.parametrize("command", [[], ["version"], ["migrate"], ["config"], ["config", "show"], ["config", "check"],
+                                     ["prices", "set"], ["slo", "set"], ["fleet", "simulate"]])
 def test_every_command_answers_help(command: list[str], tmp_path: Path) -> None:
     result = run_cli(*command, "--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -104,3 +105,28 @@ def test_config_show_hides_passwords(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "https://fs:***@ch.example:8443/fleet" in result.stdout
     assert "hunter2" not in result.stdout
+
+
+def test_prices_and_slos_from_the_command_line(tmp_path: Path) -> None:
+    listed = run_cli("prices", "list", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "H100" in listed.stdout and "cpu-demo" in listed.stdout  # seeded by the migration
+    assert run_cli("prices", "set", "H100", "2.25", cwd=tmp_path).returncode == 0
+    assert "2.2500" in run_cli("prices", "list", cwd=tmp_path).stdout
+    bad = run_cli("prices", "set", "--", "H100", "-1", cwd=tmp_path)
+    assert bad.returncode == 2 and "usd_per_gpu_hour must be >= 0" in bad.stderr
+    assert run_cli("slo", "set", "tiny-small", "ttft", "1.0", cwd=tmp_path).returncode == 0
+    assert "tiny-small ttft p99 <= 1s" in run_cli("slo", "list", cwd=tmp_path).stdout
+    wrong = run_cli("slo", "set", "tiny-small", "latency", "1.0", cwd=tmp_path)
+    assert wrong.returncode == 2 and "metric must be one of" in wrong.stderr
+    assert run_cli("slo", "delete", "tiny-small", "ttft", cwd=tmp_path).returncode == 0
+    assert run_cli("slo", "delete", "tiny-small", "ttft", cwd=tmp_path).returncode == 2
+
+
+def test_fleet_simulate_writes_a_scenario_into_the_store(tmp_path: Path) -> None:
+    (tmp_path / "fleet.yaml").write_text((ROOT / "fleet.yaml").read_text())
+    result = run_cli("fleet", "simulate", "--scenario", "tenant-shift", "--seed", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "request-log rows" in result.stdout and "bigcorp-onboarded" in result.stdout
+    again = run_cli("fleet", "simulate", "--scenario", "no-such-scenario", cwd=tmp_path)
+    assert again.returncode == 2 and "no-such-scenario" in again.stderr

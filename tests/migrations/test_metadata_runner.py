@@ -10,7 +10,7 @@ from migrations import metadata_runner
 from storage.metadata import Base, make_engine
 
 EXPECTED = {"gpu_prices", "replicas", "slos", "annotations", "leases"}
-REVISIONS = ["0001", "0002"]
+REVISIONS = ["0001", "0002", "0003"]
 
 
 def table_names(url: str) -> set[str]:
