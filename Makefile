@@ -56,6 +56,7 @@ bench: install
 	@echo "== 3 + 5. warehouse: bytes per sample, panel queries" && $(PY) bench/bench_warehouse.py --json bench/results/warehouse.json
 	@echo "== insert path" && $(PY) bench/bench_store_insert.py --json bench/results/store_insert.json
 	@echo "== simulator scale" && $(PY) bench/bench_sim.py --levels 250,500 --json bench/results/sim.json
+	@echo "== 6. analytics: ClickHouse vs Python on the same data" && $(PY) bench/bench_analytics.py --json bench/results/analytics.json
 	@$(PY) bench/summary.py bench/results
 
 clean:

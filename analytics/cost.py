@@ -1,100 +1,217 @@
-"""GPU spend and cost per token: replica uptime x GPUs x price, shared out by tenants' tokens.
+"""GPU spend and cost per token: replica uptime x GPUs x price, idle shown on its own, shared out
+by tokens, and compared with reference API prices.
 
-In:  a client, a window ``[start, end)``, GPU prices (``{gpu_type: USD per GPU-hour}``), token
-     weights, and optionally a forced tier / retention / current time (``analytics.tiers``).
+In:  a client, a window ``[start, end)``, GPU prices (``{gpu_type: USD per GPU-hour}``, kept in
+     the metadata DB: ``storage.catalog.gpu_prices``), ``TokenWeights``, ``Filters`` (model,
+     replica; tenant/route for showback), and optionally a forced tier / retention / time.
 Out: DataFrames with ``.attrs["plan"]``:
-     - ``gpu_spend``: per replica ``[replica, model, gpu_type, gpu_count, up_seconds, spend]``.
-       A replica is up in a bucket of the tier (minute on raw and 1 min, hour on 1 h) when
-       its engine reported ``vllm:num_requests_running`` in it; spend = up seconds x GPUs x
-       price / 3600 (DESIGN.md section 5), idle time included.
-     - ``cost_by_tenant``: per tenant ``[tenant, prompt_tokens, completion_tokens,
-       cached_tokens, weighted_tokens, share, spend, cost_per_million_tokens]``: the whole
-       spend (idle included, shared in proportion) split by weighted tokens, where a computed
-       prompt token weighs ``input_weight``, a cached one ``cached_weight`` and an output
-       token ``output_weight``; cost per 1M tokens = tenant spend / (prompt + output tokens).
+     - ``gpu_hours``: per replica ``[replica, model, gpu_type, gpu_count, up_seconds,
+       busy_seconds, gpu_hours]``. A replica is up in a bucket of the tier (a minute on raw and
+       1 min, an hour on 1 h) when its engine reported ``vllm:num_requests_running`` in it, and
+       busy when that gauge was above 0 at some scrape of the bucket;
+     - ``gpu_spend``: the same plus ``spend`` = up seconds x GPUs x price / 3600 (DESIGN.md
+       section 5; idle included), ``idle_spend`` (the up-but-not-busy part) and ``busy_spend``;
+     - ``cost_per_token``: per ``by`` (model or replica) and a ``(fleet)`` row: spend, idle spend,
+       tokens from the engines' counters (``vllm:prompt_tokens_total``, its cached part
+       ``vllm:prompt_tokens_cached_total``, ``vllm:generation_tokens_total``; reset-aware),
+       ``cost_per_million_tokens`` = spend / (prompt + output tokens) x 10^6, and a price list
+       per 1M ``input`` / ``cached`` / ``output`` tokens that splits the spend by the weights
+       (a computed prompt token weighs ``input``, a cached one ``cached``, an output token
+       ``output``);
+     - ``cost_by_tenant``: showback from the request log (weighted rows): each tenant's
+       ``direct`` spend (the busy spend shared by weighted tokens), ``idle`` (the idle spend
+       shared in proportion, OpenCost's idea; or one ``(idle)`` row with ``idle="separate"``),
+       ``spend`` and ``cost_per_million_tokens``;
+     - ``compare_reference``: what the same tokens would cost at reference API prices per 1M
+       tokens, and the ratio of our cost to it.
 A GPU type without a price raises ``KeyError`` naming it: a missing price must not read as free.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 import pandas as pd
 
 from analytics.counters import series_latest
+from analytics.filters import Filters
+from analytics.metrics import counter_increase
 from analytics.requests import request_totals
 from analytics.tiers import Retention, coverage, param_time, plan
 
-__all__ = ["UP_METRIC", "cost_by_tenant", "gpu_spend"]
+__all__ = ["FLEET", "UP_METRIC", "ReferencePrice", "TokenWeights", "compare_reference", "cost_by_tenant",
+           "cost_per_token", "gpu_hours", "gpu_spend"]
 
 UP_METRIC = "vllm:num_requests_running"  # every vLLM engine reports it; present while it is up
+FLEET = "(fleet)"
+IDLE = "(idle)"
+PROMPT, CACHED, OUTPUT = "vllm:prompt_tokens_total", "vllm:prompt_tokens_cached_total", "vllm:generation_tokens_total"
 
 
-def gpu_spend(
-    client,  # noqa: ANN001
-    start: datetime,
-    end: datetime,
-    prices: dict[str, float],
-    *,
-    tier: str | None = None,
-    retention: Retention | None = None,
-    now: datetime | None = None,
+@dataclass(frozen=True)
+class TokenWeights:
+    """Relative cost of a computed prompt token, a cached prompt token and an output token
+    (API price lists run about 1 : 0.1-0.5 : 4)."""
+
+    input: float = 1.0
+    cached: float = 0.25
+    output: float = 4.0
+
+    def __post_init__(self) -> None:
+        if min(self.input, self.cached, self.output) < 0 or self.input + self.output <= 0:
+            raise ValueError("token weights must be >= 0, with input + output > 0")
+
+
+@dataclass(frozen=True)
+class ReferencePrice:
+    """A provider's list price in USD per 1M tokens (input, cached input, output)."""
+
+    name: str
+    input: float
+    output: float
+    cached: float | None = None  # None: priced as input
+
+
+def gpu_hours(
+    client, start: datetime, end: datetime, *, filters: Filters | None = None,  # noqa: ANN001
+    tier: str | None = None, retention: Retention | None = None, now: datetime | None = None,
 ) -> pd.DataFrame:
-    """Seconds up and GPU spend per replica over ``[start, end)``."""
+    """Seconds up and busy, and GPU-hours, per replica over ``[start, end)``."""
     p = plan(start, end, now=now, retention=retention, kind="samples", tier=tier,
              data=coverage(client, "samples") if tier is None else None)
-    bucket, width = ("toStartOfHour(v.ts)", 3600) if p.tier.name == "1h" else ("toStartOfMinute(v.ts)", 60)
+    bucket, width = ("toStartOfHour(ts)", 3600) if p.tier.name == "1h" else ("toStartOfMinute(ts)", 60)
+    peak = "max(value_max)" if p.tier.rollup else "max(value)"
+    condition, params = filters.series() if filters else ("", {})
     sql = f"""
         SELECT s.replica AS replica, any(s.model) AS model, any(s.labels['gpu_type']) AS gpu_type,
                toUInt32OrZero(any(s.labels['gpu_count'])) AS gpu_count,
-               uniqExact({bucket}) * {width} AS up_seconds
-        FROM {p.samples} AS v
+               uniqExact(v.b) * {width} AS up_seconds, uniqExactIf(v.b, v.peak > 0) * {width} AS busy_seconds
+        FROM (SELECT fingerprint, {bucket} AS b, {peak} AS peak FROM {p.samples}
+              WHERE metric = {{metric:String}} AND ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+              GROUP BY fingerprint, b) AS v
         INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
-        WHERE v.metric = {{metric:String}} AND v.ts >= {{start:DateTime64(3)}} AND v.ts < {{end:DateTime64(3)}}
+        WHERE {condition or 1}
         GROUP BY replica ORDER BY replica
     """
-    df = client.query_df(sql, parameters={"metric": UP_METRIC, "start": param_time(p.start), "end": param_time(p.end)})
+    params.update(metric=UP_METRIC, start=param_time(p.start), end=param_time(p.end))
+    df = client.query_df(sql, parameters=params)
+    # a window that is not bucket-aligned touches one bucket more than it covers
+    span = (p.end - p.start).total_seconds()
+    df["up_seconds"] = df["up_seconds"].clip(upper=span).astype(float)
+    df["busy_seconds"] = df["busy_seconds"].clip(upper=df["up_seconds"]).astype(float)
+    df["gpu_count"] = df["gpu_count"].clip(lower=1)
+    df["gpu_hours"] = df["up_seconds"] * df["gpu_count"] / 3600.0
+    df.attrs["plan"] = p
+    return df
+
+
+def gpu_spend(
+    client, start: datetime, end: datetime, prices: dict[str, float], *, filters: Filters | None = None,  # noqa: ANN001
+    tier: str | None = None, retention: Retention | None = None, now: datetime | None = None,
+) -> pd.DataFrame:
+    """Spend per replica over ``[start, end)``: all of it, its idle part and its busy part."""
+    df = gpu_hours(client, start, end, filters=filters, tier=tier, retention=retention, now=now)
     unlabelled = df.loc[df["gpu_type"] == "", "replica"].tolist()
     if unlabelled:
         raise KeyError(f"no gpu_type label on {', '.join(repr(r) for r in unlabelled[:5])}: give the scrape target "
                        "gpu_type and gpu_count labels (the fleet spec does) to price it")
     missing = sorted(set(df["gpu_type"]) - set(prices))
     if missing:
-        raise KeyError(f"no GPU price for {', '.join(repr(m) for m in missing)}: add one (USD per GPU-hour)")
-    # a window that is not bucket-aligned touches one bucket more than it covers
-    df["up_seconds"] = df["up_seconds"].clip(upper=(p.end - p.start).total_seconds())
-    df["gpu_count"] = df["gpu_count"].clip(lower=1)
-    df["spend"] = df["up_seconds"] * df["gpu_count"] * df["gpu_type"].map(prices) / 3600.0
-    df.attrs["plan"] = p
+        raise KeyError(f"no GPU price for {', '.join(repr(m) for m in missing)}: add one (USD per GPU-hour, "
+                       "fleetscope prices set)")
+    per_second = df["gpu_count"] * df["gpu_type"].map(prices).astype(float) / 3600.0
+    df["spend"] = df["up_seconds"] * per_second
+    df["idle_spend"] = (df["up_seconds"] - df["busy_seconds"]) * per_second
+    df["busy_spend"] = df["spend"] - df["idle_spend"]
+    return df
+
+
+def _engine_tokens(client, start, end, by, kw) -> pd.DataFrame:  # noqa: ANN001
+    frames = []
+    for name, metric in (("prompt_tokens", PROMPT), ("cached_tokens", CACHED), ("completion_tokens", OUTPUT)):
+        frames.append(counter_increase(client, metric, start, end, by, **kw).set_index(by)["increase"].rename(name))
+    return pd.concat(frames, axis=1).fillna(0.0).reset_index().rename(columns={"index": by})
+
+
+def _price_list(df: pd.DataFrame, weights: TokenWeights) -> pd.DataFrame:
+    computed = df["prompt_tokens"] - df["cached_tokens"]
+    weighted = computed * weights.input + df["cached_tokens"] * weights.cached + df["completion_tokens"] * weights.output
+    per_weighted = (df["spend"] / weighted).where(weighted > 0)
+    billed = df["prompt_tokens"] + df["completion_tokens"]
+    df["cost_per_million_tokens"] = (df["spend"] / billed * 1e6).where(billed > 0)
+    df["input_per_million"] = per_weighted * weights.input * 1e6
+    df["cached_per_million"] = per_weighted * weights.cached * 1e6
+    df["output_per_million"] = per_weighted * weights.output * 1e6
+    df["idle_share"] = (df["idle_spend"] / df["spend"]).where(df["spend"] > 0)
+    return df
+
+
+def cost_per_token(
+    client, start: datetime, end: datetime, prices: dict[str, float], *, by: str = "model",  # noqa: ANN001
+    weights: TokenWeights | None = None, filters: Filters | None = None, tier: str | None = None,
+    retention: Retention | None = None, now: datetime | None = None,
+) -> pd.DataFrame:
+    """Spend, tokens served and cost per 1M tokens per ``by`` (model or replica) and for the fleet."""
+    if by not in ("model", "replica"):
+        raise ValueError("by must be 'model' or 'replica'")
+    weights = weights or TokenWeights()
+    kw = {"filters": filters, "tier": tier, "retention": retention, "now": now}
+    spend = gpu_spend(client, start, end, prices, **kw)
+    money = spend.groupby(by)[["spend", "idle_spend", "busy_spend", "gpu_hours"]].sum().reset_index()
+    tokens = _engine_tokens(client, start, end, by, kw)
+    df = money.merge(tokens, on=by, how="outer").fillna(0.0)
+    total = df.drop(columns=[by]).sum().to_frame().T
+    total.insert(0, by, FLEET)
+    df = pd.concat([df, total], ignore_index=True) if len(df) else df
+    df = _price_list(df, weights)
+    df.attrs.update(plan=spend.attrs["plan"], weights=weights)
     return df
 
 
 def cost_by_tenant(
-    client,  # noqa: ANN001
-    start: datetime,
-    end: datetime,
-    prices: dict[str, float],
-    *,
-    input_weight: float = 1.0,
-    cached_weight: float = 0.25,
-    output_weight: float = 4.0,
-    tier: str | None = None,
-    retention: Retention | None = None,
-    now: datetime | None = None,
+    client, start: datetime, end: datetime, prices: dict[str, float], *,  # noqa: ANN001
+    weights: TokenWeights | None = None, idle: str = "share", filters: Filters | None = None,
+    tier: str | None = None, retention: Retention | None = None, now: datetime | None = None,
 ) -> pd.DataFrame:
-    """The window's GPU spend shared out by tenants' weighted tokens; cost per 1M tokens."""
-    spend = gpu_spend(client, start, end, prices, tier=tier, retention=retention, now=now)
-    tokens = request_totals(client, start, end, by=["tenant"], tier=tier, retention=retention, now=now)
+    """Showback: the window's spend per tenant, direct (by weighted tokens) plus idle."""
+    if idle not in ("share", "separate"):
+        raise ValueError("idle must be 'share' (in proportion to use) or 'separate' (its own row)")
+    weights = weights or TokenWeights()
+    engine_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
+    spend = gpu_spend(client, start, end, prices, filters=engine_filters, tier=tier, retention=retention, now=now)
+    tokens = request_totals(client, start, end, by=["tenant"], tier=tier, retention=retention, now=now, filters=filters)
+    plan_used = tokens.attrs["plan"]
     computed = tokens["prompt_tokens"] - tokens["cached_tokens"]
-    tokens["weighted_tokens"] = (computed * input_weight + tokens["cached_tokens"] * cached_weight
-                                 + tokens["completion_tokens"] * output_weight)
+    tokens["weighted_tokens"] = (computed * weights.input + tokens["cached_tokens"] * weights.cached
+                                 + tokens["completion_tokens"] * weights.output)
     total = float(tokens["weighted_tokens"].sum())
     tokens["share"] = tokens["weighted_tokens"] / total if total > 0 else 0.0
-    tokens["spend"] = tokens["share"] * float(spend["spend"].sum())
+    busy, idle_spend = float(spend["busy_spend"].sum()), float(spend["idle_spend"].sum())
+    tokens["direct"] = tokens["share"] * busy
+    tokens["idle"] = tokens["share"] * idle_spend if idle == "share" else 0.0
+    tokens["spend"] = tokens["direct"] + tokens["idle"]
+    if idle == "separate" and idle_spend > 0:
+        row = {c: 0.0 for c in tokens.columns} | {"tenant": IDLE, "idle": idle_spend, "spend": idle_spend}
+        tokens = pd.concat([tokens, pd.DataFrame([row])], ignore_index=True)
     billed = tokens["prompt_tokens"] + tokens["completion_tokens"]
     tokens["cost_per_million_tokens"] = (tokens["spend"] / billed * 1e6).where(billed > 0)
-    out = tokens[["tenant", "prompt_tokens", "completion_tokens", "cached_tokens", "weighted_tokens", "share", "spend",
-                  "cost_per_million_tokens"]]
-    out.attrs["plan"] = tokens.attrs["plan"]
-    out.attrs["spend_plan"] = spend.attrs["plan"]
+    out = tokens[["tenant", "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "weighted_tokens", "share",
+                  "direct", "idle", "spend", "cost_per_million_tokens"]]
+    out.attrs.update(plan=plan_used, spend_plan=spend.attrs["plan"], weights=weights)
     return out
+
+
+def compare_reference(row: pd.Series | dict, references: list[ReferencePrice]) -> pd.DataFrame:
+    """For one ``cost_per_token`` row: each reference's price for the same tokens, and ours."""
+    computed = float(row["prompt_tokens"]) - float(row["cached_tokens"])
+    cached, output, ours = float(row["cached_tokens"]), float(row["completion_tokens"]), float(row["spend"])
+    rows = []
+    for ref in references:
+        cached_price = ref.input if ref.cached is None else ref.cached
+        theirs = (computed * ref.input + cached * cached_price + output * ref.output) / 1e6
+        rows.append({"reference": ref.name, "input_per_million": ref.input, "cached_per_million": cached_price,
+                     "output_per_million": ref.output, "reference_cost": theirs, "our_cost": ours,
+                     "ratio": ours / theirs if theirs > 0 else float("nan")})
+    return pd.DataFrame(rows, columns=["reference", "input_per_million", "cached_per_million", "output_per_million",
+                                       "reference_cost", "our_cost", "ratio"])

@@ -30,7 +30,9 @@ SERIES_LATEST = """
     FROM series {where} GROUP BY fingerprint
 """
 
-GROUPS = {"replica": "s.replica", "model": "s.model", "instance": "s.instance", "fingerprint": "v.fingerprint"}
+# by -> SQL over the joined series ``s`` / values ``v``; "fleet" puts every series in one group
+GROUPS = {"replica": "s.replica", "model": "s.model", "instance": "s.instance", "fingerprint": "v.fingerprint",
+          "fleet": "'(fleet)'"}
 
 
 def series_latest(metric_param: str | None = None) -> str:

@@ -29,9 +29,10 @@ import numpy as np
 import pandas as pd
 
 from analytics.counters import GROUPS, series_latest
+from analytics.filters import Filters
 from analytics.tiers import Plan, Retention, coverage, param_time, plan
 
-__all__ = ["LOOKBACK", "bucket_quantile", "counter_increase", "gauge_summary", "histogram_quantile", "series_increase"]
+__all__ = ["LOOKBACK", "bucket_quantile", "bucket_share_below", "counter_increase", "gauge_summary", "histogram_buckets", "histogram_quantile", "series_increase"]
 
 LOOKBACK = timedelta(minutes=15)  # how far before a window its "previous sample" is looked for
 # per-series aggregation follows the tables' sort key (metric, fingerprint, ts): stream it
@@ -53,6 +54,12 @@ def _params(metric: str, p: Plan) -> dict[str, object]:
     lookback = max(LOOKBACK, p.tier.resolution)
     return {"metric": metric, "start": param_time(p.start), "end": param_time(p.end),
             "lookback_start": param_time(p.start - lookback)}
+
+
+def _series_filter(filters: Filters | None, params: dict[str, object]) -> tuple[str, dict[str, object]]:
+    """(condition on the joined series ``s``, parameters): ``1`` without filters."""
+    condition, extra = filters.series() if filters else ("", {})
+    return condition or "1", {**params, **extra}
 
 
 def series_increase(p: Plan) -> str:
@@ -103,17 +110,20 @@ def counter_increase(
     tier: str | None = None,
     retention: Retention | None = None,
     now: datetime | None = None,
+    filters: Filters | None = None,
 ) -> pd.DataFrame:
     """Reset-aware increase of counter ``metric`` per ``by`` over ``[start, end)``."""
     _check_by(by)
     p = _plan(client, start, end, tier, retention, now)
+    series_where, params = _series_filter(filters, _params(metric, p))
     sql = f"""
         SELECT {GROUPS[by]} AS {by}, sum(v.increase) AS increase
         FROM ({series_increase(p)}) AS v
         INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
+        WHERE {series_where}
         GROUP BY {by} ORDER BY {by}
     """
-    df = client.query_df(sql, parameters=_params(metric, p), settings=SETTINGS)
+    df = client.query_df(sql, parameters=params, settings=SETTINGS)
     df.attrs["plan"] = p
     return df
 
@@ -128,10 +138,12 @@ def gauge_summary(
     tier: str | None = None,
     retention: Retention | None = None,
     now: datetime | None = None,
+    filters: Filters | None = None,
 ) -> pd.DataFrame:
     """min / max / avg / last of gauge ``metric`` per ``by`` over ``[start, end)``."""
     _check_by(by)
     p = _plan(client, start, end, tier, retention, now)
+    series_where, params = _series_filter(filters, _params(metric, p))
     if p.tier.rollup:
         per_series = f"""
             SELECT v.fingerprint AS fingerprint, min(v.value_min) AS lo, max(v.value_max) AS hi,
@@ -144,16 +156,16 @@ def gauge_summary(
                    maxIf(v.value, isFinite(v.value)) AS hi, sumIf(v.value, isFinite(v.value)) AS total,
                    countIf(isFinite(v.value)) AS n, argMaxIf(v.value, v.ts, NOT isNaN(v.value)) AS last
             FROM samples AS v WHERE {_where()} GROUP BY v.fingerprint"""
-    group = "v.fingerprint" if by == "fingerprint" else f"s.{by}"
+    group = GROUPS[by]
     sql = f"""
         SELECT {group} AS {by}, min(v.lo) AS min, max(v.hi) AS max,
                if(sum(v.n) > 0, sum(v.total) / sum(v.n), nan) AS avg, avg(v.last) AS last
         FROM ({per_series}) AS v
         INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
-        WHERE v.n > 0
+        WHERE v.n > 0 AND {series_where}
         GROUP BY {by} ORDER BY {by}
     """
-    df = client.query_df(sql, parameters=_params(metric, p), settings=SETTINGS)
+    df = client.query_df(sql, parameters=params, settings=SETTINGS)
     df.attrs["plan"] = p
     return df
 
@@ -183,6 +195,57 @@ def bucket_quantile(q: float, bounds: np.ndarray, counts: np.ndarray) -> float:
     return lower + (upper - lower) * (rank - below) / in_bucket
 
 
+def histogram_buckets(
+    client,
+    metric: str,
+    start: datetime,
+    end: datetime,
+    by: str = "model",
+    *,
+    tier: str | None = None,
+    retention: Retention | None = None,
+    now: datetime | None = None,
+    filters: Filters | None = None,
+) -> pd.DataFrame:
+    """``[by, le, count]``: histogram family ``metric``'s bucket increases over ``[start, end)``
+    summed per ``by`` and upper bound (cumulative, as exposed)."""
+    _check_by(by)
+    p = _plan(client, start, end, tier, retention, now)
+    series_where, params = _series_filter(filters, _params(f"{metric}_bucket", p))
+    sql = f"""
+        SELECT {GROUPS[by]} AS {by}, s.le AS le, sum(v.increase) AS count
+        FROM ({series_increase(p)}) AS v
+        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
+        WHERE NOT isNaN(s.le) AND {series_where}
+        GROUP BY {by}, le ORDER BY {by}, le
+    """
+    buckets = client.query_df(sql, parameters=params, settings=SETTINGS)
+    buckets.attrs["plan"] = p
+    return buckets
+
+
+def bucket_share_below(threshold: float, bounds: np.ndarray, counts: np.ndarray) -> tuple[float, float]:
+    """(observations <= ``threshold``, all observations) of cumulative ``counts`` at ``bounds``,
+    interpolating linearly inside the bucket the threshold falls in (as ``histogram_quantile``
+    does in the other direction)."""
+    counts = np.maximum.accumulate(np.asarray(counts, dtype=float))
+    total = float(counts[-1]) if len(counts) else 0.0
+    if total <= 0:
+        return 0.0, 0.0
+    i = int(np.searchsorted(bounds, threshold, side="left"))  # the first bound >= threshold
+    if i >= len(bounds):
+        return total, total
+    if math.isinf(bounds[i]):  # above the highest finite bound: the +Inf bucket's share is unknown, not good
+        return (float(counts[i - 1]) if i > 0 else 0.0), total
+    if bounds[i] == threshold:
+        return float(counts[i]), total
+    lower, below = (0.0, 0.0) if i == 0 else (float(bounds[i - 1]), float(counts[i - 1]))
+    upper = float(bounds[i])
+    if upper <= lower:
+        return below, total
+    return below + (counts[i] - below) * (threshold - lower) / (upper - lower), total
+
+
 def histogram_quantile(
     client,
     metric: str,
@@ -194,22 +257,14 @@ def histogram_quantile(
     tier: str | None = None,
     retention: Retention | None = None,
     now: datetime | None = None,
+    filters: Filters | None = None,
 ) -> pd.DataFrame:
     """The ``q`` quantile of histogram family ``metric`` per ``by`` over ``[start, end)``."""
-    _check_by(by)
-    p = _plan(client, start, end, tier, retention, now)
-    sql = f"""
-        SELECT {GROUPS[by]} AS {by}, s.le AS le, sum(v.increase) AS count
-        FROM ({series_increase(p)}) AS v
-        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
-        WHERE NOT isNaN(s.le)
-        GROUP BY {by}, le ORDER BY {by}, le
-    """
-    buckets = client.query_df(sql, parameters=_params(f"{metric}_bucket", p), settings=SETTINGS)
+    buckets = histogram_buckets(client, metric, start, end, by, tier=tier, retention=retention, now=now, filters=filters)
     rows = []
     for group, frame in (buckets.groupby(by, sort=True) if len(buckets) else ()):
         bounds, counts = frame["le"].to_numpy(float), frame["count"].to_numpy(float)
         rows.append({by: group, "quantile": bucket_quantile(q, bounds, counts), "count": float(counts[-1])})
     df = pd.DataFrame(rows, columns=[by, "quantile", "count"])
-    df.attrs["plan"] = p
+    df.attrs["plan"] = buckets.attrs["plan"]
     return df

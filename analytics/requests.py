@@ -4,7 +4,8 @@ quantiles, grouped by request dimensions.
 In:  a client, a window ``[start, end)``, ``by`` (a list of: model, tenant, route, outcome,
      finish_reason, context_bucket, source; ``replica`` on the raw tier only), the row ``source`` (``gateway``: the
      gateway's log, which knows tenants; ``otlp``: engine spans; ``None``: both), and
-     optionally a forced tier / retention / current time (``analytics.tiers.plan``).
+     optionally ``filters`` (``analytics.filters.Filters``) and a forced tier / retention /
+     current time (``analytics.tiers.plan``).
 Out: DataFrames, one row per group, with ``.attrs["plan"]``:
      - ``request_totals``: ``rows`` (sampled rows), ``requests`` (sum of weights: the estimated
        number of requests), weighted ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``;
@@ -23,6 +24,7 @@ from datetime import datetime
 
 import pandas as pd
 
+from analytics.filters import Filters, request_rows
 from analytics.tiers import Plan, Retention, coverage, param_time, plan
 
 __all__ = ["CONTEXT_BUCKET", "DIMENSIONS", "FIELDS", "request_quantile", "request_quantiles", "request_totals"]
@@ -46,7 +48,8 @@ FIELDS = {
 def _prepare(
     client,  # noqa: ANN001
     start: datetime, end: datetime, by: list[str] | tuple[str, ...], source: str | None,
-    tier: str | None, retention: Retention | None, now: datetime | None,
+    tier: str | None, retention: Retention | None, now: datetime | None, filters: Filters | None = None,
+    step: float | None = None,
 ) -> tuple[Plan, str, str, str, dict[str, object]]:
     for dim in by:
         if dim not in DIMENSIONS + RAW_ONLY:
@@ -59,15 +62,30 @@ def _prepare(
     select = ", ".join(by)
     where = "ts >= {start:DateTime64(3)} AND ts < {end:DateTime64(3)}"
     params: dict[str, object] = {"start": param_time(p.start), "end": param_time(p.end)}
-    if source is not None:
-        where += " AND source = {source:String}"
-        params["source"] = source
+    condition, extra = request_rows(source, filters, raw=not p.tier.rollup)
+    where += f" AND {condition}"
+    params.update(extra)
     # raw rows get their context bucket computed (the rollups store it)
     table = p.requests if p.tier.rollup else f"(SELECT *, {CONTEXT_BUCKET} AS context_bucket FROM {p.requests})"
+    if step is not None:
+        if step < 1:
+            raise ValueError(f"step must be at least 1 second, got {step}")
+        if p.tier.rollup:  # whole buckets of the tier
+            res = int(p.tier.resolution.total_seconds())
+            step = max(res, -(-int(step) // res) * res)
+        select = ", ".join([f"toDateTime64(toStartOfInterval(ts, INTERVAL {int(step)} SECOND), 3, 'UTC') AS step_ts", *by])
     return p, table, select, where, params
 
 
+def _group(by: list[str] | tuple[str, ...], step: float | None) -> str:
+    keys = (["step_ts"] if step is not None else []) + list(by)
+    return f" GROUP BY {', '.join(keys)} ORDER BY {', '.join(keys)}" if keys else ""
+
+
 def _finish(df: pd.DataFrame, p: Plan) -> pd.DataFrame:
+    if "step_ts" in df:
+        df = df.rename(columns={"step_ts": "ts"})
+        df["ts"] = pd.to_datetime(df["ts"], utc=True)
     df.attrs["plan"] = p
     return df
 
@@ -82,16 +100,18 @@ def request_totals(
     tier: str | None = None,
     retention: Retention | None = None,
     now: datetime | None = None,
+    filters: Filters | None = None,
+    step: float | None = None,
 ) -> pd.DataFrame:
     """Weighted request and token totals per group over ``[start, end)``."""
-    p, table, select, where, params = _prepare(client, start, end, by, source, tier, retention, now)
+    p, table, select, where, params = _prepare(client, start, end, by, source, tier, retention, now, filters, step)
     if p.tier.rollup:
         measures = ("sum(rows) AS rows, sum(requests) AS requests, sum(prompt_tokens) AS prompt_tokens, "
                     "sum(completion_tokens) AS completion_tokens, sum(cached_tokens) AS cached_tokens")
     else:
         measures = ("count() AS rows, sum(toFloat64(weight)) AS requests, sum(weight * prompt_tokens) AS prompt_tokens, "
                     "sum(weight * completion_tokens) AS completion_tokens, sum(weight * cached_tokens) AS cached_tokens")
-    group = f" GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else ""
+    group = _group(by, step)
     head = f"{select}, " if select else ""
     sql = f"SELECT {head}{measures} FROM {table} WHERE {where}{group}"
     return _finish(client.query_df(sql, parameters=params), p)
@@ -109,13 +129,15 @@ def request_quantile(
     tier: str | None = None,
     retention: Retention | None = None,
     now: datetime | None = None,
+    filters: Filters | None = None,
+    step: float | None = None,
 ) -> pd.DataFrame:
     """The weighted ``q`` quantile of ``field`` per group over ``[start, end)``."""
     if field not in FIELDS:
         raise ValueError(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
     if not 0 <= q <= 1:
         raise ValueError(f"quantile must be within [0, 1], got {q}")
-    p, table, select, where, params = _prepare(client, start, end, by, source, tier, retention, now)
+    p, table, select, where, params = _prepare(client, start, end, by, source, tier, retention, now, filters, step)
     column, sketch, latency = FIELDS[field]
     if p.tier.rollup:
         measure = f"quantileTDigestWeightedMerge({q!r})({sketch}) AS value"
@@ -123,7 +145,7 @@ def request_quantile(
         measure = f"quantileExactWeighted({q!r})({column}, toUInt64(greatest(1, round(weight)))) AS value"
         if latency:
             where += f" AND {column} > 0"
-    group = f" GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else ""
+    group = _group(by, step)
     head = f"{select}, " if select else ""
     sql = f"SELECT {head}{measure} FROM {table} WHERE {where}{group}"
     return _finish(client.query_df(sql, parameters=params), p)
@@ -141,6 +163,8 @@ def request_quantiles(
     tier: str | None = None,
     retention: Retention | None = None,
     now: datetime | None = None,
+    filters: Filters | None = None,
+    step: float | None = None,
 ) -> pd.DataFrame:
     """Weighted quantiles of several ``fields`` at several ``levels`` per group, in one query:
     columns ``{field}_q{level}`` (e.g. ``prompt_tokens_q0.9``)."""
@@ -149,7 +173,7 @@ def request_quantiles(
             raise ValueError(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
     if not levels or not all(0 <= q <= 1 for q in levels):
         raise ValueError(f"quantile levels must be within [0, 1], got {levels}")
-    p, table, select, where, params = _prepare(client, start, end, by, source, tier, retention, now)
+    p, table, select, where, params = _prepare(client, start, end, by, source, tier, retention, now, filters, step)
     qs = ", ".join(repr(float(q)) for q in levels)
     measures = []
     for field in fields:
@@ -159,7 +183,7 @@ def request_quantiles(
         else:
             valid = f"{column} > 0" if latency else "1"
             measures.append(f"quantilesExactWeightedIf({qs})({column}, toUInt64(greatest(1, round(weight))), {valid}) AS {field}")
-    group = f" GROUP BY {', '.join(by)} ORDER BY {', '.join(by)}" if by else ""
+    group = _group(by, step)
     head = f"{select}, " if select else ""
     df = client.query_df(f"SELECT {head}{', '.join(measures)} FROM {table} WHERE {where}{group}", parameters=params)
     for field in fields:

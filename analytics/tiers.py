@@ -11,7 +11,7 @@ and whose retention (and data, when known) still holds its start: raw up to ``ra
 (6 h by default), 1 min up to ``minute_max_span`` (7 days), 1 h beyond. The data check
 matters where a tier begins later than its retention says: a store migrated recently, or
 synthetic history (``fleetscope bench seed``) written at 1-minute resolution for its last day
-only. A rollup window is widened to whole buckets
+only; raw rows that begin within a minute of the start still hold it. A rollup window is widened to whole buckets
 (start floored, end ceiled), so a rollup answer covers at most one bucket more at each end
 than asked; ``Plan.start``/``Plan.end`` say exactly which window was answered.
 """
@@ -84,6 +84,7 @@ def param_time(value: datetime) -> str:
 # client -> kind -> (when read, tier -> earliest row); weak, so a closed client's entry goes
 _COVERAGE: weakref.WeakKeyDictionary[Any, dict[str, tuple[float, dict[str, datetime | None]]]] = weakref.WeakKeyDictionary()
 COVERAGE_TTL_S = 60.0
+RAW_GRACE = timedelta(minutes=1)  # raw data beginning this soon after a window's start still holds it
 
 
 def coverage(client, kind: str = "samples") -> dict[str, datetime | None]:  # noqa: ANN001
@@ -157,7 +158,9 @@ def plan(
             if begins is None:
                 return False
             resolution = TIERS[name].resolution
-            return begins <= (_align(start, start + resolution, resolution)[0] if resolution else start)
+            if not resolution:  # raw rows begin at the first scrape or request: allow for that
+                return begins <= start + RAW_GRACE
+            return begins <= _align(start, start + resolution, resolution)[0]
 
         candidates = []
         if span <= r.raw_max_span and r.keeps(raw_days, start, now):

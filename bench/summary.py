@@ -1,4 +1,4 @@
-"""The five headline figures of `make bench`, from the JSON results of this run.
+"""The headline figures of `make bench`, from the JSON results of this run.
 
 In:  bench/results/*.json written by the benchmarks of one `make bench`.
 Out: one block on stdout: each figure, its comparison measured in the same run, and the goal.
@@ -52,6 +52,12 @@ def main() -> None:
                   f"raw rows over 30 d {p['raw_30d_ms'] / 1000:.1f} s ({how}) = {p['raw_30d_ms'] / p['month']['p95_ms']:,.0f}x; "
                   f"on a short window raw {p['raw_window']['p95_ms']:.0f} ms vs rollup {p['rollup_window']['p95_ms']:.0f} ms "
                   f"({ratio:.1f}x)")
+    if analytics := load(directory, "analytics"):
+        d, lat, sat, ex = analytics["drift"], analytics["latency_over_time"], analytics["saturation_over_time"], analytics["explain"]
+        print(f"6. analytics in ClickHouse vs the obvious Python way, same data: drift {d['ours_ms']:.0f} ms vs rows+scipy "
+              f"{d['naive_ms']:.0f} ms ({d['ratio']:.1f}x); p99 TTFT over time {lat['ours_ms']:.0f} ms vs a query per step "
+              f"({lat['ratio']:.0f}x); saturation over time {sat['ours_ms']:.0f} ms ({sat['ratio']:.0f}x); "
+              f"explain on a 15-min incident {ex['ms']:.0f} ms")
     print("=======================================================================")
 
 

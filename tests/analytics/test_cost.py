@@ -1,69 +1,177 @@
-"""GPU spend from replica uptime and cost per 1M tokens by tenant, on hand-made rows."""
+"""Cost on a hand-computed example: two replicas, two tenants, idle time and an engine restart
+(a counter reset), priced from the metadata DB. Every expected figure is worked out by hand in
+the comments, to the cent.
+
+The fleet, over the 2-hour window [T0, T0 + 2 h):
+- replica a: H100 ($2.00 per GPU-hour), 1 GPU, model m-a; up the whole 2 h, busy (requests
+  running) for the first 90 minutes, idle the last 30. Its counters reach 900k prompt tokens
+  (100k of them cached) and 200k output tokens by minute 90.
+- replica b: L4 ($0.80), 2 GPUs, model m-b; up from minute 60 only, busy minutes 60-99, idle
+  100-119. It served 300k prompt / 60k output tokens, restarted at minute 90 (its counters
+  fell to 0: a reset), then served 100k prompt / 40k output more.
+- request log (gateway, sampled): acme 100 rows of weight 2 (1,000 prompt, 200 output tokens);
+  globex 50 rows of weight 4 (500 prompt of which 100 cached, 500 output).
+The samples go through the collector's parser and converter, which mark the counter reset.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from analytics.cost import cost_by_tenant, gpu_spend
-from collector.convert import fingerprint
-from migrations import clickhouse_runner
+from analytics.cost import (
+    ReferencePrice,
+    TokenWeights,
+    compare_reference,
+    cost_by_tenant,
+    cost_per_token,
+    gpu_spend,
+)
+from analytics.filters import Filters
+from collector.convert import Batch, SeriesConverter
+from collector.exposition import parse
+from collector.scrape import ScrapeResult
+from collector.targets import make_target
+from collector.writer import Writer, WriterConfig
+from migrations import clickhouse_runner, metadata_runner
+from storage.catalog import gpu_prices, set_gpu_price
+from storage.metadata import make_engine, make_sessionmaker
 
-T0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+T0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=4)
+WINDOW = (T0, T0 + timedelta(hours=2))
 
 
-def fleet(ch) -> None:  # noqa: ANN001
+def exposition(model: str, running: float, prompt: float, cached: float, output: float) -> str:
+    labels = f'{{model_name="{model}"}}'
+    return "".join(
+        f"# TYPE {name} {kind}\n{name}{labels} {value}\n"
+        for name, kind, value in (
+            ("vllm:num_requests_running", "gauge", running),
+            ("vllm:prompt_tokens_total", "counter", prompt),
+            ("vllm:prompt_tokens_cached_total", "counter", cached),
+            ("vllm:generation_tokens_total", "counter", output),
+        )
+    )
+
+
+def replica_a(minute: float) -> str:
+    done = min(minute, 90) / 90
+    return exposition("m-a", 3 if minute < 90 else 0, 900_000 * done, 100_000 * done, 200_000 * done)
+
+
+def replica_b(minute: float) -> str:
+    if minute < 90:  # first engine: its tokens counted from minute 75
+        prompt, output = (300_000, 60_000) if minute >= 75 else (0, 0)
+    else:  # restarted at minute 90: counters from zero again
+        prompt, output = (100_000, 40_000) if minute >= 95 else (0, 0)
+    return exposition("m-b", 2 if minute < 100 else 0, prompt, 0, output)
+
+
+def fleet(ch, spool: Path) -> None:  # noqa: ANN001
     clickhouse_runner.apply(ch)
-    series, samples = [], []
-    # a: 1 GPU up the whole 2 hours; b: 4 GPUs, up for the first 30 minutes only
-    for replica, gpus, minutes in (("a", "1", 120), ("b", "4", 30)):
-        labels = {"replica": replica, "model": "m", "gpu_type": "H100", "gpu_count": gpus, "model_name": "m"}
-        fp = fingerprint("vllm:num_requests_running", labels)
-        series.append({"fingerprint": fp, "metric": "vllm:num_requests_running", "original_metric": "vllm:num_requests_running",
-                       "labels": labels, "first_seen": T0, "last_seen": T0})
-        for m in range(minutes):
-            for s in (0, 15, 30, 45):
-                samples.append({"metric": "vllm:num_requests_running", "fingerprint": fp,
-                                "ts": T0 + timedelta(minutes=m, seconds=s), "value": 1.0})
-    ch.insert_df("series", pd.DataFrame(series))
-    ch.insert_df("samples", pd.DataFrame(samples))
-    requests = []
-    for tenant, prompt, completion, cached, n in (("acme", 1000, 100, 0, 30), ("globex", 200, 400, 100, 10)):
-        for i in range(n):
-            requests.append({"ts": T0 + timedelta(minutes=i), "source": "gateway", "request_id": f"{tenant}-{i}",
-                             "tenant": tenant, "model": "m", "prompt_tokens": prompt, "completion_tokens": completion,
-                             "cached_tokens": cached, "weight": 2.0})
-    ch.insert_df("requests", pd.DataFrame(requests))
+    writer = Writer(ch, WriterConfig(spool_dir=spool))
+    plan = [("a", "H100", "1", 0, replica_a), ("b", "L4", "2", 60, replica_b)]
+    for name, gpu, count, first, render in plan:
+        target = make_target(f"10.0.0.{ord(name)}:8000", job="vllm", interval_s=15, timeout_s=5,
+                             labels={"replica": name, "model": f"m-{name}", "gpu_type": gpu, "gpu_count": count})
+        converter, batch = SeriesConverter(), Batch()
+        for i in range(first * 4, 120 * 4):  # a scrape every 15 s
+            minute = i / 4
+            text = render(minute)
+            converter.convert(ScrapeResult(target, (T0 + timedelta(minutes=minute)).timestamp(), True, 0.01,
+                                           len(text.splitlines()) // 2, "", parse(text)), batch)
+        writer.add_tables(batch.tables)
+    assert writer.flush()
+    rows = []
+    for tenant, n, weight, prompt, cached, output in (("acme", 100, 2.0, 1000, 0, 200), ("globex", 50, 4.0, 500, 100, 500)):
+        rows += [{"ts": T0 + timedelta(minutes=i), "source": "gateway", "request_id": f"{tenant}-{i}", "tenant": tenant,
+                  "model": "m-a", "prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": output,
+                  "weight": weight} for i in range(n)]
+    ch.insert_df("requests", pd.DataFrame(rows))
 
 
-def test_spend_counts_each_replica_s_uptime_gpus_and_price(ch) -> None:  # noqa: ANN001
-    fleet(ch)
-    for tier in ("raw", "1m", "1h"):
-        df = gpu_spend(ch, T0, T0 + timedelta(hours=2), {"H100": 3.0}, tier=tier).set_index("replica")
-        assert df.loc["a", "spend"] == pytest.approx(2 * 1 * 3.0), tier  # 2 h x 1 GPU x $3
-        # b was up 30 minutes: exact at minute resolution, a whole hour on the hourly tier
-        expected_b = (1.0 if tier == "1h" else 0.5) * 4 * 3.0
-        assert df.loc["b", "spend"] == pytest.approx(expected_b), tier
+@pytest.fixture
+def prices(sqlite_url: str) -> dict[str, float]:
+    metadata_runner.upgrade(sqlite_url)
+    engine = make_engine(sqlite_url)
+    sessions = make_sessionmaker(engine)
+    set_gpu_price(sessions, "H100", 2.00)  # our contract, over the seeded list price
+    set_gpu_price(sessions, "L4", 0.80)
+    found = gpu_prices(sessions)
+    engine.dispose()
+    return found
 
 
-def test_a_missing_price_is_an_error_not_free(ch) -> None:  # noqa: ANN001
-    fleet(ch)
-    with pytest.raises(KeyError, match="no GPU price for 'H100'"):
-        gpu_spend(ch, T0, T0 + timedelta(hours=2), {"A100": 1.0})
+@pytest.mark.parametrize("tier", ["raw", "1m"])
+def test_spend_counts_uptime_gpus_price_and_idle(ch, prices, tier, tmp_path) -> None:  # noqa: ANN001
+    fleet(ch, tmp_path)
+    df = gpu_spend(ch, *WINDOW, prices, tier=tier).set_index("replica")
+    # a: 2 h x 1 GPU x $2.00 = $4.00, of which idle 0.5 h x $2.00 = $1.00
+    assert round(df.loc["a", "spend"], 2) == 4.00 and round(df.loc["a", "idle_spend"], 2) == 1.00
+    # b: 1 h x 2 GPUs x $0.80 = $1.60, of which idle 20 min x 2 x $0.80 = $0.53
+    assert round(df.loc["b", "spend"], 2) == 1.60 and round(df.loc["b", "idle_spend"], 2) == 0.53
+    assert (df.loc["b", "up_seconds"], df.loc["b", "busy_seconds"]) == (3600, 2400)
 
 
-def test_tenants_share_the_spend_by_weighted_tokens(ch) -> None:  # noqa: ANN001
-    fleet(ch)
-    df = cost_by_tenant(ch, T0, T0 + timedelta(hours=2), {"H100": 3.0}, input_weight=1, cached_weight=0.5,
-                        output_weight=4, tier="raw").set_index("tenant")
-    total = 2 * 3.0 + 0.5 * 4 * 3.0  # $12: idle time included, shared in proportion
-    acme = 60 * (1000 * 1 + 100 * 4)  # weighted tokens (weight 2 x 30 rows)
-    globex = 20 * (100 * 1 + 100 * 0.5 + 400 * 4)
-    assert df["spend"].sum() == pytest.approx(total)
-    assert df.loc["acme", "spend"] == pytest.approx(total * acme / (acme + globex))
-    assert df.loc["globex", "cost_per_million_tokens"] == pytest.approx(
-        total * globex / (acme + globex) / (20 * (200 + 400)) * 1e6)
-    # output-heavy globex pays more per token than prompt-heavy acme
-    assert df.loc["globex", "cost_per_million_tokens"] > df.loc["acme", "cost_per_million_tokens"]
+def test_cost_per_million_tokens_counts_across_the_restart(ch, prices, tmp_path) -> None:  # noqa: ANN001
+    fleet(ch, tmp_path)
+    df = cost_per_token(ch, *WINDOW, prices, tier="raw").set_index("model")
+    # b's tokens across its restart: 300k + 100k prompt, 60k + 40k output
+    assert (df.loc["m-b", "prompt_tokens"], df.loc["m-b", "completion_tokens"]) == (400_000, 100_000)
+    fleet_row = df.loc["(fleet)"]
+    assert round(fleet_row["spend"], 2) == 5.60 and round(fleet_row["idle_spend"], 2) == 1.53
+    # $5.60 / (1.3M prompt + 0.3M output) x 1M = $3.50; m-a $4.00 / 1.1M = $3.64; m-b $1.60 / 0.5M = $3.20
+    assert round(fleet_row["cost_per_million_tokens"], 2) == 3.50
+    assert round(df.loc["m-a", "cost_per_million_tokens"], 2) == 3.64
+    assert round(df.loc["m-b", "cost_per_million_tokens"], 2) == 3.20
+    # weights 1 : 0.25 : 4 -> 1.2M computed + 0.1M x 0.25 cached + 0.3M x 4 output = 2.425M weighted tokens;
+    # $5.60 / 2.425M x 1M = $2.31 per 1M input, $0.58 cached, $9.24 output
+    assert [round(fleet_row[c], 2) for c in ("input_per_million", "cached_per_million", "output_per_million")] == [
+        2.31, 0.58, 9.24]
+    assert round(fleet_row["idle_share"], 3) == round(1.5333 / 5.60, 3)
+    # the same tokens at $0.15 / $0.075 / $0.60 per 1M: 1.2M x 0.15 + 0.1M x 0.075 + 0.3M x 0.60 = $0.3675
+    ref = compare_reference(fleet_row, [ReferencePrice("api-mini", input=0.15, output=0.60, cached=0.075)]).iloc[0]
+    assert round(ref["reference_cost"], 4) == 0.3675 and round(ref["ratio"], 2) == round(5.60 / 0.3675, 2)
+
+
+def test_showback_shares_direct_and_idle_spend_by_weighted_tokens(ch, prices, tmp_path) -> None:  # noqa: ANN001
+    fleet(ch, tmp_path)
+    weights = TokenWeights(input=1, cached=0.25, output=4)
+    df = cost_by_tenant(ch, *WINDOW, prices, weights=weights, tier="raw").set_index("tenant")
+    # acme: 200 requests x (1,000 + 200 x 4) = 360,000 weighted tokens
+    # globex: 200 requests x (400 + 100 x 0.25 + 500 x 4) = 485,000; shares 0.4260 / 0.5740
+    assert round(df.loc["acme", "share"], 4) == 0.4260
+    # busy spend $4.07 and idle $1.53, both shared: acme $2.39 in all, globex $3.21
+    assert round(df.loc["acme", "spend"], 2) == 2.39 and round(df.loc["globex", "spend"], 2) == 3.21
+    assert round(df.loc["acme", "idle"], 2) == 0.65
+    # acme billed 200 x 1,200 tokens: $2.3858 / 240,000 x 1M = $9.94
+    assert round(df.loc["acme", "cost_per_million_tokens"], 2) == 9.94
+    separate = cost_by_tenant(ch, *WINDOW, prices, weights=weights, idle="separate", tier="raw").set_index("tenant")
+    assert round(separate.loc["acme", "spend"], 2) == 1.73 and round(separate.loc["globex", "spend"], 2) == 2.33
+    assert round(separate.loc["(idle)", "spend"], 2) == 1.53
+    assert round(separate["spend"].sum(), 2) == 5.60
+
+
+def test_the_hourly_tier_agrees_on_the_total(ch, prices, tmp_path) -> None:  # noqa: ANN001
+    fleet(ch, tmp_path)
+    df = cost_per_token(ch, *WINDOW, prices, tier="1h").set_index("model")
+    assert round(df.loc["(fleet)", "spend"], 2) == 5.60
+    assert (df.loc["m-b", "prompt_tokens"], df.loc["m-b", "completion_tokens"]) == (400_000, 100_000)
+
+
+def test_filters_and_missing_prices(ch, prices, tmp_path) -> None:  # noqa: ANN001
+    fleet(ch, tmp_path)
+    only_b = gpu_spend(ch, *WINDOW, prices, tier="raw", filters=Filters(model="m-b"))
+    assert list(only_b["replica"]) == ["b"]
+    with pytest.raises(KeyError, match="no GPU price for 'L4'"):
+        gpu_spend(ch, *WINDOW, {"H100": 2.0}, tier="raw")
+    with pytest.raises(ValueError, match="token weights"):
+        TokenWeights(input=-1)
+
+
+def test_seeded_prices_are_there_to_edit(prices) -> None:  # noqa: ANN001
+    assert {"H100", "A100-80GB", "L4", "cpu-demo"} <= set(prices)
+    assert prices["H100"] == 2.00  # edited by the fixture, over the seed

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from analytics.cost import ReferencePrice, TokenWeights
 from fleetscope.settings import SettingsError, env_var_for, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,3 +123,15 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
 def test_several_problems_are_counted(tmp_path: Path) -> None:
     message = one_line_error(write(tmp_path, "clickhouse:\n  ulr: x\nmetadata:\n  url: ftp://x\n"))
     assert "(and 1 more problem)" in message
+
+
+def test_cost_weights_and_reference_prices(tmp_path: Path) -> None:
+    shipped = load_settings(ROOT / "fleetscope.yaml", environ={}).cost
+    assert shipped.weights() == TokenWeights(input=1.0, cached=0.25, output=4.0)
+    assert [r.name for r in shipped.references()][:1] == ["gpt-4o-mini (list, 2025)"]
+    path = write(tmp_path, "cost:\n  output_weight: 3\n  reference_prices:\n    - {name: mine, input: 1, output: 2}\n")
+    cost = load_settings(path, environ={"FLEETSCOPE_COST_CACHED_WEIGHT": "0.1"}).cost
+    assert cost.weights() == TokenWeights(input=1.0, cached=0.1, output=3.0)
+    assert cost.references() == [ReferencePrice("mine", 1.0, 2.0, None)]
+    bad = write(tmp_path, "cost:\n  input_weight: 0\n  output_weight: 0\n")
+    assert "input_weight + output_weight must be > 0" in one_line_error(bad)

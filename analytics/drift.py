@@ -1,0 +1,221 @@
+"""Traffic-mix drift: a current window against a reference window, feature by feature, with
+Evidently's default tests (DESIGN.md section 5).
+
+In:  a client, the current window, a reference window (``reference_window``: the trailing day,
+     or the same hours a week earlier, or any window), ``Filters`` and the request-log source.
+Out: ``drift`` -> a DataFrame, one row per feature: ``feature``, ``kind`` (numeric /
+     categorical), ``test``, ``score``, ``threshold``, ``drifted``, ``reference_rows``,
+     ``current_rows``, ``detail`` (what moved, in words); ``.attrs``: ``share_drifted``,
+     ``dataset_drift`` (half the features or more drifted, Evidently's default), ``shares``
+     (per categorical feature: each value's share of requests and of tokens in both windows),
+     ``windows``.
+     ``mix_shares`` -> that share table for one categorical feature.
+
+Tests (Evidently's defaults): with a reference of more than 1,000 rows, numeric features by
+the Wasserstein distance normalised by the reference's standard deviation and categorical
+ones by the Jensen-Shannon distance (natural log), drift at >= 0.1; with 1,000 rows or fewer,
+the two-sample Kolmogorov-Smirnov test (numeric) and the chi-square test (categorical), drift
+at p < 0.05 (``score`` is then the p-value). Distributions are weighted by the rows' sampling
+weights and aggregated in ClickHouse (weighted quantile functions on a 200-point grid give the
+Wasserstein distance, weighted shares the Jensen-Shannon distance); the small-sample tests
+read the rows themselves (at most a few thousand) and do not weight them.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from analytics.filters import Filters, request_rows
+from analytics.requests import CONTEXT_BUCKET
+from analytics.tiers import param_time
+
+__all__ = ["CATEGORICAL", "NUMERIC", "drift", "mix_shares", "reference_window"]
+
+NUMERIC = {
+    "prompt_tokens": "toFloat64(prompt_tokens)",
+    "output_tokens": "toFloat64(completion_tokens)",
+    "max_tokens": "toFloat64(max_tokens)",
+    "cached_share": "cached_tokens / greatest(prompt_tokens, 1)",
+}
+CATEGORICAL = {
+    "model": "model",
+    "tenant": "tenant",
+    "context_bucket": CONTEXT_BUCKET,
+    "finish_reason": "finish_reason",
+    "route": "route",
+}
+LARGE = 1000  # reference rows above which the distance tests are used
+DISTANCE_THRESHOLD = 0.1
+P_THRESHOLD = 0.05
+GRID = 200
+SMALL_CAP = 50_000  # rows read per window for the small-sample tests
+
+
+def reference_window(start: datetime, end: datetime, kind: str = "trailing-day") -> tuple[datetime, datetime]:
+    """The reference for ``[start, end)``: ``trailing-day`` (the 24 h before it) or
+    ``last-week`` (the same hours 7 days earlier)."""
+    if kind == "trailing-day":
+        return start - timedelta(days=1), start
+    if kind == "last-week":
+        return start - timedelta(days=7), end - timedelta(days=7)
+    raise ValueError("reference must be 'trailing-day' or 'last-week' (or give a window)")
+
+
+def _where(current, reference, source, filters) -> tuple[str, dict[str, object]]:  # noqa: ANN001
+    params: dict[str, object] = {"cs": param_time(current[0]), "ce": param_time(current[1]),
+                                 "rs": param_time(reference[0]), "re": param_time(reference[1])}
+    where = ("((ts >= {cs:DateTime64(3)} AND ts < {ce:DateTime64(3)}) OR "
+             "(ts >= {rs:DateTime64(3)} AND ts < {re:DateTime64(3)}))")
+    condition, extra = request_rows(source, filters)
+    where += f" AND {condition}"
+    params.update(extra)
+    return where, params
+
+
+WINDOW = "if(ts >= {cs:DateTime64(3)} AND ts < {ce:DateTime64(3)}, 'current', 'reference')"
+
+
+def _shares(client, features: list[str], where: str, params: dict) -> dict[str, pd.DataFrame]:  # noqa: ANN001
+    """Per feature, the share table (one query for all features)."""
+    pairs = ", ".join(f"('{name}', toString({CATEGORICAL[name]}))" for name in features)
+    sql = f"""
+        SELECT {WINDOW} AS w, kv.1 AS feature, kv.2 AS value, count() AS rows, sum(weight) AS requests,
+               sum(weight * (prompt_tokens + completion_tokens)) AS tokens
+        FROM requests ARRAY JOIN [{pairs}] AS kv WHERE {where} GROUP BY w, feature, value"""
+    df = client.query_df(sql, parameters=params)
+    out: dict[str, pd.DataFrame] = {}
+    for name in features:
+        part = df[df["feature"] == name]
+        wide = part.pivot_table(index="value", columns="w", values=["rows", "requests", "tokens"], aggfunc="sum",
+                                fill_value=0)
+        table = pd.DataFrame(index=wide.index)
+        for measure in ("rows", "requests", "tokens"):
+            for w in ("reference", "current"):
+                table[f"{w}_{measure}"] = wide[(measure, w)] if (measure, w) in wide.columns else 0.0
+        for measure in ("requests", "tokens"):
+            for w in ("reference", "current"):
+                total = table[f"{w}_{measure}"].sum()
+                table[f"{w}_{measure}_share"] = table[f"{w}_{measure}"] / total if total > 0 else 0.0
+        table.index.name = "value"
+        out[name] = table.reset_index().sort_values("value", ignore_index=True)
+    return out
+
+
+def mix_shares(
+    client, feature: str, current: tuple[datetime, datetime], reference: tuple[datetime, datetime], *,  # noqa: ANN001
+    source: str | None = "gateway", filters: Filters | None = None,
+) -> pd.DataFrame:
+    """``[value, reference_rows, current_rows, reference_requests, current_requests,
+    reference_tokens, current_tokens]`` plus each as a share of its window's total."""
+    if feature not in CATEGORICAL:
+        raise ValueError(f"unknown categorical feature {feature!r}; one of {', '.join(CATEGORICAL)}")
+    where, params = _where(current, reference, source, filters)
+    return _shares(client, [feature], where, params)[feature]
+
+
+def _numeric_large(client, where: str, params: dict, ref_rows: int, cur_rows: int) -> list[dict]:  # noqa: ANN001
+    grid = ", ".join(repr((i + 0.5) / GRID) for i in range(GRID))
+    parts = []
+    for name, expr in NUMERIC.items():
+        parts.append(f"quantilesExactWeighted({grid})({expr}, toUInt64(greatest(1, round(weight)))) AS {name}_q")
+        parts.append(f"sum(weight * {expr}) AS {name}_s1, sum(weight * pow({expr}, 2)) AS {name}_s2")
+    sql = f"SELECT {WINDOW} AS w, sum(weight) AS n, {', '.join(parts)} FROM requests WHERE {where} GROUP BY w"
+    rows = {r["w"]: r for r in client.query_df(sql, parameters=params).to_dict("records")}
+    out = []
+    for name in NUMERIC:
+        ref, cur = rows["reference"], rows["current"]
+        qr, qc = np.asarray(ref[f"{name}_q"], float), np.asarray(cur[f"{name}_q"], float)
+        mean = ref[f"{name}_s1"] / ref["n"]
+        std = math.sqrt(max(ref[f"{name}_s2"] / ref["n"] - mean * mean, 0.0))
+        distance = float(np.mean(np.abs(qr - qc)))
+        score = distance / max(std, 1e-3)
+        median_r, median_c = qr[GRID // 2], qc[GRID // 2]
+        p95_r, p95_c = qr[int(GRID * 0.95)], qc[int(GRID * 0.95)]
+        out.append({"feature": name, "kind": "numeric", "test": "wasserstein", "score": score,
+                    "threshold": DISTANCE_THRESHOLD, "drifted": score >= DISTANCE_THRESHOLD,
+                    "reference_rows": ref_rows, "current_rows": cur_rows,
+                    "detail": f"median {_num(median_r)} -> {_num(median_c)}, p95 {_num(p95_r)} -> {_num(p95_c)}"})
+    return out
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def _numeric_small(client, where: str, params: dict, ref_rows: int, cur_rows: int) -> list[dict]:  # noqa: ANN001
+    exprs = ", ".join(f"{expr} AS {name}" for name, expr in NUMERIC.items())
+    sql = f"SELECT {WINDOW} AS w, {exprs} FROM requests WHERE {where} LIMIT {2 * SMALL_CAP}"
+    df = client.query_df(sql, parameters=params)
+    ref, cur = df[df["w"] == "reference"], df[df["w"] == "current"]
+    out = []
+    for name in NUMERIC:
+        a, b = ref[name].to_numpy(float), cur[name].to_numpy(float)
+        p = float(stats.ks_2samp(a, b).pvalue) if len(a) and len(b) else math.nan
+        out.append({"feature": name, "kind": "numeric", "test": "ks", "score": p, "threshold": P_THRESHOLD,
+                    "drifted": bool(p < P_THRESHOLD), "reference_rows": ref_rows, "current_rows": cur_rows,
+                    "detail": f"median {_num(np.median(a)) if len(a) else '-'} -> {_num(np.median(b)) if len(b) else '-'}"})
+    return out
+
+
+def _categorical(name: str, shares: pd.DataFrame, large: bool, ref_rows: int, cur_rows: int) -> dict:
+    p, q = shares["reference_requests_share"].to_numpy(float), shares["current_requests_share"].to_numpy(float)
+    moved = shares.assign(change=q - p).sort_values("change", key=np.abs, ascending=False)
+    top = moved.iloc[0] if len(moved) else None
+    detail = (f"{top['value'] or '(none)'} {top['reference_requests_share']:.0%} -> {top['current_requests_share']:.0%} "
+              f"of requests" if top is not None else "")
+    if large:
+        m = (p + q) / 2
+
+        def kl(x: np.ndarray) -> float:  # Kullback-Leibler to the midpoint, 0 log 0 = 0
+            inside = x > 0
+            return float(np.sum(x[inside] * np.log(x[inside] / m[inside])))
+
+        score = math.sqrt(max((kl(p) + kl(q)) / 2, 0.0))
+        return {"feature": name, "kind": "categorical", "test": "jensenshannon", "score": score,
+                "threshold": DISTANCE_THRESHOLD, "drifted": score >= DISTANCE_THRESHOLD,
+                "reference_rows": ref_rows, "current_rows": cur_rows, "detail": detail}
+    table = shares[["reference_rows", "current_rows"]].to_numpy(float).T
+    table = table[:, table.sum(axis=0) > 0]
+    if table.shape[1] < 2 or (table.sum(axis=1) == 0).any():
+        pvalue = 1.0 if table.shape[1] < 2 else math.nan
+    else:
+        pvalue = float(stats.chi2_contingency(table).pvalue)
+    return {"feature": name, "kind": "categorical", "test": "chisquare", "score": pvalue, "threshold": P_THRESHOLD,
+            "drifted": bool(pvalue < P_THRESHOLD), "reference_rows": ref_rows, "current_rows": cur_rows,
+            "detail": detail}
+
+
+def drift(
+    client, current: tuple[datetime, datetime], reference: tuple[datetime, datetime] | str = "trailing-day", *,  # noqa: ANN001
+    source: str | None = "gateway", filters: Filters | None = None,
+) -> pd.DataFrame:
+    """Feature-by-feature drift of ``current`` against ``reference`` (see the module docstring)."""
+    if isinstance(reference, str):
+        reference = reference_window(current[0], current[1], reference)
+    if current[1] <= current[0] or reference[1] <= reference[0]:
+        raise ValueError("windows must end after they start")
+    if reference[0] < current[1] and current[0] < reference[1]:
+        raise ValueError("the reference window overlaps the current one")
+    where, params = _where(current, reference, source, filters)
+    counts = dict(client.query(f"SELECT {WINDOW} AS w, count() FROM requests WHERE {where} GROUP BY w",
+                               parameters=params).result_rows)
+    ref_rows, cur_rows = int(counts.get("reference", 0)), int(counts.get("current", 0))
+    columns = ["feature", "kind", "test", "score", "threshold", "drifted", "reference_rows", "current_rows", "detail"]
+    if not ref_rows or not cur_rows:
+        empty = "reference" if not ref_rows else "current"
+        raise ValueError(f"the {empty} window holds no request-log rows: nothing to compare")
+    large = ref_rows > LARGE
+    rows = (_numeric_large if large else _numeric_small)(client, where, params, ref_rows, cur_rows)
+    shares = _shares(client, list(CATEGORICAL), where, params)
+    for name in CATEGORICAL:
+        rows.append(_categorical(name, shares[name], large, ref_rows, cur_rows))
+    df = pd.DataFrame(rows, columns=columns)
+    share = float(df["drifted"].mean())
+    df.attrs.update(share_drifted=share, dataset_drift=share >= 0.5, shares=shares,
+                    windows={"current": current, "reference": reference})
+    return df

@@ -1,0 +1,228 @@
+"""Cache saturation and capacity: KV-cache usage, queues, preemptions, prefix hits, headroom and a
+scale-out recommendation with its reasoning.
+
+In:  a client, a window ``[start, end)``, ``by`` (replica or model), ``Filters`` (model, replica)
+     and, for the recommendation, the targets in ``Targets``.
+Out: - ``saturation``: one row per ``by``: ``kv_avg``, ``kv_max`` (``vllm:kv_cache_usage_perc``,
+       0..1), ``waiting_avg/max``, ``running_avg/max`` (per replica), ``preemptions_per_s``,
+       ``prefix_hit_rate`` (prefix-cache hits / queries, tokens), ``iteration_tokens_avg`` (tokens
+       per engine step), ``replicas`` (that reported in the window);
+     - ``saturation_over_time``: the same per step (``ts`` column), plus ``replicas_up``;
+     - ``headroom``: per model pool over the window's most recent quarter: ``kv_recent``,
+       ``waiting_per_replica``, ``ttft_p99_recent`` against ``ttft_p99_before`` (the rest of the
+       window), ``headroom`` (1 - kv_recent / kv_target, below 0 when past the target);
+     - ``scale_out``: per model: ``replicas``, ``recommended``, ``change`` and ``reasons`` (the
+       leading indicators that decided, in words).
+A replica is counted up in a step when it reported ``vllm:num_requests_running``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+import pandas as pd
+
+from analytics.filters import Filters
+from analytics.metrics import counter_increase, gauge_summary, histogram_quantile
+from analytics.tiers import Retention
+from analytics.timeseries import counter_rate_over_time, gauge_over_time
+
+__all__ = [
+    "KV",
+    "PREEMPTIONS",
+    "RUNNING",
+    "WAITING",
+    "Targets",
+    "headroom",
+    "saturation",
+    "saturation_over_time",
+    "scale_out",
+]
+
+KV = "vllm:kv_cache_usage_perc"
+WAITING = "vllm:num_requests_waiting"
+RUNNING = "vllm:num_requests_running"
+PREEMPTIONS = "vllm:num_preemptions_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+ITERATION = "vllm:iteration_tokens_total"
+TTFT = "vllm:time_to_first_token_seconds"
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What a healthy pool looks like; the recommendation sizes the pool back to it."""
+
+    kv_target: float = 0.8  # average KV-cache usage a pool should stay under
+    waiting_per_replica: float = 1.0  # requests queued per replica, on average, before it counts as a queue
+    ttft_growth: float = 1.5  # p99 TTFT recent / before: a rising tail
+    kv_scale_in: float = 0.3  # below this, with no queue, a pool of 2+ could give a replica back
+
+
+def _kw(tier, retention, now, filters) -> dict:  # noqa: ANN001
+    return {"tier": tier, "retention": retention, "now": now, "filters": filters}
+
+
+def saturation(
+    client, start: datetime, end: datetime, by: str = "replica", *, filters: Filters | None = None,  # noqa: ANN001
+    tier: str | None = None, retention: Retention | None = None, now: datetime | None = None,
+) -> pd.DataFrame:
+    """Saturation indicators per ``by`` over ``[start, end)``."""
+    kw = _kw(tier, retention, now, filters)
+    seconds = (end - start).total_seconds()
+    kv = gauge_summary(client, KV, start, end, by, **kw)
+    out = kv[[by, "avg", "max"]].rename(columns={"avg": "kv_avg", "max": "kv_max"})
+    for name, metric in (("waiting", WAITING), ("running", RUNNING)):
+        g = gauge_summary(client, metric, start, end, by, **kw)
+        out = out.merge(g[[by, "avg", "max"]].rename(columns={"avg": f"{name}_avg", "max": f"{name}_max"}), on=by, how="outer")
+    pre = counter_increase(client, PREEMPTIONS, start, end, by, **kw)
+    hits = counter_increase(client, PREFIX_HITS, start, end, by, **kw).rename(columns={"increase": "hits"})
+    queries = counter_increase(client, PREFIX_QUERIES, start, end, by, **kw).rename(columns={"increase": "queries"})
+    it_sum = counter_increase(client, f"{ITERATION}_sum", start, end, by, **kw).rename(columns={"increase": "it_sum"})
+    it_n = counter_increase(client, f"{ITERATION}_count", start, end, by, **kw).rename(columns={"increase": "it_n"})
+    out = out.merge(pre.rename(columns={"increase": "preemptions"}), on=by, how="left")
+    for frame in (hits, queries, it_sum, it_n):
+        out = out.merge(frame, on=by, how="left")
+    out["preemptions_per_s"] = out["preemptions"].fillna(0) / seconds
+    out["prefix_hit_rate"] = (out["hits"] / out["queries"]).where(out["queries"] > 0)
+    out["iteration_tokens_avg"] = (out["it_sum"] / out["it_n"]).where(out["it_n"] > 0)
+    if by == "replica":
+        out["replicas"] = 1
+    else:  # the pool's gauges above are per-replica averages (every sample weighs the same)
+        out["replicas"] = out[by].map(_replicas_per_model(client, start, end, kw)).fillna(0).astype(int)
+    columns = [by, "kv_avg", "kv_max", "waiting_avg", "waiting_max", "running_avg", "running_max", "preemptions_per_s",
+               "prefix_hit_rate", "iteration_tokens_avg", "replicas"]
+    out = out[columns].sort_values(by, ignore_index=True)
+    out.attrs.update(plan=kv.attrs.get("plan"), unapplied=filters.unapplied("samples") if filters else [])
+    return out
+
+
+def _replicas_per_model(client, start: datetime, end: datetime, kw: dict) -> dict[str, int]:  # noqa: ANN001
+    up = gauge_summary(client, RUNNING, start, end, "replica", **kw)
+    if up.empty:
+        return {}
+    models = _replica_models(client, up["replica"].tolist())
+    counts: dict[str, int] = {}
+    for replica in up["replica"]:
+        model = models.get(replica, "")
+        counts[model] = counts.get(model, 0) + 1
+    return counts
+
+
+def _replica_models(client, replicas: list[str]) -> dict[str, str]:  # noqa: ANN001
+    rows = client.query(
+        "SELECT replica, argMax(model, last_seen) FROM series WHERE metric = {m:String} AND replica IN {r:Array(String)} "
+        "GROUP BY replica", parameters={"m": RUNNING, "r": replicas}).result_rows
+    return dict(rows)
+
+
+def saturation_over_time(
+    client, start: datetime, end: datetime, by: str = "replica", *, step: float | None = None,  # noqa: ANN001
+    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
+    now: datetime | None = None,
+) -> pd.DataFrame:
+    """Per step and ``by``: kv_avg, kv_max, waiting, running (per replica), preemptions_per_s,
+    prefix_hit_rate, replicas_up."""
+    kw = _kw(tier, retention, now, filters)
+    kv = gauge_over_time(client, KV, start, end, by, step=step, **kw)
+    step = kv.attrs["step"]
+    keys = ["ts", by]
+    out = kv[keys + ["avg", "max"]].rename(columns={"avg": "kv_avg", "max": "kv_max"})
+    for name, metric in (("waiting", WAITING), ("running", RUNNING)):
+        g = gauge_over_time(client, metric, start, end, by, step=step, **kw)
+        out = out.merge(g[keys + ["avg"]].rename(columns={"avg": name}), on=keys, how="outer")
+    rates = {}
+    for name, metric in (("preemptions", PREEMPTIONS), ("hits", PREFIX_HITS), ("queries", PREFIX_QUERIES)):
+        r = counter_rate_over_time(client, metric, start, end, by, step=step, **kw)
+        rates[name] = r[keys + ["increase"]].rename(columns={"increase": name})
+        out = out.merge(rates[name], on=keys, how="left")
+    out["preemptions_per_s"] = out["preemptions"].fillna(0) / step
+    out["prefix_hit_rate"] = (out["hits"] / out["queries"]).where(out["queries"] > 0)
+    up = gauge_over_time(client, RUNNING, start, end, "replica", step=step, **kw)
+    if by == "replica":
+        out["replicas_up"] = 1
+    else:
+        models = _replica_models(client, sorted(set(up["replica"]))) if len(up) else {}
+        up["model"] = up["replica"].map(models)
+        counts = up.groupby(["ts", "model"]).size().rename("replicas_up").reset_index()
+        out = out.merge(counts, on=keys, how="left")
+    out = out.drop(columns=["preemptions", "hits", "queries"]).sort_values(keys, ignore_index=True)
+    out.attrs.update(step=step, plan=kv.attrs["plan"], unapplied=kv.attrs["unapplied"])
+    return out
+
+
+def headroom(
+    client, start: datetime, end: datetime, *, targets: Targets | None = None,  # noqa: ANN001
+    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
+    now: datetime | None = None,
+) -> pd.DataFrame:
+    """Per model pool: how close it runs to saturation now (the window's last quarter)."""
+    targets = targets or Targets()
+    kw = _kw(tier, retention, now, filters)
+    recent = end - (end - start) / 4
+    sat = saturation(client, recent, end, "model", **kw)
+    before = histogram_quantile(client, TTFT, 0.99, start, recent, "model", **kw).rename(columns={"quantile": "ttft_p99_before"})
+    after = histogram_quantile(client, TTFT, 0.99, recent, end, "model", **kw).rename(columns={"quantile": "ttft_p99_recent"})
+    out = sat[["model", "replicas", "kv_avg", "kv_max", "waiting_avg", "preemptions_per_s"]].rename(
+        columns={"kv_avg": "kv_recent", "kv_max": "kv_max_recent", "waiting_avg": "waiting_per_replica"})
+    out = out.merge(after[["model", "ttft_p99_recent"]], on="model", how="left")
+    out = out.merge(before[["model", "ttft_p99_before"]], on="model", how="left")
+    out["headroom"] = 1 - out["kv_recent"] / targets.kv_target
+    out.attrs.update(window=(recent, end), targets=targets)
+    return out
+
+
+def _recommend(row: pd.Series, t: Targets) -> tuple[int, list[str]]:
+    n = int(row["replicas"])
+    kv, waiting = float(row["kv_recent"]), float(row["waiting_per_replica"])
+    before, recent = row["ttft_p99_before"], row["ttft_p99_recent"]
+    reasons, want = [], n
+    if kv > t.kv_target:
+        need = math.ceil(n * kv / t.kv_target)
+        reasons.append(f"KV cache {kv:.0%} used on average (target {t.kv_target:.0%}): {need} replicas bring it to the target")
+        want = max(want, need)
+    if waiting > t.waiting_per_replica:
+        reasons.append(f"{waiting:.1f} requests waiting per replica: the pool is queueing")
+        want = max(want, n + 1)
+    if row["preemptions_per_s"] > 0:
+        reasons.append(f"{row['preemptions_per_s'] * 60:.1f} preemptions per minute: requests are evicted for lack of KV blocks")
+        if kv > 0.9 * t.kv_target:
+            want = max(want, n + 1)
+    if pd.notna(before) and pd.notna(recent) and before > 0 and recent / before >= t.ttft_growth:
+        reasons.append(f"p99 TTFT rose from {before:.2f}s to {recent:.2f}s")
+        if want == n and (kv > 0.75 * t.kv_target or waiting > 0):
+            want = n + 1
+    if want == n:
+        if n > 1 and kv < t.kv_scale_in and waiting < 0.1 and not row["preemptions_per_s"]:
+            scaled_kv = kv * n / (n - 1)
+            reasons.append(f"KV cache only {kv:.0%} used and no queue: {n - 1} replicas would run at about {scaled_kv:.0%}")
+            want = n - 1
+        else:
+            reasons.append(f"no action: KV cache {kv:.0%} (target {t.kv_target:.0%}), "
+                           f"{waiting:.1f} waiting per replica" + (f", p99 TTFT {recent:.2f}s" if pd.notna(recent) else ""))
+    return want, reasons
+
+
+def scale_out(
+    client, start: datetime, end: datetime, *, targets: Targets | None = None,  # noqa: ANN001
+    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
+    now: datetime | None = None,
+) -> pd.DataFrame:
+    """Per model pool: replicas now, replicas recommended, and why (leading indicators first:
+    KV usage, queue depth, preemptions, the TTFT trend)."""
+    targets = targets or Targets()
+    room = headroom(client, start, end, targets=targets, filters=filters, tier=tier, retention=retention, now=now)
+    rows = []
+    for _, row in room.iterrows():
+        want, reasons = _recommend(row, targets)
+        rows.append({"model": row["model"], "replicas": int(row["replicas"]), "recommended": want,
+                     "change": want - int(row["replicas"]), "kv_recent": row["kv_recent"],
+                     "waiting_per_replica": row["waiting_per_replica"], "ttft_p99_recent": row["ttft_p99_recent"],
+                     "reasons": reasons})
+    out = pd.DataFrame(rows, columns=["model", "replicas", "recommended", "change", "kv_recent", "waiting_per_replica",
+                                      "ttft_p99_recent", "reasons"])
+    out.attrs.update(room.attrs)
+    return out
+

@@ -1,0 +1,194 @@
+"""SLOs: attainment, error budget, multi-window burn rates and goodput.
+
+In:  a client, SLO targets (``storage.catalog.SloTarget``: model, metric, threshold, objective,
+     window; kept in the metadata DB), a window or an evaluation time, and ``Filters``.
+Out: DataFrames, one row per target (or per target and burn-rate window):
+     - ``slo_attainment``: ``[model, metric, threshold_seconds, objective, requests, good,
+       attainment, met, observed]``: from the engines' histograms (every request, not a sample):
+       ``good`` = observations <= threshold, interpolated inside the bucket; ``observed`` = the
+       histogram quantile at the target's percentile. (``itl`` histograms count token gaps,
+       so its attainment is a share of gaps.)
+     - ``error_budget``: over each target's own window (``window_days``, ending at ``end``):
+       ``budget`` (1 - objective), ``consumed`` (bad share / budget) and ``remaining``
+       (1 - consumed; negative once overspent);
+     - ``burn_rates``: per target and ``BURN_WINDOWS`` row (SRE workbook, DESIGN.md section 4):
+       ``burn_long``, ``burn_short`` (bad share / budget over each window), ``factor`` and
+       ``firing`` (both above the factor);
+     - ``goodput``: per model, from the request log's rows (raw tier): ``requests``, ``good``
+       (weighted requests that succeeded and met every target of their model), ``attainment``,
+       ``goodput_per_s``, ``gpus`` (average GPUs up), ``goodput_per_gpu_s``, and ``good_tokens``
+       (their prompt + output tokens);
+     - ``cost_per_slo_tokens``: per model and ``(fleet)``: GPU spend / SLO-compliant tokens x 10^6
+       beside spend / all tokens (both token counts from the same request log).
+A window without observations gives NaN attainment (no data is not "met").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+import numpy as np
+import pandas as pd
+
+from analytics.cost import FLEET, gpu_hours, gpu_spend
+from analytics.filters import Filters, request_rows
+from analytics.latency import LATENCIES
+from analytics.metrics import bucket_quantile, bucket_share_below, histogram_buckets
+from analytics.tiers import Retention, param_time
+from storage.catalog import SloTarget
+
+__all__ = ["BURN_WINDOWS", "burn_rates", "cost_per_slo_tokens", "error_budget", "goodput", "slo_attainment"]
+
+# (severity, long window, short window, burn factor): page at 14.4x over 1h and 5m, page at 6x
+# over 6h and 30m, ticket at 1x over 3d and 6h (a 30-day SLO)
+BURN_WINDOWS = (
+    ("page", timedelta(hours=1), timedelta(minutes=5), 14.4),
+    ("page", timedelta(hours=6), timedelta(minutes=30), 6.0),
+    ("ticket", timedelta(days=3), timedelta(hours=6), 1.0),
+)
+REQUEST_COLUMN = {"ttft": "ttft_seconds", "itl": "itl_seconds", "tpot": "tpot_seconds", "e2e": "e2e_seconds"}
+
+
+def _good(client, targets: list[SloTarget], start: datetime, end: datetime, kw: dict) -> pd.DataFrame:  # noqa: ANN001
+    """Per target: requests, good, observed (one histogram query per metric)."""
+    rows = []
+    for metric in sorted({t.metric for t in targets}):
+        family = LATENCIES[metric][0]
+        buckets = histogram_buckets(client, family, start, end, "model", **kw)
+        by_model = {m: (f["le"].to_numpy(float), f["count"].to_numpy(float)) for m, f in buckets.groupby("model")}
+        for t in (t for t in targets if t.metric == metric):
+            bounds, counts = by_model.get(t.model, (np.array([]), np.array([])))
+            good, total = bucket_share_below(t.threshold_seconds, bounds, counts) if len(bounds) else (0.0, 0.0)
+            observed = bucket_quantile(t.percentile or t.objective, bounds, counts) if len(bounds) else math.nan
+            rows.append({"model": t.model, "metric": t.metric, "requests": total, "good": good, "observed": observed})
+    return pd.DataFrame(rows, columns=["model", "metric", "requests", "good", "observed"])
+
+
+def slo_attainment(
+    client, targets: Iterable[SloTarget], start: datetime, end: datetime, *,  # noqa: ANN001
+    tier: str | None = None, retention: Retention | None = None, now: datetime | None = None,
+) -> pd.DataFrame:
+    """Share of requests meeting each target over ``[start, end)``."""
+    targets = list(targets)
+    good = _good(client, targets, start, end, {"tier": tier, "retention": retention, "now": now})
+    spec = pd.DataFrame([{"model": t.model, "metric": t.metric, "threshold_seconds": t.threshold_seconds,
+                          "objective": t.objective, "label": t.label} for t in targets],
+                        columns=["model", "metric", "threshold_seconds", "objective", "label"])
+    out = spec.merge(good, on=["model", "metric"], how="left")
+    out["attainment"] = (out["good"] / out["requests"]).where(out["requests"] > 0)
+    out["met"] = out["attainment"] >= out["objective"]
+    return out
+
+
+def error_budget(
+    client, targets: Iterable[SloTarget], end: datetime, *,  # noqa: ANN001
+    retention: Retention | None = None, now: datetime | None = None,
+) -> pd.DataFrame:
+    """Each target's error budget over its own window ending at ``end``."""
+    frames = []
+    for days in sorted({t.window_days for t in targets}):
+        group = [t for t in targets if t.window_days == days]
+        frames.append(slo_attainment(client, group, end - timedelta(days=days), end, retention=retention, now=now)
+                      .assign(window_days=days))
+    if not frames:
+        return pd.DataFrame(columns=["model", "metric", "label", "window_days", "attainment", "budget", "consumed", "remaining"])
+    out = pd.concat(frames, ignore_index=True)
+    out["budget"] = 1 - out["objective"]
+    out["consumed"] = (1 - out["attainment"]) / out["budget"]
+    out["remaining"] = 1 - out["consumed"]
+    return out[["model", "metric", "label", "window_days", "requests", "attainment", "budget", "consumed", "remaining"]]
+
+
+def burn_rates(
+    client, targets: Iterable[SloTarget], end: datetime, *, windows=BURN_WINDOWS,  # noqa: ANN001
+    retention: Retention | None = None, now: datetime | None = None,
+) -> pd.DataFrame:
+    """Multi-window burn rates at ``end`` for each target (see ``BURN_WINDOWS``)."""
+    targets = list(targets)
+    cache: dict[timedelta, pd.DataFrame] = {}
+
+    def bad_share(span: timedelta) -> pd.DataFrame:
+        if span not in cache:
+            cache[span] = slo_attainment(client, targets, end - span, end, retention=retention, now=now)
+        return cache[span]
+
+    rows = []
+    for severity, long, short, factor in windows:
+        a_long, a_short = bad_share(long), bad_share(short)
+        for i, t in enumerate(targets):
+            budget = 1 - t.objective
+            burn_long = (1 - a_long.at[i, "attainment"]) / budget
+            burn_short = (1 - a_short.at[i, "attainment"]) / budget
+            rows.append({"model": t.model, "metric": t.metric, "label": t.label, "severity": severity,
+                         "long_window": long, "short_window": short, "burn_long": burn_long, "burn_short": burn_short,
+                         "factor": factor, "firing": bool(burn_long > factor and burn_short > factor)})
+    return pd.DataFrame(rows, columns=["model", "metric", "label", "severity", "long_window", "short_window", "burn_long",
+                                       "burn_short", "factor", "firing"])
+
+
+def _good_condition(targets: list[SloTarget]) -> tuple[str, dict[str, object]]:
+    """SQL: 1 when a row succeeded and meets every target of its model (models without targets: 1)."""
+    params: dict[str, object] = {}
+    branches = []
+    for j, model in enumerate(sorted({t.model for t in targets})):
+        checks = []
+        for k, t in enumerate(t for t in targets if t.model == model):
+            column = REQUEST_COLUMN[t.metric]
+            params[f"g_{j}_{k}"] = t.threshold_seconds
+            checks.append(f"{column} <= {{g_{j}_{k}:Float64}}")
+        params[f"g_{j}"] = model
+        branches.append(f"model = {{g_{j}:String}}, {' AND '.join(checks)}")
+    meets = f"multiIf({', '.join(branches)}, 1)" if branches else "1"
+    return f"(outcome = 'ok' AND status_code < 400 AND {meets})", params
+
+
+def goodput(
+    client, targets: Iterable[SloTarget], start: datetime, end: datetime, *, by: str = "model",  # noqa: ANN001
+    source: str | None = "gateway", filters: Filters | None = None,
+) -> pd.DataFrame:
+    """Requests per second meeting every SLO of their model (DistServe's goodput), per ``by``."""
+    if by not in ("model", "tenant", "route"):
+        raise ValueError("by must be model, tenant or route")
+    targets = list(targets)
+    good, params = _good_condition(targets)
+    params.update(start=param_time(start), end=param_time(end))
+    where = "ts >= {start:DateTime64(3)} AND ts < {end:DateTime64(3)}"
+    condition, extra = request_rows(source, filters)
+    where += f" AND {condition}"
+    params.update(extra)
+    sql = f"""
+        SELECT {by}, sum(weight) AS requests, sumIf(weight, {good}) AS good,
+               sumIf(weight * (prompt_tokens + completion_tokens), {good}) AS good_tokens,
+               sum(weight * (prompt_tokens + completion_tokens)) AS tokens
+        FROM requests WHERE {where} GROUP BY {by} ORDER BY {by}"""
+    out = client.query_df(sql, parameters=params)
+    seconds = (end - start).total_seconds()
+    out["attainment"] = (out["good"] / out["requests"]).where(out["requests"] > 0)
+    out["goodput_per_s"] = out["good"] / seconds
+    if by == "model":
+        hours = gpu_hours(client, start, end, filters=filters)
+        gpus = (hours.groupby("model")["gpu_hours"].sum() * 3600 / seconds) if len(hours) else pd.Series(dtype=float)
+        out["gpus"] = out["model"].map(gpus)
+        out["goodput_per_gpu_s"] = (out["goodput_per_s"] / out["gpus"]).where(out["gpus"] > 0)
+    return out
+
+
+def cost_per_slo_tokens(
+    client, targets: Iterable[SloTarget], start: datetime, end: datetime, prices: dict[str, float], *,  # noqa: ANN001
+    source: str | None = "gateway", filters: Filters | None = None,
+) -> pd.DataFrame:
+    """Per model and ``(fleet)``: spend / tokens of the requests that met every SLO x 10^6, beside
+    the plain cost per 1M tokens of the same request log: what missed SLOs cost on top."""
+    good = goodput(client, targets, start, end, source=source, filters=filters)
+    spend = gpu_spend(client, start, end, prices, filters=Filters(model=filters.model, replica=filters.replica)
+                      if filters else None).groupby("model")["spend"].sum()
+    df = good[["model", "requests", "good", "tokens", "good_tokens"]].copy()
+    df["spend"] = df["model"].map(spend).fillna(0.0)
+    fleet = df.drop(columns=["model"]).sum().to_frame().T
+    fleet.insert(0, "model", FLEET)
+    df = pd.concat([df, fleet], ignore_index=True) if len(df) else df
+    df["cost_per_million_tokens"] = (df["spend"] / df["tokens"] * 1e6).where(df["tokens"] > 0)
+    df["cost_per_million_slo_tokens"] = (df["spend"] / df["good_tokens"] * 1e6).where(df["good_tokens"] > 0)
+    return df

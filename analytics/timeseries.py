@@ -1,0 +1,225 @@
+"""Engine metrics over time: counter rates, gauge levels and histogram quantiles per step.
+
+In:  a client, a metric (histograms by family name), a window ``[start, end)``, a step (seconds;
+     ``auto_step`` picks one for about 120 points, a whole multiple of the tier's resolution),
+     ``by`` (replica, model, instance) and ``Filters`` (model, replica).
+Out: long DataFrames with a ``ts`` column (the step's start, UTC) and ``.attrs["plan"]``:
+     - ``counter_rate_over_time``: ``[ts, by, increase, rate]``: per step, the reset-aware
+       increase (``analytics.metrics`` semantics: last value - the previous step's last value
+       + the reset marks in between) summed over the group's series, and per second;
+     - ``gauge_over_time``: ``[ts, by, avg, max, min]``: each series' mean / max / min in the
+       step, then ``agg`` over the group's series ("avg": mean of the means, "sum": sum of the
+       means, e.g. requests waiting in a model's pool);
+     - ``histogram_quantiles_over_time``: ``[ts, by, q, value, count]``: Prometheus'
+       ``histogram_quantile`` of the step's bucket increases (``bucket_quantiles``).
+The per-step arithmetic runs in ClickHouse (window functions over per-step aggregates);
+only the final interpolation inside one bucket row per (step, group) happens in numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+import numpy as np
+import pandas as pd
+
+from analytics.counters import GROUPS, series_latest
+from analytics.filters import Filters
+from analytics.metrics import LOOKBACK, SETTINGS
+from analytics.tiers import Plan, Retention, coverage, param_time, plan
+
+__all__ = ["auto_step", "bucket_quantiles", "counter_rate_over_time", "gauge_over_time", "histogram_quantiles_over_time",
+           "step_increase"]
+
+
+def auto_step(start: datetime, end: datetime, p: Plan | None = None, points: int = 120, minimum: float = 1.0) -> int:
+    """Seconds per step: about ``points`` steps, rounded to a nice width, at least the tier's
+    resolution (and a whole multiple of it)."""
+    span = (end - start).total_seconds()
+    raw = max(minimum, span / points)
+    nice = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400]
+    step = next((n for n in nice if n >= raw), math.ceil(raw / 86400) * 86400)
+    if p is not None and p.tier.rollup:
+        res = int(p.tier.resolution.total_seconds())
+        step = max(res, math.ceil(step / res) * res)
+    return step
+
+
+def _plan(client, start, end, tier, retention, now) -> Plan:  # noqa: ANN001
+    return plan(start, end, now=now, retention=retention, kind="samples", tier=tier,
+                data=coverage(client, "samples") if tier is None else None)
+
+
+def _step(p: Plan, step: float | None) -> int:
+    value = int(step) if step else auto_step(p.start, p.end, p)
+    if p.tier.rollup:
+        res = int(p.tier.resolution.total_seconds())
+        if value % res:
+            raise ValueError(f"step {value}s is not a whole number of the {p.tier.name} tier's buckets ({res}s)")
+    if value < 1:
+        raise ValueError("step must be at least 1 second")
+    return value
+
+
+def _params(metric: str, p: Plan, step: int, filters: Filters | None) -> tuple[str, dict[str, object]]:
+    lookback = max(LOOKBACK, p.tier.resolution, timedelta(seconds=step))
+    params: dict[str, object] = {"metric": metric, "start": param_time(p.start), "end": param_time(p.end),
+                                 "lookback_start": param_time(p.start - lookback)}
+    condition, extra = filters.series() if filters else ("", {})
+    params.update(extra)
+    return condition or "1", params
+
+
+def step_increase(p: Plan, step: int) -> str:
+    """SQL: ``[fingerprint, ts, increase]`` of every series of ``{metric}`` per step of the window.
+
+    Each step's increase is its last value minus the previous step's last value (the step
+    before the window, found up to the lookback, is the first one's base) plus the reset marks
+    in the step; a series' first step without a base counts from its first value."""
+    bucket = f"toStartOfInterval(ts, INTERVAL {step} SECOND)"
+    if p.tier.rollup:
+        per_step = f"""
+            SELECT fingerprint, toDateTime64({bucket}, 3, 'UTC') AS t,
+                   argMax(value_last.2, value_last.1) AS last_v, argMin(value_first.2, value_first.1) AS first_v,
+                   argMin(value_first.3, value_first.1) AS first_reset, sum(resets) AS resets
+            FROM {p.samples}
+            WHERE metric = {{metric:String}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+                  AND NOT isNaN(value_last.2)
+            GROUP BY fingerprint, t"""
+    else:
+        per_step = f"""
+            SELECT fingerprint, toDateTime64({bucket}, 3, 'UTC') AS t, argMax(value, ts) AS last_v,
+                   argMin(value, ts) AS first_v, argMin(reset, ts) AS first_reset, sum(reset) AS resets
+            FROM samples
+            WHERE metric = {{metric:String}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+                  AND NOT isNaN(value)
+            GROUP BY fingerprint, t"""
+    return f"""
+        SELECT fingerprint, t AS ts, if(marked < 0, last_v + resets, marked) AS increase
+        FROM (
+            SELECT fingerprint, t, last_v, resets,
+                   lagInFrame(last_v, 1, nan) OVER w AS prev,
+                   if(isNaN(prev), last_v - first_v + resets - first_reset, last_v - prev + resets) AS marked
+            FROM ({per_step})
+            WINDOW w AS (PARTITION BY fingerprint ORDER BY t ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
+        )
+        WHERE t >= {{start:DateTime64(3)}}"""
+
+
+def _finish(df: pd.DataFrame, p: Plan, step: int, filters: Filters | None) -> pd.DataFrame:
+    if "ts" in df:
+        df["ts"] = pd.to_datetime(df["ts"], utc=True)
+    df.attrs.update(plan=p, step=step, unapplied=filters.unapplied("samples") if filters else [])
+    return df
+
+
+def counter_rate_over_time(
+    client, metric: str, start: datetime, end: datetime, by: str = "model", *, step: float | None = None,  # noqa: ANN001
+    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
+    now: datetime | None = None,
+) -> pd.DataFrame:
+    """Per step: the reset-aware increase of counter ``metric`` per ``by``, and its rate per second."""
+    p = _plan(client, start, end, tier, retention, now)
+    s = _step(p, step)
+    where, params = _params(metric, p, s, filters)
+    sql = f"""
+        SELECT v.ts AS ts, {GROUPS[by]} AS {by}, sum(v.increase) AS increase, increase / {s} AS rate
+        FROM ({step_increase(p, s)}) AS v
+        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
+        WHERE {where}
+        GROUP BY ts, {by} ORDER BY ts, {by}"""
+    return _finish(client.query_df(sql, parameters=params, settings=SETTINGS), p, s, filters)
+
+
+def gauge_over_time(
+    client, metric: str, start: datetime, end: datetime, by: str = "replica", *, agg: str = "avg",  # noqa: ANN001
+    step: float | None = None, filters: Filters | None = None, tier: str | None = None,
+    retention: Retention | None = None, now: datetime | None = None,
+) -> pd.DataFrame:
+    """Per step: gauge ``metric``'s level per ``by`` (``agg`` of the series' means; max; min)."""
+    if agg not in ("avg", "sum"):
+        raise ValueError("agg must be 'avg' or 'sum'")
+    p = _plan(client, start, end, tier, retention, now)
+    s = _step(p, step)
+    where, params = _params(metric, p, s, filters)
+    bucket = f"toDateTime64(toStartOfInterval(ts, INTERVAL {s} SECOND), 3, 'UTC')"
+    if p.tier.rollup:
+        inner = f"""
+            SELECT fingerprint, {bucket} AS t, sum(value_sum) / sum(value_count) AS mean,
+                   max(value_max) AS hi, min(value_min) AS lo
+            FROM {p.samples} WHERE metric = {{metric:String}} AND ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+                  AND value_count > 0
+            GROUP BY fingerprint, t"""
+    else:
+        inner = f"""
+            SELECT fingerprint, {bucket} AS t, avg(value) AS mean, max(value) AS hi, min(value) AS lo
+            FROM samples WHERE metric = {{metric:String}} AND ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+                  AND isFinite(value)
+            GROUP BY fingerprint, t"""
+    sql = f"""
+        SELECT v.t AS ts, {GROUPS[by]} AS {by}, {agg}(v.mean) AS avg, max(v.hi) AS max, min(v.lo) AS min
+        FROM ({inner}) AS v
+        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
+        WHERE {where}
+        GROUP BY ts, {by} ORDER BY ts, {by}"""
+    return _finish(client.query_df(sql, parameters=params, settings=SETTINGS), p, s, filters)
+
+
+def bucket_quantiles(q: float, bounds: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``analytics.metrics.bucket_quantile`` for many histograms at once: ``counts`` is
+    (histograms x buckets) of cumulative counts at the sorted upper ``bounds`` (last ``+Inf``)."""
+    counts = np.maximum.accumulate(np.asarray(counts, dtype=float), axis=1)
+    n = counts.shape[0]
+    out = np.full(n, math.nan)
+    if not 0 <= q <= 1:
+        out[:] = math.nan if math.isnan(q) else (math.inf if q > 1 else -math.inf)
+        return out
+    if len(bounds) < 2 or not math.isinf(bounds[-1]):
+        return out
+    total = counts[:, -1]
+    rank = q * total
+    i = np.array([np.searchsorted(row, r, side="left") for row, r in zip(counts, rank, strict=True)], dtype=int)
+    i = np.minimum(i, len(bounds) - 1)
+    upper = bounds[i]
+    lower = np.where(i > 0, bounds[np.maximum(i - 1, 0)], 0.0)
+    below = np.where(i > 0, counts[np.arange(n), np.maximum(i - 1, 0)], 0.0)
+    in_bucket = counts[np.arange(n), i] - below
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = lower + (upper - lower) * (rank - below) / in_bucket
+    value = np.where((i == 0) & (upper <= 0), upper, value)
+    value = np.where(in_bucket <= 0, math.nan, value)
+    value = np.where(i == len(bounds) - 1, bounds[-2] if len(bounds) > 1 else math.nan, value)
+    return np.where(total > 0, value, math.nan)
+
+
+def histogram_quantiles_over_time(
+    client, metric: str, levels: list[float] | tuple[float, ...], start: datetime, end: datetime,  # noqa: ANN001
+    by: str = "model", *, step: float | None = None, filters: Filters | None = None, tier: str | None = None,
+    retention: Retention | None = None, now: datetime | None = None,
+) -> pd.DataFrame:
+    """Per step and ``by``: the ``levels`` quantiles of histogram family ``metric``."""
+    p = _plan(client, start, end, tier, retention, now)
+    s = _step(p, step)
+    where, params = _params(f"{metric}_bucket", p, s, filters)
+    sql = f"""
+        SELECT v.ts AS ts, {GROUPS[by]} AS {by}, s.le AS le, sum(v.increase) AS count
+        FROM ({step_increase(p, s)}) AS v
+        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
+        WHERE NOT isNaN(s.le) AND {where}
+        GROUP BY ts, {by}, le ORDER BY ts, {by}, le"""
+    buckets = client.query_df(sql, parameters=params, settings=SETTINGS)
+    columns = ["ts", by, "q", "value", "count"]
+    if buckets.empty:
+        return _finish(pd.DataFrame(columns=columns), p, s, filters)
+    wide = buckets.pivot_table(index=["ts", by], columns="le", values="count", aggfunc="sum", fill_value=0.0)
+    bounds = wide.columns.to_numpy(float)
+    matrix = wide.to_numpy(float)
+    frames = []
+    for q in levels:
+        frame = wide.index.to_frame(index=False)
+        frame["q"] = float(q)
+        frame["value"] = bucket_quantiles(float(q), bounds, matrix)
+        frame["count"] = matrix[:, -1]
+        frames.append(frame)
+    return _finish(pd.concat(frames, ignore_index=True)[columns], p, s, filters)

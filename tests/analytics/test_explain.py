@@ -1,0 +1,74 @@
+"""Explain on scenario runs of the simulated fleet: the long-context rollout is put down to
+long-context share and KV-cache saturation, beginning at the switch; the tenant shift to the new
+tenant and the model router's decisions, with the small pool's cost per 1M tokens going up;
+a steady run has nothing to explain. Plus the change-point search on known series."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analytics.changepoints import change_points
+from analytics.explain import explain
+from tests.analytics.scenario_data import INTERVAL, PRICES, play
+
+
+@pytest.fixture(scope="module")
+def rollout(chdb_dir):  # noqa: ANN001
+    return play(chdb_dir, "long-context-rollout", seed=1)
+
+
+@pytest.fixture(scope="module")
+def shift(chdb_dir):  # noqa: ANN001
+    return play(chdb_dir, "tenant-shift", seed=1)
+
+
+def test_change_points_find_a_shift_and_nothing_in_noise() -> None:
+    rng = np.random.default_rng(3)
+    series = np.r_[rng.normal(0, 0.3, 60), rng.normal(2, 0.3, 40)]
+    assert change_points(series) == [60]
+    assert change_points(rng.normal(0, 0.3, 100)) == []
+    two = np.r_[rng.normal(0, 0.2, 30), rng.normal(1.5, 0.2, 30), rng.normal(0, 0.2, 30)]
+    assert change_points(two) == [30, 60]
+
+
+def test_long_context_rollout_is_put_down_to_long_prompts_filling_the_kv_cache(rollout) -> None:  # noqa: ANN001
+    ex = explain(rollout.client, rollout.start, rollout.end)
+    switch = rollout.phase("rollout")
+    assert ex.source == "request log" and ex.step == INTERVAL
+    assert ex.after > 3 * ex.before
+    # the regression began at the switch (the latency itself follows once the caches are full)
+    assert abs((ex.onset - switch).total_seconds()) <= 2 * INTERVAL, (ex.onset, switch)
+    assert 0 <= (ex.break_at - switch).total_seconds() <= 120
+    assert set(ex.evidence["signal"].head(2)) == {"long-context share", "KV-cache saturation"}, ex.evidence
+    long_share = ex.evidence.set_index("signal").loc["long-context share"]
+    assert int(long_share["after"].rstrip("%")) >= 25 and int(long_share["before"].rstrip("%")) <= 15
+    # short prompts slowed as well: contention, not only a heavier mix
+    short = ex.strata.set_index("band").loc["short"]
+    assert short["slowdown"] > 1.5
+    assert "Consistent with KV-cache saturation" in ex.sentence and "long-context share" in ex.sentence
+    assert "contention" in ex.sentence
+
+
+def test_tenant_shift_is_put_down_to_the_new_tenant_and_the_router(shift) -> None:  # noqa: ANN001
+    ex = explain(shift.client, shift.start, shift.end, prices=PRICES)
+    switch = shift.phase("bigcorp-onboarded")
+    assert abs((ex.onset - switch).total_seconds()) <= 2 * INTERVAL
+    assert list(ex.evidence["signal"].head(2)) == ["tenant mix", "route decisions"], ex.evidence
+    top = ex.evidence.set_index("signal")
+    assert "tenant bigcorp" in top.loc["tenant mix", "detail"]
+    assert "route model-router:large" in top.loc["route decisions", "detail"]
+    dims = ex.dimensions.set_index(["dimension", "value"])
+    assert dims.loc[("tenant", "bigcorp"), "baseline_share"] == 0
+    assert dims.loc[("tenant", "bigcorp"), "slow_share"] > 0.5
+    # the small replicas lost the traffic the router moved: the same spend buys fewer tokens
+    cost = ex.cost.set_index(["model", "period"])["cost_per_million_tokens"]
+    assert cost[("tiny-small", "after")] > 1.3 * cost[("tiny-small", "before")]
+    assert "tenant mix (0% ->" in ex.sentence
+
+
+def test_a_steady_run_has_no_regression_to_explain(chdb_dir) -> None:  # noqa: ANN001
+    steady = play(chdb_dir, "steady", seed=2)
+    ex = explain(steady.client, steady.start, steady.end)
+    assert ex.break_at is None, ex.sentence
+    assert ex.evidence.empty and "no lasting rise" in ex.sentence

@@ -1,0 +1,93 @@
+"""Latency over time, from both sources: each step's value is what the one-window functions
+give for that step, counter rates add up to the window's increase across an engine restart,
+and the vectorised bucket interpolation is Prometheus' on every kind of histogram."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from analytics.counters import increase as reference_increase
+from analytics.filters import Filters
+from analytics.latency import latency_over_time
+from analytics.metrics import bucket_quantile, counter_increase, histogram_quantile
+from analytics.requests import request_quantile
+from analytics.timeseries import auto_step, bucket_quantiles, counter_rate_over_time
+from tests.analytics.scenario_data import play
+
+TTFT = "vllm:time_to_first_token_seconds"
+
+
+@pytest.fixture(scope="module")
+def run(chdb_dir):  # noqa: ANN001
+    return play(chdb_dir, "replica-crash", seed=2)
+
+
+def test_vectorised_quantiles_are_prometheus_quantiles() -> None:
+    rng = np.random.default_rng(0)
+    inf = math.inf
+    cases = [
+        (np.array([0.1, 0.5, 1.0, inf]), np.array([[0, 0, 0, 0], [5, 5, 5, 5], [0, 0, 0, 7], [1, 4, 9, 10]])),
+        (np.array([inf]), np.array([[3]])),  # +Inf only: NaN
+        (np.array([2.0, inf]), np.array([[0, 4], [4, 4]])),
+    ]
+    for _ in range(50):
+        bounds = np.r_[np.sort(rng.choice(np.arange(1, 100), size=rng.integers(1, 8), replace=False)) / 10, inf]
+        counts = np.cumsum(rng.integers(0, 5, size=(6, len(bounds))), axis=1)
+        cases.append((bounds, counts))
+    for bounds, counts in cases:
+        for q in (0.0, 0.25, 0.5, 0.9, 0.99, 1.0):
+            got = bucket_quantiles(q, bounds, counts)
+            want = [bucket_quantile(q, bounds, row) for row in counts]
+            assert np.allclose(got, want, equal_nan=True), (q, bounds, counts, got, want)
+
+
+def test_auto_step_is_a_nice_width_and_whole_rollup_buckets() -> None:
+    from datetime import UTC, datetime
+
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    assert auto_step(t, t + timedelta(minutes=15)) == 10
+    assert auto_step(t, t + timedelta(hours=6)) == 300
+    assert auto_step(t, t + timedelta(days=7)) == 7200
+
+
+def test_each_step_matches_the_one_window_functions(run) -> None:  # noqa: ANN001
+    start = run.start.replace(second=0) + timedelta(minutes=1)
+    end = start + timedelta(minutes=3)
+    df = latency_over_time(run.client, "ttft", start, end, levels=(0.5, 0.99), step=60, tier="raw")
+    assert set(df["source"]) == {"engine histograms", "request log"}
+    for source, frame in df.groupby("source"):
+        assert len(frame) == 3 * 2 * 2  # steps x models x levels
+    for row in df[df["q"] == 0.99].itertuples():
+        a, b = row.ts.to_pydatetime(), row.ts.to_pydatetime() + timedelta(seconds=60)
+        if row.source == "engine histograms":
+            one = histogram_quantile(run.client, TTFT, 0.99, a, b, "model", tier="raw").set_index("model")
+        else:
+            one = request_quantile(run.client, "ttft", 0.99, a, b, tier="raw").set_index("model").rename(
+                columns={"value": "quantile"})
+        assert row.value == pytest.approx(one.loc[row.model, "quantile"], rel=1e-6), row
+
+
+def test_filters_reach_the_request_log_and_are_reported_for_histograms(run) -> None:  # noqa: ANN001
+    df = latency_over_time(run.client, "ttft", run.start, run.end, filters=Filters(tenant="acme"), by="model")
+    assert df.attrs["unapplied"] == {"engine histograms": ["tenant"], "request log": []}
+    acme = df[df["source"] == "request log"]["count"].sum()
+    everyone = latency_over_time(run.client, "ttft", run.start, run.end, sources=("request log",))["count"].sum()
+    assert 0.3 * everyone < acme / 4 * 4 < 0.7 * everyone  # acme sends half the traffic (count is per level)
+    with pytest.raises(ValueError, match="unknown latency"):
+        latency_over_time(run.client, "ttfb", run.start, run.end)
+
+
+def test_counter_rates_add_up_across_the_restart(run) -> None:  # noqa: ANN001
+    start, end = run.start.replace(second=0), run.end.replace(second=0)
+    steps = counter_rate_over_time(run.client, "vllm:prompt_tokens_total", start, end, "replica", step=60, tier="raw")
+    total = counter_increase(run.client, "vllm:prompt_tokens_total", start, end, "replica", tier="raw").set_index("replica")
+    values = reference_increase(run.client, "vllm:prompt_tokens_total", start, end, "replica").set_index("replica")
+    for replica, frame in steps.groupby("replica"):
+        assert frame["increase"].sum() == pytest.approx(total.loc[replica, "increase"])
+        assert frame["increase"].sum() == pytest.approx(values.loc[replica, "increase"])
+        assert (frame["increase"] >= 0).all()
+    assert steps.set_index("replica").loc["small-1", "increase"].sum() > 0  # it restarted and served again

