@@ -18,10 +18,12 @@ Out: DataFrames with ``.attrs["plan"]``:
        per 1M ``input`` / ``cached`` / ``output`` tokens that splits the spend by the weights
        (a computed prompt token weighs ``input``, a cached one ``cached``, an output token
        ``output``);
-     - ``cost_by_tenant``: showback from the request log (weighted rows): each tenant's
-       ``direct`` spend (the busy spend shared by weighted tokens), ``idle`` (the idle spend
-       shared in proportion, OpenCost's idea; or one ``(idle)`` row with ``idle="separate"``),
-       ``spend`` and ``cost_per_million_tokens``;
+     - ``cost_by_tenant``: showback from the request log (weighted rows): each model pool's
+       spend is shared among the tenants that used it, by weighted tokens: ``direct`` (the busy
+       spend), ``idle`` (the idle spend in proportion, OpenCost's idea; or one ``(idle)`` row
+       with ``idle="separate"``), ``spend``, ``share`` and ``cost_per_million_tokens``; a pool
+       no request-log row accounts for is an ``(unattributed)`` row. Tenant and route filters
+       pick tenants after the sharing (a tenant's cost does not depend on the filter);
      - ``compare_reference``: what the same tokens would cost at reference API prices per 1M
        tokens, and the ratio of our cost to it.
 A GPU type without a price raises ``KeyError`` naming it: a missing price must not read as free.
@@ -46,6 +48,7 @@ __all__ = ["FLEET", "UP_METRIC", "ReferencePrice", "TokenWeights", "compare_refe
 UP_METRIC = "vllm:num_requests_running"  # every vLLM engine reports it; present while it is up
 FLEET = "(fleet)"
 IDLE = "(idle)"
+UNATTRIBUTED = "(unattributed)"  # spend of pools no request-log row accounts for
 PROMPT, CACHED, OUTPUT = "vllm:prompt_tokens_total", "vllm:prompt_tokens_cached_total", "vllm:generation_tokens_total"
 
 
@@ -174,30 +177,53 @@ def cost_by_tenant(
     weights: TokenWeights | None = None, idle: str = "share", filters: Filters | None = None,
     tier: str | None = None, retention: Retention | None = None, now: datetime | None = None,
 ) -> pd.DataFrame:
-    """Showback: the window's spend per tenant, direct (by weighted tokens) plus idle."""
+    """Showback: each model pool's spend shared among the tenants that used it, by weighted
+    tokens (direct: the busy spend; idle: the idle spend, in proportion or as its own row)."""
     if idle not in ("share", "separate"):
         raise ValueError("idle must be 'share' (in proportion to use) or 'separate' (its own row)")
     weights = weights or TokenWeights()
-    engine_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
-    spend = gpu_spend(client, start, end, prices, filters=engine_filters, tier=tier, retention=retention, now=now)
-    tokens = request_totals(client, start, end, by=["tenant"], tier=tier, retention=retention, now=now, filters=filters)
+    # shares are taken over every tenant of a pool; tenant and route filters only pick rows after
+    pool_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
+    spend = gpu_spend(client, start, end, prices, filters=pool_filters, tier=tier, retention=retention, now=now)
+    pools = spend.groupby("model")[["busy_spend", "idle_spend"]].sum()
+    tokens = request_totals(client, start, end, by=["model", "tenant", "route"], tier=tier, retention=retention,
+                            now=now, filters=pool_filters)
     plan_used = tokens.attrs["plan"]
     computed = tokens["prompt_tokens"] - tokens["cached_tokens"]
     tokens["weighted_tokens"] = (computed * weights.input + tokens["cached_tokens"] * weights.cached
                                  + tokens["completion_tokens"] * weights.output)
-    total = float(tokens["weighted_tokens"].sum())
-    tokens["share"] = tokens["weighted_tokens"] / total if total > 0 else 0.0
-    busy, idle_spend = float(spend["busy_spend"].sum()), float(spend["idle_spend"].sum())
-    tokens["direct"] = tokens["share"] * busy
-    tokens["idle"] = tokens["share"] * idle_spend if idle == "share" else 0.0
-    tokens["spend"] = tokens["direct"] + tokens["idle"]
-    if idle == "separate" and idle_spend > 0:
-        row = {c: 0.0 for c in tokens.columns} | {"tenant": IDLE, "idle": idle_spend, "spend": idle_spend}
-        tokens = pd.concat([tokens, pd.DataFrame([row])], ignore_index=True)
-    billed = tokens["prompt_tokens"] + tokens["completion_tokens"]
-    tokens["cost_per_million_tokens"] = (tokens["spend"] / billed * 1e6).where(billed > 0)
-    out = tokens[["tenant", "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "weighted_tokens", "share",
-                  "direct", "idle", "spend", "cost_per_million_tokens"]]
+    pool_tokens = tokens.groupby("model")["weighted_tokens"].transform("sum")
+    pool_share = (tokens["weighted_tokens"] / pool_tokens).where(pool_tokens > 0, 0.0)
+    tokens["direct"] = pool_share * tokens["model"].map(pools["busy_spend"]).fillna(0.0)
+    pool_idle = pool_share * tokens["model"].map(pools["idle_spend"]).fillna(0.0)
+    tokens["idle"] = pool_idle if idle == "share" else 0.0
+    if filters and (filters.tenant or filters.route):
+        keep = pd.Series(True, index=tokens.index)
+        if filters.tenant:
+            keep &= tokens["tenant"].isin(filters.tenant)
+        if filters.route:
+            keep &= tokens["route"].isin(filters.route)
+        tokens = tokens[keep]
+    measures = ["requests", "prompt_tokens", "completion_tokens", "cached_tokens", "weighted_tokens", "direct", "idle"]
+    out = tokens.groupby("tenant", as_index=False)[measures].sum()
+    extra = []
+    if not (filters and (filters.tenant or filters.route)):
+        used = set(tokens.loc[tokens["weighted_tokens"] > 0, "model"])
+        unused = pools[~pools.index.isin(used)]  # spend no request-log row accounts for
+        if len(unused) and float(unused.sum().sum()) > 0:
+            extra.append({"tenant": UNATTRIBUTED, "direct": float(unused["busy_spend"].sum()),
+                          "idle": float(unused["idle_spend"].sum()) if idle == "share" else 0.0})
+        if idle == "separate" and float(spend["idle_spend"].sum()) > 0:
+            extra.append({"tenant": IDLE, "direct": 0.0, "idle": float(spend["idle_spend"].sum())})
+    if extra:
+        out = pd.concat([out, pd.DataFrame([{c: 0.0 for c in measures} | row for row in extra])], ignore_index=True)
+    out["spend"] = out["direct"] + out["idle"]
+    total = float(out["spend"].sum())
+    out["share"] = out["spend"] / total if total > 0 else 0.0
+    billed = out["prompt_tokens"] + out["completion_tokens"]
+    out["cost_per_million_tokens"] = (out["spend"] / billed * 1e6).where(billed > 0)
+    out = out[["tenant", "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "weighted_tokens", "share",
+               "direct", "idle", "spend", "cost_per_million_tokens"]]
     out.attrs.update(plan=plan_used, spend_plan=spend.attrs["plan"], weights=weights)
     return out
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -205,15 +205,15 @@ def _row(signal: str, kind: str, before: str, after: str, score: float, moved, l
 
 def _split_in_rows(client, where: str, params: dict, expr: str, a0: pd.Timestamp, a1: pd.Timestamp,  # noqa: ANN001
                    rise: bool = True) -> pd.Timestamp | None:
-    """Where ``expr`` (per request, in arrival order) shifts its mean within ``[a0, a1)``: the
-    best single split of those rows (a rise when ``rise``)."""
+    """Where ``expr`` (per request, in arrival order) shifts within ``[a0, a1)``: the best single
+    split of the rows' ranks (a rise when ``rise``)."""
     params = dict(params, a0=param_time(pd.Timestamp(a0).to_pydatetime()), a1=param_time(pd.Timestamp(a1).to_pydatetime()))
     df = client.query_df(
         f"SELECT ts, toFloat64({expr}) AS x FROM requests WHERE {where} AND ts >= {{a0:DateTime64(3)}} "
         f"AND ts < {{a1:DateTime64(3)}} ORDER BY ts", parameters=params)
     if len(df) < 8:
         return None
-    x = df["x"].to_numpy(float)
+    x = df["x"].rank().to_numpy(float)  # ranks: a few outliers cannot pull the split (0/1 values keep their order)
     k, gain = best_split(x, 3)
     if k <= 0 or gain <= 0 or (rise and x[k:].mean() <= x[:k].mean()):
         return None
@@ -425,6 +425,7 @@ def explain(
         raise ValueError(f"unknown latency {latency!r}; one of {', '.join(LATENCIES)}")
     if not 0 < q < 1:
         raise ValueError(f"q must be within (0, 1), got {q}")
+    start, end = (t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC) for t in (start, end))
     step_s = int(step) if step else auto_step(start, end, points=180)
     source = _pick_source(client, start, end, filters)
     column = COLUMNS[latency]

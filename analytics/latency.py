@@ -63,7 +63,7 @@ def latency_over_time(
         raise ValueError(f"unknown source {min(unknown)!r}; one of {', '.join(SOURCES)}")
     family, field = LATENCIES[latency]
     columns = ["ts", "source", by, "q", "value", "count"]
-    step_s = step or _step(_plan(client, start, end, tier, retention, now), None)
+    _p, step_s = _step(_plan(client, start, end, tier, retention, now), step)
     frames, plans, unapplied = [], {}, {}
     if "engine histograms" in sources:
         hist = histogram_quantiles_over_time(client, family, levels, start, end, by, step=step_s, filters=filters,

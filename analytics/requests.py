@@ -20,12 +20,12 @@ Out: DataFrames, one row per group, with ``.attrs["plan"]``:
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pandas as pd
 
 from analytics.filters import Filters, request_rows
-from analytics.tiers import Plan, Retention, coverage, param_time, plan
+from analytics.tiers import Plan, Retention, align, coverage, param_time, plan
 
 __all__ = ["CONTEXT_BUCKET", "DIMENSIONS", "FIELDS", "request_quantile", "request_quantiles", "request_totals"]
 
@@ -73,6 +73,9 @@ def _prepare(
         if p.tier.rollup:  # whole buckets of the tier
             res = int(p.tier.resolution.total_seconds())
             step = max(res, -(-int(step) // res) * res)
+        # whole steps: the first and last step are complete, on the same grid as the metrics'
+        p = Plan(p.tier, *align(p.start, p.end, timedelta(seconds=int(step))))
+        params.update(start=param_time(p.start), end=param_time(p.end))
         select = ", ".join([f"toDateTime64(toStartOfInterval(ts, INTERVAL {int(step)} SECOND), 3, 'UTC') AS step_ts", *by])
     return p, table, select, where, params
 

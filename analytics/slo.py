@@ -6,8 +6,10 @@ Out: DataFrames, one row per target (or per target and burn-rate window):
      - ``slo_attainment``: ``[model, metric, threshold_seconds, objective, requests, good,
        attainment, met, observed]``: from the engines' histograms (every request, not a sample):
        ``good`` = observations <= threshold, interpolated inside the bucket; ``observed`` = the
-       histogram quantile at the target's percentile. (``itl`` histograms count token gaps,
-       so its attainment is a share of gaps.)
+       histogram quantile at the target's percentile (default: its objective). A percentile
+       target (``percentile`` set: "p95 <= 2 s") is ``met`` when ``observed`` <= threshold, a
+       threshold target when ``attainment`` >= objective. (``itl`` histograms count token
+       gaps, so its attainment is a share of gaps.) Filters: model and replica.
      - ``error_budget``: over each target's own window (``window_days``, ending at ``end``):
        ``budget`` (1 - objective), ``consumed`` (bad share / budget) and ``remaining``
        (1 - consumed; negative once overspent);
@@ -19,7 +21,8 @@ Out: DataFrames, one row per target (or per target and burn-rate window):
        ``goodput_per_s``, ``gpus`` (average GPUs up), ``goodput_per_gpu_s``, and ``good_tokens``
        (their prompt + output tokens);
      - ``cost_per_slo_tokens``: per model and ``(fleet)``: GPU spend / SLO-compliant tokens x 10^6
-       beside spend / all tokens (both token counts from the same request log).
+       beside spend / all tokens (both token counts from the same request log); with a tenant or
+       route filter, the spend is their tokens' share of each pool.
 A window without observations gives NaN attainment (no data is not "met").
 """
 
@@ -68,30 +71,37 @@ def _good(client, targets: list[SloTarget], start: datetime, end: datetime, kw: 
 
 def slo_attainment(
     client, targets: Iterable[SloTarget], start: datetime, end: datetime, *,  # noqa: ANN001
-    tier: str | None = None, retention: Retention | None = None, now: datetime | None = None,
+    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
+    now: datetime | None = None,
 ) -> pd.DataFrame:
     """Share of requests meeting each target over ``[start, end)``."""
     targets = list(targets)
-    good = _good(client, targets, start, end, {"tier": tier, "retention": retention, "now": now})
+    good = _good(client, targets, start, end, {"tier": tier, "retention": retention, "now": now, "filters": filters})
     spec = pd.DataFrame([{"model": t.model, "metric": t.metric, "threshold_seconds": t.threshold_seconds,
                           "objective": t.objective, "label": t.label} for t in targets],
                         columns=["model", "metric", "threshold_seconds", "objective", "label"])
     out = spec.merge(good, on=["model", "metric"], how="left")
     out["attainment"] = (out["good"] / out["requests"]).where(out["requests"] > 0)
-    out["met"] = out["attainment"] >= out["objective"]
+    # a percentile target ("p95 <= 2 s") is met by the observed percentile, a threshold target
+    # ("99 % of requests within 2 s") by the share; without data neither is met
+    percentile = pd.Series([t.percentile is not None for t in targets], index=out.index, dtype=bool)
+    out["met"] = ((percentile & (out["observed"] <= out["threshold_seconds"]))
+                  | (~percentile & (out["attainment"] >= out["objective"])))
+    out.attrs["unapplied"] = filters.unapplied("samples") if filters else []
     return out
 
 
 def error_budget(
     client, targets: Iterable[SloTarget], end: datetime, *,  # noqa: ANN001
-    retention: Retention | None = None, now: datetime | None = None,
+    filters: Filters | None = None, retention: Retention | None = None, now: datetime | None = None,
 ) -> pd.DataFrame:
     """Each target's error budget over its own window ending at ``end``."""
+    targets = list(targets)
     frames = []
     for days in sorted({t.window_days for t in targets}):
         group = [t for t in targets if t.window_days == days]
-        frames.append(slo_attainment(client, group, end - timedelta(days=days), end, retention=retention, now=now)
-                      .assign(window_days=days))
+        frames.append(slo_attainment(client, group, end - timedelta(days=days), end, filters=filters,
+                                     retention=retention, now=now).assign(window_days=days))
     if not frames:
         return pd.DataFrame(columns=["model", "metric", "label", "window_days", "attainment", "budget", "consumed", "remaining"])
     out = pd.concat(frames, ignore_index=True)
@@ -103,7 +113,7 @@ def error_budget(
 
 def burn_rates(
     client, targets: Iterable[SloTarget], end: datetime, *, windows=BURN_WINDOWS,  # noqa: ANN001
-    retention: Retention | None = None, now: datetime | None = None,
+    filters: Filters | None = None, retention: Retention | None = None, now: datetime | None = None,
 ) -> pd.DataFrame:
     """Multi-window burn rates at ``end`` for each target (see ``BURN_WINDOWS``)."""
     targets = list(targets)
@@ -111,7 +121,8 @@ def burn_rates(
 
     def bad_share(span: timedelta) -> pd.DataFrame:
         if span not in cache:
-            cache[span] = slo_attainment(client, targets, end - span, end, retention=retention, now=now)
+            cache[span] = slo_attainment(client, targets, end - span, end, filters=filters, retention=retention,
+                                         now=now)
         return cache[span]
 
     rows = []
@@ -181,11 +192,14 @@ def cost_per_slo_tokens(
 ) -> pd.DataFrame:
     """Per model and ``(fleet)``: spend / tokens of the requests that met every SLO x 10^6, beside
     the plain cost per 1M tokens of the same request log: what missed SLOs cost on top."""
+    pool_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
     good = goodput(client, targets, start, end, source=source, filters=filters)
-    spend = gpu_spend(client, start, end, prices, filters=Filters(model=filters.model, replica=filters.replica)
-                      if filters else None).groupby("model")["spend"].sum()
+    spend = gpu_spend(client, start, end, prices, filters=pool_filters).groupby("model")["spend"].sum()
     df = good[["model", "requests", "good", "tokens", "good_tokens"]].copy()
     df["spend"] = df["model"].map(spend).fillna(0.0)
+    if filters and (filters.tenant or filters.route):  # their share of each pool, by tokens
+        pool = goodput(client, targets, start, end, source=source, filters=pool_filters).set_index("model")["tokens"]
+        df["spend"] *= (df["tokens"] / df["model"].map(pool)).where(df["model"].map(pool) > 0, 0.0)
     fleet = df.drop(columns=["model"]).sum().to_frame().T
     fleet.insert(0, "model", FLEET)
     df = pd.concat([df, fleet], ignore_index=True) if len(df) else df

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-__all__ = ["HOUR", "MINUTE", "RAW", "TIERS", "Plan", "Retention", "Tier", "coverage", "param_time", "plan"]
+__all__ = ["HOUR", "MINUTE", "RAW", "TIERS", "Plan", "Retention", "Tier", "align", "coverage", "param_time", "plan"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,11 @@ def coverage(client, kind: str = "samples") -> dict[str, datetime | None]:  # no
 
 def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def align(start: datetime, end: datetime, step: timedelta) -> tuple[datetime, datetime]:
+    """``[start, end)`` widened to whole steps (epoch-aligned): start floored, end ceiled."""
+    return _align(_utc(start), _utc(end), step)
 
 
 def _align(start: datetime, end: datetime, step: timedelta) -> tuple[datetime, datetime]:

@@ -1,7 +1,8 @@
 """Engine metrics over time: counter rates, gauge levels and histogram quantiles per step.
 
 In:  a client, a metric (histograms by family name), a window ``[start, end)``, a step (seconds;
-     ``auto_step`` picks one for about 120 points, a whole multiple of the tier's resolution),
+     ``auto_step`` picks one for about 120 points; rounded up to whole buckets of a rollup tier),
+     the window widened to whole steps (``.attrs["plan"]`` has it: every step is complete),
      ``by`` (replica, model, instance) and ``Filters`` (model, replica).
 Out: long DataFrames with a ``ts`` column (the step's start, UTC) and ``.attrs["plan"]``:
      - ``counter_rate_over_time``: ``[ts, by, increase, rate]``: per step, the reset-aware
@@ -27,7 +28,7 @@ import pandas as pd
 from analytics.counters import GROUPS, series_latest
 from analytics.filters import Filters
 from analytics.metrics import LOOKBACK, SETTINGS
-from analytics.tiers import Plan, Retention, coverage, param_time, plan
+from analytics.tiers import Plan, Retention, align, coverage, param_time, plan
 
 __all__ = ["auto_step", "bucket_quantiles", "counter_rate_over_time", "gauge_over_time", "histogram_quantiles_over_time",
            "step_increase"]
@@ -51,15 +52,17 @@ def _plan(client, start, end, tier, retention, now) -> Plan:  # noqa: ANN001
                 data=coverage(client, "samples") if tier is None else None)
 
 
-def _step(p: Plan, step: float | None) -> int:
+def _step(p: Plan, step: float | None) -> tuple[Plan, int]:
+    """The step (rounded up to whole buckets of a rollup tier) and the plan's window widened to
+    whole steps, so that every step is complete and every series shares the same grid."""
     value = int(step) if step else auto_step(p.start, p.end, p)
-    if p.tier.rollup:
-        res = int(p.tier.resolution.total_seconds())
-        if value % res:
-            raise ValueError(f"step {value}s is not a whole number of the {p.tier.name} tier's buckets ({res}s)")
     if value < 1:
         raise ValueError("step must be at least 1 second")
-    return value
+    if p.tier.rollup:
+        res = int(p.tier.resolution.total_seconds())
+        value = max(res, math.ceil(value / res) * res)
+    start, end = align(p.start, p.end, timedelta(seconds=value))
+    return Plan(p.tier, start, end), value
 
 
 def _params(metric: str, p: Plan, step: int, filters: Filters | None) -> tuple[str, dict[str, object]]:
@@ -120,8 +123,7 @@ def counter_rate_over_time(
     now: datetime | None = None,
 ) -> pd.DataFrame:
     """Per step: the reset-aware increase of counter ``metric`` per ``by``, and its rate per second."""
-    p = _plan(client, start, end, tier, retention, now)
-    s = _step(p, step)
+    p, s = _step(_plan(client, start, end, tier, retention, now), step)
     where, params = _params(metric, p, s, filters)
     sql = f"""
         SELECT v.ts AS ts, {GROUPS[by]} AS {by}, sum(v.increase) AS increase, increase / {s} AS rate
@@ -140,8 +142,7 @@ def gauge_over_time(
     """Per step: gauge ``metric``'s level per ``by`` (``agg`` of the series' means; max; min)."""
     if agg not in ("avg", "sum"):
         raise ValueError("agg must be 'avg' or 'sum'")
-    p = _plan(client, start, end, tier, retention, now)
-    s = _step(p, step)
+    p, s = _step(_plan(client, start, end, tier, retention, now), step)
     where, params = _params(metric, p, s, filters)
     bucket = f"toDateTime64(toStartOfInterval(ts, INTERVAL {s} SECOND), 3, 'UTC')"
     if p.tier.rollup:
@@ -187,8 +188,8 @@ def bucket_quantiles(q: float, bounds: np.ndarray, counts: np.ndarray) -> np.nda
     in_bucket = counts[np.arange(n), i] - below
     with np.errstate(invalid="ignore", divide="ignore"):
         value = lower + (upper - lower) * (rank - below) / in_bucket
-    value = np.where((i == 0) & (upper <= 0), upper, value)
     value = np.where(in_bucket <= 0, math.nan, value)
+    value = np.where((i == 0) & (upper <= 0), upper, value)  # Prometheus: a first bound <= 0 is the answer
     value = np.where(i == len(bounds) - 1, bounds[-2] if len(bounds) > 1 else math.nan, value)
     return np.where(total > 0, value, math.nan)
 
@@ -199,8 +200,7 @@ def histogram_quantiles_over_time(
     retention: Retention | None = None, now: datetime | None = None,
 ) -> pd.DataFrame:
     """Per step and ``by``: the ``levels`` quantiles of histogram family ``metric``."""
-    p = _plan(client, start, end, tier, retention, now)
-    s = _step(p, step)
+    p, s = _step(_plan(client, start, end, tier, retention, now), step)
     where, params = _params(f"{metric}_bucket", p, s, filters)
     sql = f"""
         SELECT v.ts AS ts, {GROUPS[by]} AS {by}, s.le AS le, sum(v.increase) AS count

@@ -33,4 +33,26 @@ rows = client.query("""
     FROM requests_joined GROUP BY replica ORDER BY replica""").result_rows
 for replica, n, joined, p99 in rows:
     print(f"  {replica:<9} {n:>6} requests ({joined} gateway log + engine span joined), p99 TTFT {p99} s")
+
+# the numbers the dashboard and alert rules share (analytics/, docs/analytics.md)
+from datetime import UTC, datetime, timedelta
+
+from analytics.cost import cost_per_token
+from analytics.metrics import histogram_quantile
+from analytics.saturation import saturation
+from storage.catalog import gpu_prices
+from storage.metadata import make_engine, make_sessionmaker
+
+settings = load_settings()
+end = datetime.now(UTC)
+start = end - timedelta(minutes=10)
+p99 = histogram_quantile(client, "vllm:time_to_first_token_seconds", 0.99, start, end, "model")
+print("last 10 minutes, from analytics/:")
+for row in p99.itertuples():
+    print(f"  {row.model:<11} p99 TTFT {row.quantile:.3f} s (engine histograms, {row.count:.0f} requests)")
+for row in saturation(client, start, end, "replica").itertuples():
+    print(f"  {row.replica:<11} KV cache avg {row.kv_avg:.0%} max {row.kv_max:.0%}, prefix-cache hits {row.prefix_hit_rate:.0%}")
+prices = gpu_prices(make_sessionmaker(make_engine(settings.metadata.url)))
+fleet = cost_per_token(client, start, end, prices, weights=settings.cost.weights()).set_index("model").loc["(fleet)"]
+print(f"  fleet spend ${fleet['spend']:.4f} ({fleet['idle_share']:.0%} idle), ${fleet['cost_per_million_tokens']:.2f} per 1M tokens")
 PY

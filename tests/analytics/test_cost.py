@@ -9,8 +9,9 @@ The fleet, over the 2-hour window [T0, T0 + 2 h):
 - replica b: L4 ($0.80), 2 GPUs, model m-b; up from minute 60 only, busy minutes 60-99, idle
   100-119. It served 300k prompt / 60k output tokens, restarted at minute 90 (its counters
   fell to 0: a reset), then served 100k prompt / 40k output more.
-- request log (gateway, sampled): acme 100 rows of weight 2 (1,000 prompt, 200 output tokens);
-  globex 50 rows of weight 4 (500 prompt of which 100 cached, 500 output).
+- request log (gateway, sampled): acme 100 rows of weight 2 on m-a (1,000 prompt, 200 output
+  tokens); globex 50 rows of weight 4 (500 prompt of which 100 cached, 500 output), half on m-a
+  and half on m-b.
 The samples go through the collector's parser and converter, which mark the counter reset.
 """
 
@@ -88,7 +89,8 @@ def fleet(ch, spool: Path) -> None:  # noqa: ANN001
     rows = []
     for tenant, n, weight, prompt, cached, output in (("acme", 100, 2.0, 1000, 0, 200), ("globex", 50, 4.0, 500, 100, 500)):
         rows += [{"ts": T0 + timedelta(minutes=i), "source": "gateway", "request_id": f"{tenant}-{i}", "tenant": tenant,
-                  "model": "m-a", "prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": output,
+                  "model": "m-b" if tenant == "globex" and i % 2 else "m-a", "route": "pinned",
+                  "prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": output,
                   "weight": weight} for i in range(n)]
     ch.insert_df("requests", pd.DataFrame(rows))
 
@@ -137,22 +139,35 @@ def test_cost_per_million_tokens_counts_across_the_restart(ch, prices, tmp_path)
     assert round(ref["reference_cost"], 4) == 0.3675 and round(ref["ratio"], 2) == round(5.60 / 0.3675, 2)
 
 
-def test_showback_shares_direct_and_idle_spend_by_weighted_tokens(ch, prices, tmp_path) -> None:  # noqa: ANN001
+def test_showback_shares_each_pool_by_weighted_tokens(ch, prices, tmp_path) -> None:  # noqa: ANN001
     fleet(ch, tmp_path)
     weights = TokenWeights(input=1, cached=0.25, output=4)
     df = cost_by_tenant(ch, *WINDOW, prices, weights=weights, tier="raw").set_index("tenant")
-    # acme: 200 requests x (1,000 + 200 x 4) = 360,000 weighted tokens
-    # globex: 200 requests x (400 + 100 x 0.25 + 500 x 4) = 485,000; shares 0.4260 / 0.5740
-    assert round(df.loc["acme", "share"], 4) == 0.4260
-    # busy spend $4.07 and idle $1.53, both shared: acme $2.39 in all, globex $3.21
+    # weighted tokens per request: acme 1,000 + 200 x 4 = 1,800; globex 400 + 100 x 0.25 + 500 x 4 = 2,425
+    # pool m-a ($3.00 busy, $1.00 idle): acme 200 x 1,800 = 360,000, globex 100 x 2,425 = 242,500
+    #   -> acme 0.5975: direct $1.79, idle $0.60; globex 0.4025: direct $1.21, idle $0.40
+    # pool m-b ($1.07 busy, $0.53 idle): globex alone
+    assert round(df.loc["acme", "direct"], 2) == 1.79 and round(df.loc["acme", "idle"], 2) == 0.60
+    assert round(df.loc["globex", "direct"], 2) == 2.27 and round(df.loc["globex", "idle"], 2) == 0.94
     assert round(df.loc["acme", "spend"], 2) == 2.39 and round(df.loc["globex", "spend"], 2) == 3.21
-    assert round(df.loc["acme", "idle"], 2) == 0.65
-    # acme billed 200 x 1,200 tokens: $2.3858 / 240,000 x 1M = $9.94
-    assert round(df.loc["acme", "cost_per_million_tokens"], 2) == 9.94
+    assert round(df["spend"].sum(), 2) == 5.60
+    # acme billed 200 x 1,200 tokens: $2.39 / 240,000 x 1M = $9.96; globex $3.21 / 200,000 x 1M = $16.05
+    assert round(df.loc["acme", "cost_per_million_tokens"], 2) == 9.96
+    assert round(df.loc["globex", "cost_per_million_tokens"], 2) == 16.05
     separate = cost_by_tenant(ch, *WINDOW, prices, weights=weights, idle="separate", tier="raw").set_index("tenant")
-    assert round(separate.loc["acme", "spend"], 2) == 1.73 and round(separate.loc["globex", "spend"], 2) == 2.33
+    assert round(separate.loc["acme", "spend"], 2) == 1.79 and round(separate.loc["globex", "spend"], 2) == 2.27
     assert round(separate.loc["(idle)", "spend"], 2) == 1.53
-    assert round(separate["spend"].sum(), 2) == 5.60
+    # a tenant's cost does not depend on the filter that picks it
+    only = cost_by_tenant(ch, *WINDOW, prices, weights=weights, tier="raw", filters=Filters(tenant="acme"))
+    assert list(only["tenant"]) == ["acme"] and round(only["spend"].iloc[0], 2) == 2.39
+
+
+def test_spend_without_request_rows_is_unattributed(ch, prices, tmp_path) -> None:  # noqa: ANN001
+    fleet(ch, tmp_path)
+    ch.command("ALTER TABLE requests DELETE WHERE model = 'm-b' SETTINGS mutations_sync = 1")
+    df = cost_by_tenant(ch, *WINDOW, prices, tier="raw").set_index("tenant")
+    assert round(df.loc["(unattributed)", "spend"], 2) == 1.60  # b's pool, which no logged request used
+    assert round(df["spend"].sum(), 2) == 5.60
 
 
 def test_the_hourly_tier_agrees_on_the_total(ch, prices, tmp_path) -> None:  # noqa: ANN001

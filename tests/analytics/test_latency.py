@@ -33,6 +33,8 @@ def test_vectorised_quantiles_are_prometheus_quantiles() -> None:
         (np.array([0.1, 0.5, 1.0, inf]), np.array([[0, 0, 0, 0], [5, 5, 5, 5], [0, 0, 0, 7], [1, 4, 9, 10]])),
         (np.array([inf]), np.array([[3]])),  # +Inf only: NaN
         (np.array([2.0, inf]), np.array([[0, 4], [4, 4]])),
+        (np.array([0.0, 1.0, inf]), np.array([[0, 5, 5], [2, 5, 5]])),  # a first bound <= 0 is the answer
+        (np.array([-1.0, 0.5, inf]), np.array([[0, 3, 4], [1, 1, 1]])),
     ]
     for _ in range(50):
         bounds = np.r_[np.sort(rng.choice(np.arange(1, 100), size=rng.integers(1, 8), replace=False)) / 10, inf]
@@ -72,13 +74,26 @@ def test_each_step_matches_the_one_window_functions(run) -> None:  # noqa: ANN00
 
 
 def test_filters_reach_the_request_log_and_are_reported_for_histograms(run) -> None:  # noqa: ANN001
-    df = latency_over_time(run.client, "ttft", run.start, run.end, filters=Filters(tenant="acme"), by="model")
-    assert df.attrs["unapplied"] == {"engine histograms": ["tenant"], "request log": []}
-    acme = df[df["source"] == "request log"]["count"].sum()
-    everyone = latency_over_time(run.client, "ttft", run.start, run.end, sources=("request log",))["count"].sum()
-    assert 0.3 * everyone < acme / 4 * 4 < 0.7 * everyone  # acme sends half the traffic (count is per level)
+    acme = latency_over_time(run.client, "ttft", run.start, run.end, filters=Filters(tenant="acme"), levels=(0.5,))
+    assert acme.attrs["unapplied"] == {"engine histograms": ["tenant"], "request log": []}
+    everyone = latency_over_time(run.client, "ttft", run.start, run.end, levels=(0.5,), sources=("request log",))
+    share = acme[acme["source"] == "request log"]["count"].sum() / everyone["count"].sum()
+    assert share == pytest.approx(0.5, abs=0.06)  # acme sends half the scenario's traffic
     with pytest.raises(ValueError, match="unknown latency"):
         latency_over_time(run.client, "ttfb", run.start, run.end)
+
+
+def test_an_unaligned_window_is_widened_to_whole_steps(run) -> None:  # noqa: ANN001
+    start = run.start.replace(second=0) + timedelta(minutes=2, seconds=30)  # not on a minute
+    end = start + timedelta(minutes=4)
+    steps = counter_rate_over_time(run.client, "vllm:prompt_tokens_total", start, end, "replica", step=60, tier="raw")
+    p = steps.attrs["plan"]
+    assert (p.start, p.end) == (start - timedelta(seconds=30), end + timedelta(seconds=30))
+    whole = counter_increase(run.client, "vllm:prompt_tokens_total", p.start, p.end, "replica", tier="raw")
+    assert steps.groupby("replica")["increase"].sum().to_dict() == pytest.approx(whole.set_index("replica")["increase"].to_dict())
+    both = latency_over_time(run.client, "ttft", start, end, levels=(0.99,), step=60, tier="raw")
+    grids = [set(frame["ts"]) for _source, frame in both.groupby("source")]
+    assert grids[0] == grids[1] and len(grids[0]) == 5  # the same five whole minutes from both sources
 
 
 def test_counter_rates_add_up_across_the_restart(run) -> None:  # noqa: ANN001

