@@ -173,9 +173,23 @@ def plan(
         if span <= r.minute_max_span and r.keeps(r.minute_days, start, now):
             candidates.append(MINUTE)
         candidates.append(HOUR)
-        # the finest that holds the start; when none does (a store younger than the window),
-        # the finest allowed: it has the most of what there is
-        chosen = next((t for t in candidates if holds(t.name)), candidates[0])
+        # the finest that holds the start; else the finest with data unless a coarser one has
+        # rows from an earlier bucket (older history kept at a coarser resolution): in a store
+        # younger than the window every tier begins together, and the finest tells the most
+        chosen = None
+        for i, t in enumerate(candidates):
+            if holds(t.name):
+                chosen = t
+                break
+            begins = data.get(t.name) if data is not None else None
+            if begins is None:
+                continue
+            if not any(data.get(c.name) is not None
+                       and data[c.name] < _align(begins, begins + c.resolution, c.resolution)[0]
+                       for c in candidates[i + 1:]):
+                chosen = t
+                break
+        chosen = chosen or candidates[0]
     if chosen.rollup:
         start, end = _align(start, end, chosen.resolution)
     return Plan(chosen, start, end)

@@ -82,9 +82,7 @@ def slo_set(
 ) -> None:
     """Add or change a model's target on one latency.
 
-    A threshold target (default) is met when --objective of the requests are within the threshold;
-    a percentile target (--percentile 0.95) when the observed p95 is. Burn rates and the error
-    budget use the objective either way.
+    A threshold target (default) is met when --objective of the requests are within the threshold; a percentile target (--percentile 0.95) when the observed p95 is. Burn rates and the error budget use the objective either way.
 
     Example: fleetscope slo set tiny-small ttft 1.0 --objective 0.99
     """

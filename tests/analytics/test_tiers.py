@@ -79,6 +79,12 @@ def test_a_tier_whose_rows_begin_after_the_window_start_is_passed_over() -> None
     # a store younger than the window: the finest tier the span allows, not a coarser one
     young = {"raw": NOW - timedelta(minutes=5), "1m": NOW - timedelta(minutes=5), "1h": NOW - timedelta(minutes=30)}
     assert plan(NOW - timedelta(minutes=15), NOW, now=NOW, data=young).tier.name == "raw"
+    # ... even where the window's start falls in the hour the store began (the hourly rollup
+    # "holds" it only because its bucket is floored to the hour)
+    hour = NOW.replace(minute=0, second=0, microsecond=0)
+    began = hour + timedelta(minutes=37, seconds=25)
+    fresh = {"raw": began, "1m": began.replace(second=0), "1h": hour}
+    assert plan(hour + timedelta(minutes=10), began + timedelta(minutes=2), now=NOW, data=fresh).tier.name == "raw"
     empty = {"raw": None, "1m": None, "1h": None}
     assert plan(NOW - timedelta(days=2), NOW, now=NOW, data=empty).tier.name == "1m"
 
