@@ -38,6 +38,7 @@ import pandas as pd
 
 from analytics.counters import series_latest
 from analytics.filters import Filters
+from analytics.frames import query_df
 from analytics.metrics import counter_increase
 from analytics.requests import request_totals
 from analytics.tiers import Retention, coverage, param_time, plan
@@ -98,7 +99,7 @@ def gpu_hours(
         GROUP BY replica ORDER BY replica
     """
     params.update(metric=UP_METRIC, start=param_time(p.start), end=param_time(p.end))
-    df = client.query_df(sql, parameters=params)
+    df = query_df(client, sql, parameters=params)
     # a window that is not bucket-aligned touches one bucket more than it covers
     span = (p.end - p.start).total_seconds()
     df["up_seconds"] = df["up_seconds"].clip(upper=span).astype(float)

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 
 import pandas as pd
 
+from analytics.frames import query_df
 from analytics.tiers import param_time
 
 __all__ = ["SERIES_LATEST", "increase", "series_latest"]
@@ -65,7 +66,7 @@ def increase(
         GROUP BY {by}
         ORDER BY {by}
     """
-    return client.query_df(
+    return query_df(client, 
         sql, parameters={"metric": metric, "start": param_time(start), "end": param_time(end),
                          "lookback_start": param_time(start - lookback)}
     )

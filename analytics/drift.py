@@ -31,6 +31,7 @@ import pandas as pd
 from scipy import stats
 
 from analytics.filters import Filters, request_rows
+from analytics.frames import query_df
 from analytics.requests import CONTEXT_BUCKET
 from analytics.tiers import param_time
 
@@ -87,7 +88,7 @@ def _shares(client, features: list[str], where: str, params: dict) -> dict[str, 
         SELECT {WINDOW} AS w, kv.1 AS feature, kv.2 AS value, count() AS rows, sum(weight) AS requests,
                sum(weight * (prompt_tokens + completion_tokens)) AS tokens
         FROM requests ARRAY JOIN [{pairs}] AS kv WHERE {where} GROUP BY w, feature, value"""
-    df = client.query_df(sql, parameters=params)
+    df = query_df(client, sql, parameters=params)
     out: dict[str, pd.DataFrame] = {}
     for name in features:
         part = df[df["feature"] == name]
@@ -125,7 +126,7 @@ def _numeric_large(client, where: str, params: dict, ref_rows: int, cur_rows: in
         parts.append(f"quantilesExactWeighted({grid})({expr}, toUInt64(greatest(1, round(weight)))) AS {name}_q")
         parts.append(f"sum(weight * {expr}) AS {name}_s1, sum(weight * pow({expr}, 2)) AS {name}_s2")
     sql = f"SELECT {WINDOW} AS w, sum(weight) AS n, {', '.join(parts)} FROM requests WHERE {where} GROUP BY w"
-    rows = {r["w"]: r for r in client.query_df(sql, parameters=params).to_dict("records")}
+    rows = {r["w"]: r for r in query_df(client, sql, parameters=params).to_dict("records")}
     out = []
     for name in NUMERIC:
         ref, cur = rows["reference"], rows["current"]
@@ -150,7 +151,7 @@ def _num(value: float) -> str:
 def _numeric_small(client, where: str, params: dict, ref_rows: int, cur_rows: int) -> list[dict]:  # noqa: ANN001
     exprs = ", ".join(f"{expr} AS {name}" for name, expr in NUMERIC.items())
     sql = f"SELECT {WINDOW} AS w, {exprs} FROM requests WHERE {where} LIMIT {2 * SMALL_CAP}"
-    df = client.query_df(sql, parameters=params)
+    df = query_df(client, sql, parameters=params)
     ref, cur = df[df["w"] == "reference"], df[df["w"] == "current"]
     out = []
     for name in NUMERIC:

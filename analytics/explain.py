@@ -55,6 +55,7 @@ import pandas as pd
 from analytics.changepoints import best_split, change_points, episode
 from analytics.cost import cost_per_token
 from analytics.filters import Filters, request_rows
+from analytics.frames import query_df
 from analytics.latency import LATENCIES
 from analytics.requests import CONTEXT_BUCKET
 from analytics.saturation import KV, PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES, RUNNING, WAITING
@@ -126,7 +127,7 @@ def _metric_series(client, latency: str, q: float, start, end, step: int, source
             SELECT toDateTime64(toStartOfInterval(ts, INTERVAL {step} SECOND), 3, 'UTC') AS step_ts,
                    quantileExactWeighted({q!r})({column}, toUInt64(greatest(1, round(weight)))) AS value, count() AS n
             FROM requests WHERE {where} AND {column} > 0 GROUP BY step_ts ORDER BY step_ts"""
-        df = client.query_df(sql, parameters=params).rename(columns={"step_ts": "ts"})
+        df = query_df(client, sql, parameters=params).rename(columns={"step_ts": "ts"})
     else:
         df = histogram_quantiles_over_time(client, LATENCIES[latency][0], [q], start, end, "fleet", step=step,
                                            filters=filters)
@@ -171,7 +172,7 @@ def _mix(client, start, end, step: int, source: str, filters, long_tokens: float
                     ('long', if(prompt_tokens > {{long_tokens:Float64}}, 'long', 'other'))] AS kv
         WHERE {where}
         GROUP BY step_ts, dimension, value"""
-    df = client.query_df(sql, parameters=params).rename(columns={"step_ts": "ts"})
+    df = query_df(client, sql, parameters=params).rename(columns={"step_ts": "ts"})
     df["ts"] = pd.to_datetime(df["ts"], utc=True)
     return df
 
@@ -208,7 +209,7 @@ def _split_in_rows(client, where: str, params: dict, expr: str, a0: pd.Timestamp
     """Where ``expr`` (per request, in arrival order) shifts within ``[a0, a1)``: the best single
     split of the rows' ranks (a rise when ``rise``)."""
     params = dict(params, a0=param_time(pd.Timestamp(a0).to_pydatetime()), a1=param_time(pd.Timestamp(a1).to_pydatetime()))
-    df = client.query_df(
+    df = query_df(client, 
         f"SELECT ts, toFloat64({expr}) AS x FROM requests WHERE {where} AND ts >= {{a0:DateTime64(3)}} "
         f"AND ts < {{a1:DateTime64(3)}} ORDER BY ts", parameters=params)
     if len(df) < 8:
@@ -334,7 +335,7 @@ def _dimensions(client, where: str, params: dict, periods: tuple, column: str, s
                     ('replica', replica), ('long', if(prompt_tokens > {{long_tokens:Float64}}, 'long', 'other'))] AS kv
         WHERE {where}
         GROUP BY dimension, value"""
-    df = client.query_df(sql, parameters=params)
+    df = query_df(client, sql, parameters=params)
     for col in ("baseline", "after", "slow"):
         df[f"{col}_share"] = df[col] / df.groupby("dimension")[col].transform("sum").replace(0, np.nan)
     df["lift"] = df["slow_share"] - df["baseline_share"]
@@ -351,7 +352,7 @@ def _strata(client, where: str, params: dict, periods: tuple, column: str, q: fl
                sum(weight) AS requests,
                quantileExactWeightedIf({q!r})({column}, toUInt64(greatest(1, round(weight))), {column} > 0) AS value
         FROM requests WHERE {where} GROUP BY band, period HAVING period != ''"""
-    df = client.query_df(sql, parameters=params)
+    df = query_df(client, sql, parameters=params)
     wide = df.pivot_table(index="band", columns="period", values=["requests", "value"], aggfunc="first")
     out = pd.DataFrame(index=["short", "medium", "long"])
     for period in ("before", "after"):

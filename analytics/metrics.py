@@ -30,6 +30,7 @@ import pandas as pd
 
 from analytics.counters import GROUPS, series_latest
 from analytics.filters import Filters
+from analytics.frames import query_df
 from analytics.tiers import Plan, Retention, coverage, param_time, plan
 
 __all__ = ["LOOKBACK", "bucket_quantile", "bucket_share_below", "counter_increase", "gauge_summary", "histogram_buckets", "histogram_quantile", "series_increase"]
@@ -123,7 +124,7 @@ def counter_increase(
         WHERE {series_where}
         GROUP BY {by} ORDER BY {by}
     """
-    df = client.query_df(sql, parameters=params, settings=SETTINGS)
+    df = query_df(client, sql, parameters=params, settings=SETTINGS)
     df.attrs["plan"] = p
     return df
 
@@ -165,7 +166,7 @@ def gauge_summary(
         WHERE v.n > 0 AND {series_where}
         GROUP BY {by} ORDER BY {by}
     """
-    df = client.query_df(sql, parameters=params, settings=SETTINGS)
+    df = query_df(client, sql, parameters=params, settings=SETTINGS)
     df.attrs["plan"] = p
     return df
 
@@ -219,7 +220,7 @@ def histogram_buckets(
         WHERE NOT isNaN(s.le) AND {series_where}
         GROUP BY {by}, le ORDER BY {by}, le
     """
-    buckets = client.query_df(sql, parameters=params, settings=SETTINGS)
+    buckets = query_df(client, sql, parameters=params, settings=SETTINGS)
     buckets.attrs["plan"] = p
     return buckets
 

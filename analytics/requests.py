@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 import pandas as pd
 
 from analytics.filters import Filters, request_rows
+from analytics.frames import query_df
 from analytics.tiers import Plan, Retention, align, coverage, param_time, plan
 
 __all__ = ["CONTEXT_BUCKET", "DIMENSIONS", "FIELDS", "request_quantile", "request_quantiles", "request_totals"]
@@ -117,7 +118,7 @@ def request_totals(
     group = _group(by, step)
     head = f"{select}, " if select else ""
     sql = f"SELECT {head}{measures} FROM {table} WHERE {where}{group}"
-    return _finish(client.query_df(sql, parameters=params), p)
+    return _finish(query_df(client, sql, parameters=params), p)
 
 
 def request_quantile(
@@ -151,7 +152,7 @@ def request_quantile(
     group = _group(by, step)
     head = f"{select}, " if select else ""
     sql = f"SELECT {head}{measure} FROM {table} WHERE {where}{group}"
-    return _finish(client.query_df(sql, parameters=params), p)
+    return _finish(query_df(client, sql, parameters=params), p)
 
 
 def request_quantiles(
@@ -188,7 +189,7 @@ def request_quantiles(
             measures.append(f"quantilesExactWeightedIf({qs})({column}, toUInt64(greatest(1, round(weight))), {valid}) AS {field}")
     group = _group(by, step)
     head = f"{select}, " if select else ""
-    df = client.query_df(f"SELECT {head}{', '.join(measures)} FROM {table} WHERE {where}{group}", parameters=params)
+    df = query_df(client, f"SELECT {head}{', '.join(measures)} FROM {table} WHERE {where}{group}", parameters=params)
     for field in fields:
         values = df.pop(field) if len(df) else pd.Series([], dtype=object)
         for i, q in enumerate(levels):

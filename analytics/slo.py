@@ -37,6 +37,7 @@ import pandas as pd
 
 from analytics.cost import FLEET, gpu_hours, gpu_spend
 from analytics.filters import Filters, request_rows
+from analytics.frames import query_df
 from analytics.latency import LATENCIES
 from analytics.metrics import bucket_quantile, bucket_share_below, histogram_buckets
 from analytics.tiers import Retention, param_time
@@ -174,7 +175,7 @@ def goodput(
                sumIf(weight * (prompt_tokens + completion_tokens), {good}) AS good_tokens,
                sum(weight * (prompt_tokens + completion_tokens)) AS tokens
         FROM requests WHERE {where} GROUP BY {by} ORDER BY {by}"""
-    out = client.query_df(sql, parameters=params)
+    out = query_df(client, sql, parameters=params)
     seconds = (end - start).total_seconds()
     out["attainment"] = (out["good"] / out["requests"]).where(out["requests"] > 0)
     out["goodput_per_s"] = out["good"] / seconds

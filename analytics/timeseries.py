@@ -27,6 +27,7 @@ import pandas as pd
 
 from analytics.counters import GROUPS, series_latest
 from analytics.filters import Filters
+from analytics.frames import query_df
 from analytics.metrics import LOOKBACK, SETTINGS
 from analytics.tiers import Plan, Retention, align, coverage, param_time, plan
 
@@ -131,7 +132,7 @@ def counter_rate_over_time(
         INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
         WHERE {where}
         GROUP BY ts, {by} ORDER BY ts, {by}"""
-    return _finish(client.query_df(sql, parameters=params, settings=SETTINGS), p, s, filters)
+    return _finish(query_df(client, sql, parameters=params, settings=SETTINGS), p, s, filters)
 
 
 def gauge_over_time(
@@ -164,7 +165,7 @@ def gauge_over_time(
         INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
         WHERE {where}
         GROUP BY ts, {by} ORDER BY ts, {by}"""
-    return _finish(client.query_df(sql, parameters=params, settings=SETTINGS), p, s, filters)
+    return _finish(query_df(client, sql, parameters=params, settings=SETTINGS), p, s, filters)
 
 
 def bucket_quantiles(q: float, bounds: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -208,7 +209,7 @@ def histogram_quantiles_over_time(
         INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
         WHERE NOT isNaN(s.le) AND {where}
         GROUP BY ts, {by}, le ORDER BY ts, {by}, le"""
-    buckets = client.query_df(sql, parameters=params, settings=SETTINGS)
+    buckets = query_df(client, sql, parameters=params, settings=SETTINGS)
     columns = ["ts", by, "q", "value", "count"]
     if buckets.empty:
         return _finish(pd.DataFrame(columns=columns), p, s, filters)

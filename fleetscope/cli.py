@@ -109,6 +109,37 @@ def collect(
     typer.echo("collector stopped; everything written")
 
 
+@app.command()
+def dashboard(
+    config: ConfigOption = None,
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8501,
+) -> None:
+    """Serve the web dashboard (Streamlit) on the configured stores.
+
+    With the embedded store (chDB) no other fleetscope process may hold it: stop `fleetscope collect`, or use a ClickHouse server. Example: fleetscope dashboard --port 8501
+    """
+    import os
+    import subprocess
+    from pathlib import Path
+
+    settings = settings_or_exit(config)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        fail(f"refusing to serve the dashboard on {host} without authentication, which fleetscope does not have yet: "
+             "keep it on 127.0.0.1 and reach it through an SSH tunnel or an authenticating reverse proxy", code=2)
+    app_path = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+    env = dict(os.environ)
+    if config is not None:
+        env["FLEETSCOPE_CONFIG"] = str(Path(config).resolve())
+    typer.echo(f"dashboard on http://{host}:{port} (store {settings.clickhouse.url}); Ctrl-C stops it", err=True)
+    command = [sys.executable, "-m", "streamlit", "run", str(app_path), "--server.address", host, "--server.port",
+               str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    try:
+        raise typer.Exit(subprocess.call(command, env=env))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
 from fleetscope.bench_cli import app as bench_app
 from fleetscope.catalog_cli import prices_app, slo_app
 from fleetscope.fleet_cli import app as fleet_app

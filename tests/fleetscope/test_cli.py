@@ -16,7 +16,7 @@ SHIPPED_CH = [m.filename for m in clickhouse_runner.discover()]
 
 
 @pytest.mark.parametrize("command", [[], ["version"], ["migrate"], ["config"], ["config", "show"], ["config", "check"],
-                                     ["prices", "set"], ["slo", "set"], ["fleet", "simulate"]])
+                                     ["prices", "set"], ["slo", "set"], ["fleet", "simulate"], ["dashboard"]])
 def test_every_command_answers_help(command: list[str], tmp_path: Path) -> None:
     result = run_cli(*command, "--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -1,0 +1,38 @@
+"""The Streamlit app: ``streamlit run dashboard/app.py`` (``fleetscope dashboard`` does it with the
+configured stores). Pages live in ``dashboard/pages``; each renders what ``analytics`` returns.
+
+In:  the settings (``FLEETSCOPE_CONFIG``), the URL query string (the view: time range, refresh,
+     filters).
+Out: the multipage app, refreshing itself at the chosen interval.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import streamlit as st
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `streamlit run dashboard/app.py` from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from dashboard.view import read_view  # noqa: E402
+
+PAGES = Path(__file__).resolve().parent / "pages"
+
+st.set_page_config(page_title="fleetscope", layout="wide")
+page = st.navigation([
+    st.Page(str(PAGES / "overview.py"), title="Overview", url_path="overview", default=True),
+    st.Page(str(PAGES / "latency.py"), title="Latency", url_path="latency"),
+    st.Page(str(PAGES / "cost.py"), title="Cost", url_path="cost"),
+])
+page.run()
+refresh = read_view(dict(st.query_params)).refresh_s
+if refresh:  # a countdown that a click interrupts (every st call checks for a rerun request), then rerun
+    note = st.sidebar.empty()
+    for left in range(refresh, 0, -1):
+        note.caption(f"refreshing in {left}s")
+        time.sleep(1)
+    st.rerun()

@@ -1,0 +1,114 @@
+"""What every page starts with: the stores, and the global controls in the sidebar, kept in the
+URL query string.
+
+In:  settings (``FLEETSCOPE_CONFIG`` / ``./fleetscope.yaml``; the ClickHouse client is opened once
+     per server process with ``st.cache_resource``) or stores handed in with ``use_stores``
+     (tests, ``fleetscope up``); the query string.
+Out: ``page_context()`` -> ``Context(view, client, sessions, settings)`` after drawing the
+     sidebar (time range, refresh, filters) and writing the choice back to the query string;
+     a store that cannot be opened stops the page with one clear error instead of a traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import streamlit as st
+
+from dashboard.view import RANGES, REFRESH, View, read_view, view_params
+
+__all__ = ["Context", "page_context", "plain", "use_stores"]
+
+_INJECTED: dict[str, Any] = {}
+
+
+@dataclass
+class Context:
+    view: View
+    client: Any
+    sessions: Any
+    settings: Any
+
+
+def plain(df: Any) -> Any:
+    """``df`` without ``.attrs`` (query plans are for code, not for the table widget)."""
+    out = df.copy()
+    out.attrs = {}
+    return out
+
+
+def use_stores(client: Any, sessions: Any = None, settings: Any = None) -> None:
+    """Serve pages from these stores instead of opening the configured ones."""
+    _INJECTED.update(client=client, sessions=sessions, settings=settings)
+
+
+@st.cache_resource(show_spinner=False)
+def _configured() -> tuple[Any, Any, Any]:
+    from fleetscope.settings import load_settings
+    from fleetscope.stores import open_clickhouse
+    from storage.metadata import make_engine, make_sessionmaker
+
+    settings = load_settings()
+    return open_clickhouse(settings), make_sessionmaker(make_engine(settings.metadata.url)), settings
+
+
+def _stores() -> tuple[Any, Any, Any]:
+    if _INJECTED:
+        return _INJECTED["client"], _INJECTED["sessions"], _INJECTED["settings"]
+    return _configured()
+
+
+def _sidebar(view: View, choices: dict[str, list[str]]) -> dict[str, str]:
+    """Draw the controls; return the query string they ask for."""
+    side = st.sidebar
+    keys = [*RANGES, "custom"]
+    range_key = side.selectbox("Time range", keys, index=keys.index(view.range_key), key="range",
+                               help="Last 15 minutes to 30 days, or a custom window (UTC).")
+    params: dict[str, str] = {}
+    if range_key == "custom":
+        start = side.text_input("From (UTC, ISO 8601)", view.start.isoformat(), key="from")
+        end = side.text_input("To (UTC, ISO 8601)", view.end.isoformat(), key="to")
+        params.update({"from": start, "to": end})
+    else:
+        params["range"] = range_key
+    refresh = side.selectbox("Auto-refresh", REFRESH, index=REFRESH.index(view.refresh_s) if view.refresh_s in REFRESH else 2,
+                             format_func=lambda s: "off" if s == 0 else f"every {s}s", key="refresh")
+    params["refresh"] = str(refresh)
+    for key, options in choices.items():
+        chosen = getattr(view.filters, key)
+        picked = side.multiselect(key.capitalize(), sorted(set(options) | set(chosen)), default=list(chosen), key=f"f_{key}")
+        if picked:
+            params[key] = ",".join(picked)
+    return params
+
+
+def page_context(title: str) -> Context:
+    """The page's stores and view, after drawing the sidebar controls."""
+    from clickhouse_connect.driver.exceptions import DatabaseError
+
+    from analytics.dimensions import dimension_values
+    from storage.errors import StoreError
+
+    view = read_view(dict(st.query_params))
+    for problem in view.problems:
+        st.warning(problem)
+    try:
+        client, sessions, settings = _stores()
+        choices = dimension_values(client, view.start, view.end)
+    except StoreError as exc:
+        st.error(f"The store cannot be read: {exc}")
+        st.stop()
+    except DatabaseError as exc:
+        first = str(exc).strip().splitlines()[0][:300]
+        hint = " (run `fleetscope migrate`)" if "Unknown table" in first else ""
+        st.error(f"The store cannot be read{hint}: {first}")
+        st.stop()
+    wanted = _sidebar(view, choices)
+    if wanted != view_params(view):
+        st.query_params.from_dict(wanted)
+        view = read_view(wanted)
+    st.title(title)
+    st.caption(f"{view.start:%Y-%m-%d %H:%M} – {view.end:%Y-%m-%d %H:%M} UTC"
+               + (f" · refresh every {view.refresh_s}s" if view.refresh_s else ""))
+    return Context(view, client, sessions, settings)

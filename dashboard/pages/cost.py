@@ -1,0 +1,51 @@
+"""Cost: spend by model and replica with its idle share, cost per 1M tokens (and per input /
+cached / output token), tenant showback (CSV download), and the same tokens at hosted-API prices.
+Renders what ``analytics`` returns; no SQL here."""
+
+from __future__ import annotations
+
+import altair as alt
+import streamlit as st
+
+from analytics.cost import compare_reference, cost_by_tenant, cost_per_token, gpu_spend
+from dashboard.cache import cached
+from dashboard.context import page_context, plain
+from storage.catalog import gpu_prices
+
+ctx = page_context("Cost")
+v, client = ctx.view, ctx.client
+prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
+weights = ctx.settings.cost.weights() if ctx.settings is not None else None
+try:
+    spend = cached(gpu_spend, client, v.start, v.end, prices, filters=v.filters)
+    per_model = cached(cost_per_token, client, v.start, v.end, prices, weights=weights, filters=v.filters)
+except KeyError as exc:
+    st.error(f"{exc.args[0]}. GPU prices: `fleetscope prices list`.")
+    st.stop()
+if spend.empty:
+    st.info(f"No replica reported between {v.start:%H:%M} and {v.end:%H:%M} UTC: nothing was spent that fleetscope saw.")
+    st.stop()
+fleet = per_model.set_index("model").loc["(fleet)"]
+cols = st.columns(4)
+cols[0].metric("Spend", f"${fleet['spend']:,.2f}")
+cols[1].metric("Idle", f"{fleet['idle_share']:.0%}", help=f"${fleet['idle_spend']:,.2f} with nothing running")
+cols[2].metric("Per 1M tokens", f"${fleet['cost_per_million_tokens']:,.2f}")
+cols[3].metric("Per 1M output tokens", f"${fleet['output_per_million']:,.2f}",
+               help=f"input ${fleet['input_per_million']:,.2f}, cached ${fleet['cached_per_million']:,.2f} per 1M")
+st.subheader("Spend by replica")
+long = spend.melt(id_vars=["replica", "model"], value_vars=["busy_spend", "idle_spend"], var_name="kind", value_name="usd")
+st.altair_chart(alt.Chart(plain(long)).mark_bar().encode(
+    x=alt.X("usd:Q", title="USD"), y=alt.Y("replica:N"), color=alt.Color("kind:N", title=""),
+    tooltip=["replica:N", "model:N", "kind:N", alt.Tooltip("usd:Q", format=",.4f")]), use_container_width=True)
+st.subheader("By model")
+st.dataframe(plain(per_model), hide_index=True, use_container_width=True)
+st.subheader("Showback by tenant")
+tenants = cached(cost_by_tenant, client, v.start, v.end, prices, weights=weights, filters=v.filters)
+if tenants.empty:
+    st.caption("No request-log rows in this window: tenants cannot be told apart.")
+else:
+    st.dataframe(plain(tenants), hide_index=True, use_container_width=True)
+    st.download_button("Download CSV", tenants.to_csv(index=False), file_name="showback.csv", mime="text/csv")
+if ctx.settings is not None:
+    st.subheader("Self-hosted vs API list prices")
+    st.dataframe(plain(compare_reference(fleet, ctx.settings.cost.references())), hide_index=True, use_container_width=True)

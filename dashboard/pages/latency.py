@@ -1,0 +1,45 @@
+"""Latency: TTFT / ITL / TPOT / e2e / queue percentiles over time by model or replica, from the
+engines' histograms and the request log side by side; SLO attainment and goodput.
+Renders what ``analytics`` returns; no SQL here."""
+
+from __future__ import annotations
+
+import altair as alt
+import streamlit as st
+
+from analytics.latency import LATENCIES, LEVELS, latency_over_time
+from analytics.slo import goodput, slo_attainment
+from dashboard.cache import cached
+from dashboard.context import page_context, plain
+from storage.catalog import slo_targets
+
+ctx = page_context("Latency")
+v, client = ctx.view, ctx.client
+left, right = st.columns(2)
+latency = left.selectbox("Latency", list(LATENCIES), format_func=str.upper, key="latency")
+by = right.radio("By", ["model", "replica"], horizontal=True, key="by")
+df = cached(latency_over_time, client, latency, v.start, v.end, levels=LEVELS, by=by, filters=v.filters)
+if df.empty or df["value"].isna().all():
+    st.info(f"No {latency.upper()} observations between {v.start:%H:%M} and {v.end:%H:%M} UTC for these filters.")
+else:
+    for source, frame in df.groupby("source"):
+        st.subheader(f"{latency.upper()} percentiles — {source}")
+        unapplied = df.attrs.get("unapplied", {}).get(source)
+        if unapplied:
+            st.caption(f"{source} cannot be filtered by {', '.join(unapplied)}: showing every {', '.join(unapplied)}")
+        frame = frame.dropna(subset=["value"]).assign(percentile=lambda f: "p" + (f["q"] * 100).round().astype(int).astype(str))
+        chart = alt.Chart(plain(frame)).mark_line().encode(
+            x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("value:Q", title=f"{latency.upper()} (s)"),
+            color=alt.Color(f"{by}:N"), strokeDash=alt.StrokeDash("percentile:N"),
+            tooltip=["ts:T", f"{by}:N", "percentile:N", alt.Tooltip("value:Q", format=".3f"), "count:Q"])
+        st.altair_chart(chart, use_container_width=True)
+targets = slo_targets(ctx.sessions) if ctx.sessions is not None else []
+st.subheader("SLOs")
+if not targets:
+    st.caption("No SLO targets yet: add one with `fleetscope slo set MODEL ttft 1.0 --objective 0.99`.")
+else:
+    att = cached(slo_attainment, client, tuple(targets), v.start, v.end, filters=v.filters)
+    st.dataframe(plain(att[["label", "requests", "attainment", "objective", "observed", "met"]]), hide_index=True,
+                 use_container_width=True)
+    good = cached(goodput, client, tuple(targets), v.start, v.end, filters=v.filters)
+    st.dataframe(plain(good), hide_index=True, use_container_width=True)

@@ -1,0 +1,63 @@
+"""Overview: is the fleet healthy? Replicas up, requests and tokens per second, p99 TTFT and ITL,
+KV-cache usage, cost per hour and per 1M tokens, and p99 TTFT over time per model.
+Renders what ``analytics`` returns; no SQL here."""
+
+from __future__ import annotations
+
+import altair as alt
+import streamlit as st
+
+from analytics.cost import cost_per_token
+from analytics.latency import latency_over_time
+from analytics.metrics import histogram_quantile
+from analytics.requests import request_totals
+from analytics.saturation import saturation
+from dashboard.cache import cached
+from dashboard.context import page_context, plain
+from storage.catalog import gpu_prices
+
+ctx = page_context("Overview")
+v, client = ctx.view, ctx.client
+seconds = v.span.total_seconds()
+sat = cached(saturation, client, v.start, v.end, "replica", filters=v.filters)
+if sat.empty:
+    st.info(f"No engine metrics between {v.start:%H:%M} and {v.end:%H:%M} UTC: no replica was scraped in this window "
+            "(is `fleetscope collect` running, and are the targets up?). Try a longer time range.")
+    st.stop()
+ttft = cached(histogram_quantile, client, "vllm:time_to_first_token_seconds", 0.99, v.start, v.end, "fleet", filters=v.filters)
+itl = cached(histogram_quantile, client, "vllm:inter_token_latency_seconds", 0.99, v.start, v.end, "fleet", filters=v.filters)
+by_source = cached(request_totals, client, v.start, v.end, by=["source"], source=None, filters=v.filters)
+by_source = by_source.set_index("source") if "source" in by_source else by_source
+# the gateway logs every request it routes; engine spans are the fallback (not both: the same requests)
+requests = by_source.loc[["gateway"]] if "gateway" in by_source.index else by_source.loc[[s for s in by_source.index if s == "otlp"]]
+prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
+cols = st.columns(4)
+cols[0].metric("Replicas up", f"{len(sat)}")
+cols[1].metric("Requests/s", f"{float(requests['requests'].sum()) / seconds:.2f}" if len(requests) else "–",
+               help="From the request log (weighted rows)")
+cols[2].metric("p99 TTFT", f"{ttft['quantile'].iloc[0]:.3f} s" if len(ttft) else "–")
+cols[3].metric("p99 ITL", f"{itl['quantile'].iloc[0] * 1000:.1f} ms" if len(itl) else "–")
+cols = st.columns(4)
+cols[0].metric("KV cache used (avg)", f"{sat['kv_avg'].mean():.0%}")
+cols[1].metric("KV cache peak", f"{sat['kv_max'].max():.0%}")
+try:
+    cost = cached(cost_per_token, client, v.start, v.end, prices, filters=v.filters).set_index("model").loc["(fleet)"]
+    tokens_per_s = (cost["prompt_tokens"] + cost["completion_tokens"]) / seconds
+    cols[2].metric("Tokens/s", f"{tokens_per_s:,.0f}")
+    cols[3].metric("Cost per hour", f"${cost['spend'] / seconds * 3600:,.2f}",
+                   help=f"${cost['cost_per_million_tokens']:.2f} per 1M tokens; {cost['idle_share']:.0%} of it idle")
+except KeyError as exc:
+    cols[3].metric("Cost per hour", "–", help=str(exc).strip("'\""))
+series = cached(latency_over_time, client, "ttft", v.start, v.end, levels=(0.99,), filters=v.filters,
+                sources=("engine histograms",))
+if len(series):
+    st.subheader("p99 TTFT by model")
+    chart = alt.Chart(plain(series.dropna(subset=["value"]))).mark_line(point=False).encode(
+        x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("value:Q", title="p99 TTFT (s)"), color=alt.Color("model:N"),
+        tooltip=["ts:T", "model:N", alt.Tooltip("value:Q", format=".3f")])
+    st.altair_chart(chart, use_container_width=True)
+st.subheader("Replicas")
+st.dataframe(plain(sat.rename(columns={"kv_avg": "KV avg", "kv_max": "KV max", "waiting_avg": "waiting",
+                                 "running_avg": "running", "preemptions_per_s": "preemptions/s",
+                                 "prefix_hit_rate": "prefix hits"})),
+             hide_index=True, use_container_width=True)
