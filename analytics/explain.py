@@ -199,9 +199,11 @@ def _timing(moved: pd.Timestamp | None, break_at: pd.Timestamp, step: int) -> tu
     return lead, (1.0 if lead >= -2 * step else 0.5)
 
 
-def _row(signal: str, kind: str, before: str, after: str, score: float, moved, lead, detail: str) -> dict:  # noqa: ANN001
+def _row(signal: str, kind: str, before: str, after: str, score: float, moved, lead, detail: str,  # noqa: ANN001
+         resolution_s: float) -> dict:
+    """``resolution_s``: how finely ``moved`` is known (0: a request's own time; else the step)."""
     return {"signal": signal, "kind": kind, "before": before, "after": after, "score": round(float(score), 4),
-            "moved_at": moved, "lead_s": lead, "detail": detail}
+            "moved_at": moved, "lead_s": lead, "detail": detail, "resolution_s": float(resolution_s)}
 
 
 def _split_in_rows(client, where: str, params: dict, expr: str, a0: pd.Timestamp, a1: pd.Timestamp,  # noqa: ANN001
@@ -247,9 +249,11 @@ def _mix_evidence(mix: pd.DataFrame, dims: pd.DataFrame, break_at, step: int, lo
             expr, extra = f"{DIMENSION_SQL[dim]} = {{m_value:String}}", {"m_value": str(top["value"])}
         up = float(top["after_share"]) >= float(top["baseline_share"])
         moved = _split_in_rows(client, where, {**params, **extra}, expr, *window, rise=up)
+        resolution = 0.0
         if moved is None:  # too few rows near the break: the per-step shares
             per_step = mix[(mix["dimension"] == dim) & (mix["value"] == top["value"])].set_index("ts")["requests"]
             moved = _moved_at((per_step.reindex(totals.index).fillna(0) / totals).sort_index(), break_at, step)
+            resolution = step
         lead, factor = _timing(moved, break_at, step)
         name = f"prompts > {long_tokens:,.0f} tokens" if dim == "long" else f"{dim} {top['value'] or '(none)'}"
         detail = (f"{name}: {top['baseline_share']:.0%} of baseline requests, {top['slow_share']:.0%} of the slow ones "
@@ -258,7 +262,7 @@ def _mix_evidence(mix: pd.DataFrame, dims: pd.DataFrame, break_at, step: int, lo
         # a share that did not change says where the slow requests are, not why
         changed = min(1.0, abs(float(top["after_share"]) - float(top["baseline_share"])) / MIX_CHANGE)
         rows.append(_row(label, "mix", f"{top['baseline_share']:.0%}", f"{top['after_share']:.0%}",
-                         max(float(top["diff"]), 0.0) * changed * factor, moved, lead, detail))
+                         max(float(top["diff"]), 0.0) * changed * factor, moved, lead, detail, resolution))
     return rows
 
 
@@ -284,7 +288,7 @@ def _capacity_evidence(cap: pd.DataFrame, break_at, after_end, step: int) -> lis
                   f"{after['waiting'].mean():.1f} requests waiting; {before['preemptions'].sum() / max(len(before) * step, 1) * 60:.1f} -> "
                   f"{after['preemptions'].sum() / max(len(after) * step, 1) * 60:.1f} preemptions/min")
         rows.append(_row("KV-cache saturation", "capacity", f"{f_b:.0%} of steps", f"{f_a:.0%} of steps",
-                         max(f_a - f_b, 0.0) * factor, moved, lead, detail))
+                         max(f_a - f_b, 0.0) * factor, moved, lead, detail, step))
         queue_on = (cap["waiting"] > 0.5) & ~on
     else:
         queue_on = cap["waiting"] > 0.5
@@ -293,19 +297,19 @@ def _capacity_evidence(cap: pd.DataFrame, break_at, after_end, step: int) -> lis
     lead, factor = _timing(moved, break_at, step)
     rows.append(_row("queueing without KV saturation", "capacity", f"{q_b:.0%} of steps", f"{q_a:.0%} of steps",
                      max(q_a - q_b, 0.0) * factor, moved, lead,
-                     f"requests waiting while no replica's KV cache was {PRESSURE:.0%} used: batch or compute limits"))
+                     f"requests waiting while no replica's KV cache was {PRESSURE:.0%} used: batch or compute limits", step))
     hb, ha = before["prefix_hit_rate"].mean(), after["prefix_hit_rate"].mean()
     if pd.notna(hb) and pd.notna(ha):
         moved = _moved_at(cap["prefix_hit_rate"], break_at, step)
         lead, factor = _timing(moved, break_at, step)
         rows.append(_row("prefix-cache hit rate", "capacity", f"{hb:.0%}", f"{ha:.0%}", max(hb - ha, 0.0) * factor,
-                         moved, lead, "a lower hit rate means more prompt tokens to compute"))
+                         moved, lead, "a lower hit rate means more prompt tokens to compute", step))
     ub, ua = before["replicas_up"].mean(), after["replicas_up"].mean()
     if pd.notna(ub) and ub > 0:
         moved = _moved_at(cap["replicas_up"], break_at, step)
         lead, factor = _timing(moved, break_at, step)
         rows.append(_row("replicas up", "capacity", f"{ub:.1f}", f"{ua:.1f}", max(1 - ua / ub, 0.0) * factor,
-                         moved, lead, "fewer replicas serving the same traffic"))
+                         moved, lead, "fewer replicas serving the same traffic", step))
     return rows
 
 
@@ -317,7 +321,7 @@ def _rate_evidence(mix: pd.DataFrame, break_at, after_end, step: int) -> list[di
     moved = _moved_at(totals, break_at, step)
     lead, factor = _timing(moved, break_at, step)
     return [_row("request rate", "mix", f"{b:.2f}/s", f"{a:.2f}/s", min(max(a / b - 1, 0.0), 1.0) * factor, moved, lead,
-                 "more requests per second")]
+                 "more requests per second", step)]
 
 
 def _dimensions(client, where: str, params: dict, periods: tuple, column: str, slow: float,  # noqa: ANN001
@@ -366,16 +370,22 @@ def _strata(client, where: str, params: dict, periods: tuple, column: str, q: fl
 
 
 def _onset(ex: Explanation) -> datetime:
-    """When the regression began: the earliest move of the top two signals, if before the break."""
+    """When the regression began: the earliest move of the top two signals, if before the break.
+
+    A move found on per-step values (a gauge, a per-step share) is known to a few steps; where it
+    falls within that of a move found on the requests themselves, the requests' time is used."""
     top = ex.evidence.head(2)
     leading = top[(top["score"] > 0.1) & (top["lead_s"].fillna(-1) >= 0)]
     if not len(leading):
         return ex.break_at
-    return min(ex.break_at, min(pd.Timestamp(t).to_pydatetime() for t in leading["moved_at"]))
+    moves = [(pd.Timestamp(t), float(r)) for t, r in zip(leading["moved_at"], leading["resolution_s"], strict=True)]
+    exact = [t for t, r in moves if r == 0]
+    kept = [t for t, r in moves if r == 0 or not any(abs((t - e).total_seconds()) <= 3 * r for e in exact)]
+    return min(ex.break_at, min(t.to_pydatetime() for t in kept))
 
 
 def _rank(rows: list[dict]) -> pd.DataFrame:
-    columns = ["signal", "kind", "before", "after", "score", "moved_at", "lead_s", "detail"]
+    columns = ["signal", "kind", "before", "after", "score", "moved_at", "lead_s", "detail", "resolution_s"]
     if not rows:
         return pd.DataFrame(columns=columns)
     df = pd.DataFrame(rows, columns=columns)

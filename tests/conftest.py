@@ -11,7 +11,9 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,14 @@ def metadata_url(request: pytest.FixtureRequest) -> str:
     """The metadata DB on both supported backends."""
     name = "sqlite_url" if request.param == "sqlite" else "pg_url"
     return request.getfixturevalue(name)
+
+
+def in_own_process(fn: Callable[..., object], *args: object) -> object:
+    """Run the module-level ``fn(*args)`` in a fresh interpreter and return its result; its
+    exceptions (failed asserts included) are raised here. For checks that open a chDB directory
+    other than the session's: chDB allows one per process, and the suite keeps its own open."""
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
 
 
 def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ from analytics.metrics import counter_increase, gauge_summary, histogram_quantil
 from analytics.requests import request_totals
 from fleet.sim.history import CHAT, LONG, PROFILES, calibrate
 from storage.clickhouse import connect
-from tests.conftest import run_cli
+from tests.conftest import in_own_process, run_cli
 
 TTFT = "vllm:time_to_first_token_seconds"
 
@@ -40,7 +40,12 @@ def test_seed_writes_a_consistent_history_and_refuses_to_mix(tmp_path: Path) -> 
     again = run_cli(*args, cwd=tmp_path, env=env, timeout=60)
     assert again.returncode == 2 and "already holds" in again.stderr and "--force" in again.stderr
 
-    client = connect(f"chdb:{tmp_path / 'ch'}")
+    in_own_process(_check_seeded_store, tmp_path / "ch")
+
+
+def _check_seeded_store(path: Path) -> None:
+    """The checks on the seeded store; run in a process of its own (chDB opens one directory per process)."""
+    client = connect(f"chdb:{path}")
     try:
         raw_start = client.query("SELECT min(ts) FROM samples").result_rows[0][0].replace(tzinfo=UTC)
         end = raw_start.replace(minute=0, second=0, microsecond=0)

@@ -96,7 +96,7 @@ def test_explain_names_the_long_context_rollout_on_real_engines(ch, tmp_path: Pa
     ex = explain(ch, start, end, step=INTERVAL)
     print(f"switch {switch:%H:%M:%S.%f}, onset {ex.onset:%H:%M:%S.%f}, latency break {ex.break_at:%H:%M:%S.%f}")
     print(ex.sentence)
-    print(ex.evidence[["signal", "before", "after", "score", "lead_s"]].to_string())
+    print(ex.evidence[["signal", "before", "after", "score", "moved_at", "resolution_s", "lead_s"]].to_string())
     assert ex.source == "request log"  # the engines' own llm_request spans
     assert ex.break_at is not None, ex.sentence
     assert ex.after > 1.5 * ex.before
