@@ -41,14 +41,17 @@ demo: install
 
 test: install
 	scripts/ensure-postgres.sh
+	scripts/ensure-chromium.sh
 	$(BIN)/pytest
 
 test-fast: install
 	scripts/ensure-postgres.sh
+	scripts/ensure-chromium.sh
 	$(BIN)/pytest -m "not slow"
 
 # about 10 minutes on 2 cores; every figure beside its reference, JSON in bench/results/
 bench: install
+	@scripts/ensure-chromium.sh
 	@mkdir -p bench/results
 	@echo "== 1. parser vs prometheus_client" && $(PY) bench/bench_exposition.py --json bench/results/exposition.json
 	@echo "== 2. scrape ingest" && $(PY) bench/bench_scrape_ingest.py --json bench/results/scrape_ingest.json

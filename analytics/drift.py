@@ -10,6 +10,8 @@ Out: ``drift`` -> a DataFrame, one row per feature: ``feature``, ``kind`` (numer
      (per categorical feature: each value's share of requests and of tokens in both windows),
      ``windows``.
      ``mix_shares`` -> that share table for one categorical feature.
+     ``length_distribution`` -> a numeric feature's histogram in both windows, on shared
+     log-spaced bins: ``[window, low, high, requests, share]``.
 
 Tests (Evidently's defaults): with a reference of more than 1,000 rows, numeric features by
 the Wasserstein distance normalised by the reference's standard deviation and categorical
@@ -35,7 +37,7 @@ from analytics.frames import query_df
 from analytics.requests import CONTEXT_BUCKET
 from analytics.tiers import param_time
 
-__all__ = ["CATEGORICAL", "NUMERIC", "drift", "mix_shares", "reference_window"]
+__all__ = ["CATEGORICAL", "NUMERIC", "drift", "length_distribution", "mix_shares", "reference_window"]
 
 NUMERIC = {
     "prompt_tokens": "toFloat64(prompt_tokens)",
@@ -117,6 +119,40 @@ def mix_shares(
         raise ValueError(f"unknown categorical feature {feature!r}; one of {', '.join(CATEGORICAL)}")
     where, params = _where(current, reference, source, filters)
     return _shares(client, [feature], where, params)[feature]
+
+
+def length_distribution(
+    client, feature: str, current: tuple[datetime, datetime], reference: tuple[datetime, datetime] | str = "trailing-day",  # noqa: ANN001
+    *, bins: int = 24, source: str | None = "gateway", filters: Filters | None = None,
+) -> pd.DataFrame:
+    """Weighted histogram of ``prompt_tokens`` or ``output_tokens`` in both windows on the same
+    bins (log-spaced from 1 to the largest value seen, so short and long prompts both show)."""
+    if feature not in ("prompt_tokens", "output_tokens"):
+        raise ValueError("feature must be prompt_tokens or output_tokens")
+    if isinstance(reference, str):
+        reference = reference_window(current[0], current[1], reference)
+    where, params = _where(current, reference, source, filters)
+    expr = NUMERIC[feature]
+    top = client.query(f"SELECT max({expr}) FROM requests WHERE {where}", parameters=params).result_rows[0][0]
+    columns = ["window", "low", "high", "requests", "share"]
+    if not top or not math.isfinite(float(top)):
+        return pd.DataFrame(columns=columns)
+    edges = np.unique(np.round(np.geomspace(1, max(float(top), 2.0) + 1, bins + 1)))
+    sql = (f"SELECT {WINDOW} AS w, greatest(1, {expr}) AS x, sum(weight) AS requests FROM requests WHERE {where} "
+           "GROUP BY w, x")
+    df = query_df(client, sql, parameters=params)
+    df["bin"] = np.clip(np.searchsorted(edges, df["x"].to_numpy(float), side="right") - 1, 0, len(edges) - 2)
+    out = (df.groupby(["w", "bin"])["requests"].sum().unstack("w", fill_value=0.0)
+           .reindex(range(len(edges) - 1), fill_value=0.0))
+    frames = []
+    for w in ("reference", "current"):
+        counts = out[w] if w in out else pd.Series(0.0, index=out.index)
+        total = float(counts.sum())
+        frames.append(pd.DataFrame({"window": w, "low": edges[:-1], "high": edges[1:], "requests": counts.to_numpy(float),
+                                    "share": counts.to_numpy(float) / total if total > 0 else 0.0}))
+    result = pd.concat(frames, ignore_index=True)[columns]
+    result.attrs["windows"] = {"current": current, "reference": reference}
+    return result
 
 
 def _numeric_large(client, where: str, params: dict, ref_rows: int, cur_rows: int) -> list[dict]:  # noqa: ANN001

@@ -13,6 +13,8 @@ Out: long DataFrames with a ``ts`` column (the step's start, UTC) and ``.attrs["
        means, e.g. requests waiting in a model's pool);
      - ``histogram_quantiles_over_time``: ``[ts, by, q, value, count]``: Prometheus'
        ``histogram_quantile`` of the step's bucket increases (``bucket_quantiles``).
+     - ``histogram_heatmap_over_time``: ``[ts, low, high, count]``: the observations per step
+       and bucket over the fleet (a latency heatmap).
 The per-step arithmetic runs in ClickHouse (window functions over per-step aggregates);
 only the final interpolation inside one bucket row per (step, group) happens in numpy.
 """
@@ -31,7 +33,8 @@ from analytics.frames import query_df
 from analytics.metrics import LOOKBACK, SETTINGS
 from analytics.tiers import Plan, Retention, align, coverage, param_time, plan
 
-__all__ = ["auto_step", "bucket_quantiles", "counter_rate_over_time", "gauge_over_time", "histogram_quantiles_over_time",
+__all__ = ["auto_step", "bucket_quantiles", "counter_rate_over_time", "gauge_over_time", "histogram_heatmap_over_time",
+           "histogram_quantiles_over_time",
            "step_increase"]
 
 
@@ -195,13 +198,8 @@ def bucket_quantiles(q: float, bounds: np.ndarray, counts: np.ndarray) -> np.nda
     return np.where(total > 0, value, math.nan)
 
 
-def histogram_quantiles_over_time(
-    client, metric: str, levels: list[float] | tuple[float, ...], start: datetime, end: datetime,  # noqa: ANN001
-    by: str = "model", *, step: float | None = None, filters: Filters | None = None, tier: str | None = None,
-    retention: Retention | None = None, now: datetime | None = None,
-) -> pd.DataFrame:
-    """Per step and ``by``: the ``levels`` quantiles of histogram family ``metric``."""
-    p, s = _step(_plan(client, start, end, tier, retention, now), step)
+def _bucket_increases(client, metric: str, p: Plan, s: int, by: str, filters: Filters | None) -> pd.DataFrame:  # noqa: ANN001
+    """Per step, ``by`` and bucket bound ``le``: the cumulative bucket count's increase."""
     where, params = _params(f"{metric}_bucket", p, s, filters)
     sql = f"""
         SELECT v.ts AS ts, {GROUPS[by]} AS {by}, s.le AS le, sum(v.increase) AS count
@@ -209,7 +207,39 @@ def histogram_quantiles_over_time(
         INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
         WHERE NOT isNaN(s.le) AND {where}
         GROUP BY ts, {by}, le ORDER BY ts, {by}, le"""
-    buckets = query_df(client, sql, parameters=params, settings=SETTINGS)
+    return query_df(client, sql, parameters=params, settings=SETTINGS)
+
+
+def histogram_heatmap_over_time(
+    client, metric: str, start: datetime, end: datetime, *, step: float | None = None,  # noqa: ANN001
+    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
+    now: datetime | None = None,
+) -> pd.DataFrame:
+    """Per step and bucket of histogram family ``metric`` over the fleet (the filters applied):
+    ``[ts, low, high, count]`` with ``count`` the observations that fell in ``(low, high]`` in
+    that step (the last bucket's ``high`` is +Inf)."""
+    p, s = _step(_plan(client, start, end, tier, retention, now), step)
+    buckets = _bucket_increases(client, metric, p, s, "fleet", filters)
+    columns = ["ts", "low", "high", "count"]
+    if buckets.empty:
+        return _finish(pd.DataFrame(columns=columns), p, s, filters)
+    wide = buckets.pivot_table(index="ts", columns="le", values="count", aggfunc="sum", fill_value=0.0)
+    bounds = wide.columns.to_numpy(float)
+    per_bucket = np.diff(wide.to_numpy(float), axis=1, prepend=0.0).clip(min=0.0)  # cumulative -> per bucket
+    lows = np.concatenate([[0.0], bounds[:-1]])
+    out = pd.DataFrame({"ts": np.repeat(wide.index.to_numpy(), len(bounds)), "low": np.tile(lows, len(wide)),
+                        "high": np.tile(bounds, len(wide)), "count": per_bucket.ravel()})
+    return _finish(out[columns], p, s, filters)
+
+
+def histogram_quantiles_over_time(
+    client, metric: str, levels: list[float] | tuple[float, ...], start: datetime, end: datetime,  # noqa: ANN001
+    by: str = "model", *, step: float | None = None, filters: Filters | None = None, tier: str | None = None,
+    retention: Retention | None = None, now: datetime | None = None,
+) -> pd.DataFrame:
+    """Per step and ``by``: the ``levels`` quantiles of histogram family ``metric``."""
+    p, s = _step(_plan(client, start, end, tier, retention, now), step)
+    buckets = _bucket_increases(client, metric, p, s, by, filters)
     columns = ["ts", by, "q", "value", "count"]
     if buckets.empty:
         return _finish(pd.DataFrame(columns=columns), p, s, filters)

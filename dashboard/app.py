@@ -23,11 +23,17 @@ from dashboard.view import read_view  # noqa: E402
 PAGES = Path(__file__).resolve().parent / "pages"
 
 st.set_page_config(page_title="fleetscope", layout="wide")
-page = st.navigation([
-    st.Page(str(PAGES / "overview.py"), title="Overview", url_path="overview", default=True),
-    st.Page(str(PAGES / "latency.py"), title="Latency", url_path="latency"),
-    st.Page(str(PAGES / "cost.py"), title="Cost", url_path="cost"),
-])
+PAGE_LIST = [  # (file, title, url path, icon)
+    ("overview.py", "Overview", "overview", ":material/monitor_heart:"),
+    ("latency.py", "Latency", "latency", ":material/timer:"),
+    ("capacity.py", "Cache & capacity", "capacity", ":material/memory:"),
+    ("traffic.py", "Traffic & drift", "traffic", ":material/swap_calls:"),
+    ("cost.py", "Cost", "cost", ":material/payments:"),
+    ("investigate.py", "Investigate", "investigate", ":material/troubleshoot:"),
+    ("fleet.py", "Fleet", "fleet", ":material/dns:"),
+]
+page = st.navigation([st.Page(str(PAGES / file), title=title, url_path=path, icon=icon, default=i == 0)
+                      for i, (file, title, path, icon) in enumerate(PAGE_LIST)])
 page.run()
 refresh = read_view(dict(st.query_params)).refresh_s
 if refresh:  # a countdown that a click interrupts (every st call checks for a rerun request), then rerun

@@ -4,23 +4,25 @@ URL query string.
 In:  settings (``FLEETSCOPE_CONFIG`` / ``./fleetscope.yaml``; the ClickHouse client is opened once
      per server process with ``st.cache_resource``) or stores handed in with ``use_stores``
      (tests, ``fleetscope up``); the query string.
-Out: ``page_context()`` -> ``Context(view, client, sessions, settings)`` after drawing the
+Out: ``page_context()`` -> ``Context(view, client, sessions, settings, marks)`` after drawing the
      sidebar (time range, refresh, filters) and writing the choice back to the query string;
-     a store that cannot be opened stops the page with one clear error instead of a traceback.
+     a store that cannot be opened stops the page with one clear error instead of a traceback;
+     ``marks`` are the window's annotations (``dashboard.marks`` draws them on time charts).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import streamlit as st
 
-from dashboard.view import RANGES, REFRESH, View, read_view, view_params
+from dashboard.view import FILTER_KEYS, RANGES, REFRESH, View, read_view, view_params
 
 __all__ = ["Context", "page_context", "plain", "use_stores"]
 
 _INJECTED: dict[str, Any] = {}
+VIEW_KEYS = {"range", "from", "to", "refresh", *FILTER_KEYS}
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Context:
     client: Any
     sessions: Any
     settings: Any
+    marks: list[Any] = field(default_factory=list)
 
 
 def plain(df: Any) -> Any:
@@ -105,10 +108,25 @@ def page_context(title: str) -> Context:
         st.error(f"The store cannot be read{hint}: {first}")
         st.stop()
     wanted = _sidebar(view, choices)
-    if wanted != view_params(view):
-        st.query_params.from_dict(wanted)
+    if wanted != view_params(view):  # keep the page's own keys (e.g. Investigate's metric)
+        own = {k: v for k, v in st.query_params.items() if k not in VIEW_KEYS}
+        st.query_params.from_dict({**own, **wanted})
         view = read_view(wanted)
     st.title(title)
     st.caption(f"{view.start:%Y-%m-%d %H:%M} – {view.end:%Y-%m-%d %H:%M} UTC"
                + (f" · refresh every {view.refresh_s}s" if view.refresh_s else ""))
-    return Context(view, client, sessions, settings)
+    return Context(view, client, sessions, settings, _marks(sessions, view))
+
+
+def _marks(sessions: Any, view: View) -> list[Any]:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from storage.catalog import annotations
+
+    if sessions is None:
+        return []
+    try:
+        return annotations(sessions, view.start, view.end)
+    except SQLAlchemyError as exc:  # the charts still draw; say why the markers are missing
+        st.caption(f"Annotations unavailable (metadata DB: {str(exc).splitlines()[0][:200]}; run `fleetscope migrate`).")
+        return []

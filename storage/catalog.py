@@ -1,23 +1,26 @@
-"""Prices and SLOs kept in the metadata DB: read them for analytics, change them from the CLI
+"""Prices, SLOs and timeline annotations kept in the metadata DB: read them for analytics, change them from the CLI
 or a page.
 
 In:  an SQLAlchemy ``sessionmaker`` bound to the metadata DB (``storage.metadata``).
 Out: ``gpu_prices`` -> ``{gpu_type: USD per GPU-hour}``; ``set_gpu_price`` upserts one;
      ``slo_targets`` -> ``SloTarget`` values (plain data, detached from the session);
-     ``set_slo`` upserts one per (model, metric); ``delete_slo``. Bad values are refused with a
-     ``ValueError`` naming the field before the database sees them.
+     ``set_slo`` upserts one per (model, metric); ``delete_slo``; ``annotations`` -> the marks
+     overlapping a window (``Mark`` values), ``add_annotation``, ``delete_annotation``. Bad values
+     are refused with a ``ValueError`` naming the field before the database sees them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import and_, delete, or_, select
 
-from storage.metadata import GpuPrice, Slo
+from storage.metadata import Annotation, GpuPrice, Slo
 
-__all__ = ["METRICS", "SloTarget", "delete_slo", "gpu_prices", "set_gpu_price", "set_slo", "slo_targets"]
+__all__ = ["METRICS", "Mark", "SloTarget", "add_annotation", "annotations", "delete_annotation", "delete_slo",
+           "gpu_prices", "set_gpu_price", "set_slo", "slo_targets"]
 
 METRICS = ("ttft", "itl", "tpot", "e2e")
 
@@ -96,3 +99,55 @@ def set_slo(sessions: Any, target: SloTarget) -> None:
 def delete_slo(sessions: Any, model: str, metric: str) -> bool:
     with sessions.begin() as s:
         return s.execute(delete(Slo).where(Slo.model == model, Slo.metric == metric)).rowcount > 0
+
+
+@dataclass(frozen=True)
+class Mark:
+    """An annotation: a deploy, a config change, an incident note (``ends_at`` for a span)."""
+
+    id: int
+    starts_at: datetime
+    title: str
+    ends_at: datetime | None = None
+    text: str | None = None
+    tags: dict[str, Any] = field(default_factory=dict)
+    created_by: str | None = None
+
+
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None:  # SQLite hands naive datetimes back
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def annotations(sessions: Any, start: datetime, end: datetime) -> list[Mark]:
+    """The marks that start before ``end`` and have not ended before ``start``, oldest first."""
+    with sessions() as s:
+        query = (select(Annotation).where(Annotation.starts_at < end)
+                 .where(or_(and_(Annotation.ends_at.is_(None), Annotation.starts_at >= start), Annotation.ends_at >= start))
+                 .order_by(Annotation.starts_at))
+        return [Mark(r.id, _utc(r.starts_at), r.title, _utc(r.ends_at) if r.ends_at else None, r.text,
+                     dict(r.tags or {}), r.created_by) for r in s.scalars(query)]
+
+
+def add_annotation(sessions: Any, starts_at: datetime, title: str, *, ends_at: datetime | None = None,
+                   text: str | None = None, tags: dict[str, Any] | None = None, created_by: str | None = None) -> int:
+    if not title.strip():
+        raise ValueError("title must not be empty")
+    if len(title) > 256:
+        raise ValueError(f"title must be at most 256 characters, got {len(title)}")
+    if starts_at.tzinfo is None:
+        raise ValueError("starts_at must carry a timezone (UTC)")
+    if ends_at is not None and ends_at < starts_at:
+        raise ValueError("ends_at must not be before starts_at")
+    with sessions.begin() as s:
+        row = Annotation(starts_at=starts_at, ends_at=ends_at, title=title.strip(), text=text, tags=tags or {},
+                         created_by=created_by)
+        s.add(row)
+        s.flush()
+        return int(row.id)
+
+
+def delete_annotation(sessions: Any, annotation_id: int) -> bool:
+    with sessions.begin() as s:
+        return s.execute(delete(Annotation).where(Annotation.id == annotation_id)).rowcount > 0

@@ -36,16 +36,16 @@ st.subheader("Spend by replica")
 long = spend.melt(id_vars=["replica", "model"], value_vars=["busy_spend", "idle_spend"], var_name="kind", value_name="usd")
 st.altair_chart(alt.Chart(plain(long)).mark_bar().encode(
     x=alt.X("usd:Q", title="USD"), y=alt.Y("replica:N"), color=alt.Color("kind:N", title=""),
-    tooltip=["replica:N", "model:N", "kind:N", alt.Tooltip("usd:Q", format=",.4f")]), use_container_width=True)
+    tooltip=["replica:N", "model:N", "kind:N", alt.Tooltip("usd:Q", format=",.4f")]), width="stretch")
 st.subheader("By model")
-st.dataframe(plain(per_model), hide_index=True, use_container_width=True)
+st.dataframe(plain(per_model), hide_index=True, width="stretch")
 st.subheader("Showback by tenant")
 tenants = cached(cost_by_tenant, client, v.start, v.end, prices, weights=weights, filters=v.filters)
 if tenants.empty:
     st.caption("No request-log rows in this window: tenants cannot be told apart.")
 else:
-    st.dataframe(plain(tenants), hide_index=True, use_container_width=True)
+    st.dataframe(plain(tenants), hide_index=True, width="stretch")
     st.download_button("Download CSV", tenants.to_csv(index=False), file_name="showback.csv", mime="text/csv")
 if ctx.settings is not None:
     st.subheader("Self-hosted vs API list prices")
-    st.dataframe(plain(compare_reference(fleet, ctx.settings.cost.references())), hide_index=True, use_container_width=True)
+    st.dataframe(plain(compare_reference(fleet, ctx.settings.cost.references())), hide_index=True, width="stretch")

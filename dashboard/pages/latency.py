@@ -1,5 +1,6 @@
 """Latency: TTFT / ITL / TPOT / e2e / queue percentiles over time by model or replica, from the
-engines' histograms and the request log side by side; SLO attainment and goodput.
+engines' histograms and the request log side by side; a heatmap of the engines' histogram;
+SLO attainment and goodput.
 Renders what ``analytics`` returns; no SQL here."""
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ import streamlit as st
 
 from analytics.latency import LATENCIES, LEVELS, latency_over_time
 from analytics.slo import goodput, slo_attainment
+from analytics.timeseries import histogram_heatmap_over_time
 from dashboard.cache import cached
 from dashboard.context import page_context, plain
+from dashboard.marks import with_annotations
 from storage.catalog import slo_targets
 
 ctx = page_context("Latency")
@@ -32,7 +35,19 @@ else:
             x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("value:Q", title=f"{latency.upper()} (s)"),
             color=alt.Color(f"{by}:N"), strokeDash=alt.StrokeDash("percentile:N"),
             tooltip=["ts:T", f"{by}:N", "percentile:N", alt.Tooltip("value:Q", format=".3f"), "count:Q"])
-        st.altair_chart(chart, use_container_width=True)
+        st.altair_chart(with_annotations(chart, ctx), width="stretch")
+    heat = cached(histogram_heatmap_over_time, client, LATENCIES[latency][0], v.start, v.end, filters=v.filters)
+    heat = heat[heat["count"] > 0]
+    if len(heat):
+        st.subheader(f"{latency.upper()} heatmap — engine histograms")
+        st.caption("Observations per step and histogram bucket over the fleet; the bucket bounds are the engines' own.")
+        heat = heat.assign(bucket=heat["high"].map(lambda h: "+Inf" if h == float("inf") else f"≤ {h:g}s"),
+                           order=heat["high"].rank(method="dense"))
+        st.altair_chart(alt.Chart(plain(heat)).mark_rect().encode(
+            x=alt.X("ts:T", title="time (UTC)"),
+            y=alt.Y("bucket:O", title=f"{latency.upper()} bucket", sort=alt.EncodingSortField("order", order="descending")),
+            color=alt.Color("count:Q", title="requests", scale=alt.Scale(type="sqrt", scheme="viridis")),
+            tooltip=["ts:T", "bucket:O", alt.Tooltip("count:Q", format=",.0f")]), width="stretch")
 targets = slo_targets(ctx.sessions) if ctx.sessions is not None else []
 st.subheader("SLOs")
 if not targets:
@@ -40,6 +55,6 @@ if not targets:
 else:
     att = cached(slo_attainment, client, tuple(targets), v.start, v.end, filters=v.filters)
     st.dataframe(plain(att[["label", "requests", "attainment", "objective", "observed", "met"]]), hide_index=True,
-                 use_container_width=True)
+                 width="stretch")
     good = cached(goodput, client, tuple(targets), v.start, v.end, filters=v.filters)
-    st.dataframe(plain(good), hide_index=True, use_container_width=True)
+    st.dataframe(plain(good), hide_index=True, width="stretch")

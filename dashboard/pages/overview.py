@@ -1,5 +1,6 @@
-"""Overview: is the fleet healthy? Replicas up, requests and tokens per second, p99 TTFT and ITL,
-KV-cache usage, cost per hour and per 1M tokens, and p99 TTFT over time per model.
+"""Overview: is the fleet healthy? Replicas up (and the targets that stopped answering),
+requests and tokens per second, p99 TTFT and ITL with sparklines, KV-cache usage, cost per hour
+and per 1M tokens, SLO attainment, and p99 TTFT over time per model.
 Renders what ``analytics`` returns; no SQL here."""
 
 from __future__ import annotations
@@ -8,17 +9,24 @@ import altair as alt
 import streamlit as st
 
 from analytics.cost import cost_per_token
+from analytics.health import scrape_health, silent_targets
 from analytics.latency import latency_over_time
 from analytics.metrics import histogram_quantile
 from analytics.requests import request_totals
-from analytics.saturation import saturation
+from analytics.saturation import KV, saturation
+from analytics.slo import slo_attainment
+from analytics.timeseries import gauge_over_time, histogram_quantiles_over_time
 from dashboard.cache import cached
 from dashboard.context import page_context, plain
-from storage.catalog import gpu_prices
+from dashboard.marks import with_annotations
+from storage.catalog import gpu_prices, slo_targets
 
 ctx = page_context("Overview")
 v, client = ctx.view, ctx.client
 seconds = v.span.total_seconds()
+health = cached(scrape_health, client, v.start, v.end)
+for why in silent_targets(health)["why"] if len(health) else []:
+    st.error(why)
 sat = cached(saturation, client, v.start, v.end, "replica", filters=v.filters)
 if sat.empty:
     st.info(f"No engine metrics between {v.start:%H:%M} and {v.end:%H:%M} UTC: no replica was scraped in this window "
@@ -31,14 +39,23 @@ by_source = by_source.set_index("source") if "source" in by_source else by_sourc
 # the gateway logs every request it routes; engine spans are the fallback (not both: the same requests)
 requests = by_source.loc[["gateway"]] if "gateway" in by_source.index else by_source.loc[[s for s in by_source.index if s == "otlp"]]
 prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
+ttft_line = cached(histogram_quantiles_over_time, client, "vllm:time_to_first_token_seconds", (0.99,), v.start, v.end,
+                   "fleet", filters=v.filters)["value"].dropna().round(4).tolist()
+itl_line = cached(histogram_quantiles_over_time, client, "vllm:inter_token_latency_seconds", (0.99,), v.start, v.end,
+                  "fleet", filters=v.filters)["value"].dropna().round(5).tolist()
+kv_line = cached(gauge_over_time, client, KV, v.start, v.end, "fleet", filters=v.filters)["avg"].dropna().round(3).tolist()
 cols = st.columns(4)
-cols[0].metric("Replicas up", f"{len(sat)}")
+down = int((~health["up"]).sum()) if len(health) else 0
+cols[0].metric("Replicas up", f"{len(sat)}", help="replicas with engine metrics in the window"
+               + (f"; {down} scrape target(s) failing now" if down else ""))
 cols[1].metric("Requests/s", f"{float(requests['requests'].sum()) / seconds:.2f}" if len(requests) else "–",
                help="From the request log (weighted rows)")
-cols[2].metric("p99 TTFT", f"{ttft['quantile'].iloc[0]:.3f} s" if len(ttft) else "–")
-cols[3].metric("p99 ITL", f"{itl['quantile'].iloc[0] * 1000:.1f} ms" if len(itl) else "–")
+cols[2].metric("p99 TTFT", f"{ttft['quantile'].iloc[0]:.3f} s" if len(ttft) else "–", chart_data=ttft_line or None,
+               chart_type="line", help="over the window; the line: per step")
+cols[3].metric("p99 ITL", f"{itl['quantile'].iloc[0] * 1000:.1f} ms" if len(itl) else "–", chart_data=itl_line or None,
+               chart_type="line")
 cols = st.columns(4)
-cols[0].metric("KV cache used (avg)", f"{sat['kv_avg'].mean():.0%}")
+cols[0].metric("KV cache used (avg)", f"{sat['kv_avg'].mean():.0%}", chart_data=kv_line or None, chart_type="area")
 cols[1].metric("KV cache peak", f"{sat['kv_max'].max():.0%}")
 try:
     cost = cached(cost_per_token, client, v.start, v.end, prices, filters=v.filters).set_index("model").loc["(fleet)"]
@@ -55,9 +72,17 @@ if len(series):
     chart = alt.Chart(plain(series.dropna(subset=["value"]))).mark_line(point=False).encode(
         x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("value:Q", title="p99 TTFT (s)"), color=alt.Color("model:N"),
         tooltip=["ts:T", "model:N", alt.Tooltip("value:Q", format=".3f")])
-    st.altair_chart(chart, use_container_width=True)
+    st.altair_chart(with_annotations(chart, ctx), width="stretch")
+targets = slo_targets(ctx.sessions) if ctx.sessions is not None else []
+if targets:
+    st.subheader("SLOs")
+    att = cached(slo_attainment, client, tuple(targets), v.start, v.end, filters=v.filters)
+    for col, row in zip(st.columns(min(len(att), 4)), att.head(4).itertuples(), strict=False):
+        col.metric(row.label, f"{row.attainment:.2%}" if row.requests else "–",
+                   delta=("met" if row.met else "missed") if row.requests else None,
+                   delta_color="normal" if row.met else "inverse", help=f"objective {row.objective:.2%}")
 st.subheader("Replicas")
 st.dataframe(plain(sat.rename(columns={"kv_avg": "KV avg", "kv_max": "KV max", "waiting_avg": "waiting",
                                  "running_avg": "running", "preemptions_per_s": "preemptions/s",
                                  "prefix_hit_rate": "prefix hits"})),
-             hide_index=True, use_container_width=True)
+             hide_index=True, width="stretch")

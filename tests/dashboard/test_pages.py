@@ -11,17 +11,22 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from analytics.cost import cost_per_token
+from analytics.drift import drift
+from analytics.explain import explain
 from analytics.metrics import histogram_quantile
+from analytics.saturation import scale_out
 from dashboard.context import use_stores
 from dashboard.view import read_view, view_params
 from fleetscope.settings import load_settings
 from migrations import clickhouse_runner, metadata_runner
-from storage.catalog import gpu_prices
+from storage.catalog import add_annotation, annotations, gpu_prices
 from storage.metadata import make_engine, make_sessionmaker
 from tests.analytics.scenario_data import play
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ["overview", "latency", "cost"]
+TITLES = {"overview": "Overview", "latency": "Latency", "capacity": "Cache & capacity", "traffic": "Traffic & drift",
+          "cost": "Cost", "investigate": "Investigate", "fleet": "Fleet"}
+PAGES = list(TITLES)
 
 
 def run(page: str, **params: str) -> AppTest:
@@ -65,7 +70,7 @@ def test_every_page_renders_on_an_empty_store(page: str, ch, sessions) -> None: 
     use_stores(ch, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
     at = run(page, range="15m")
     assert not at.exception, at.exception
-    assert at.title[0].value.lower() == page
+    assert at.title[0].value == TITLES[page]
     shown = " ".join(m.value for m in [*at.info, *at.caption])
     assert "No " in shown or "no " in shown  # an empty state that says why, not a blank page
 
@@ -106,3 +111,72 @@ def test_a_store_that_cannot_be_read_is_one_clear_error(ch, sessions) -> None:  
     at = run("overview", range="1h")
     assert not at.exception
     assert at.error and "cannot be read" in at.error[0].value
+
+
+def test_capacity_page_shows_the_scale_out_recommendation(shift, sessions) -> None:  # noqa: ANN001
+    use_stores(shift.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+    at = run("capacity", **window(shift))
+    assert not at.exception
+    view = read_view(window(shift))
+    plan = scale_out(shift.client, view.start, view.end)
+    boxes = " ".join(m.value for m in [*at.warning, *at.success, *at.info])
+    for row in plan.itertuples():
+        assert f"**{row.model}**: {row.replicas} → {row.recommended} replicas" in boxes
+        assert row.reasons[0] in boxes
+
+
+def test_traffic_page_counts_the_drifted_features_as_analytics_does(shift, sessions) -> None:  # noqa: ANN001
+    use_stores(shift.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+    # the onboarding phase against the steady phase before it: a custom window whose trailing day holds the start
+    params = {"from": shift.phase("bigcorp-onboarded").isoformat(), "to": shift.end.isoformat()}
+    at = run("traffic", **params)
+    assert not at.exception and not at.error
+    view = read_view(params)
+    table = drift(shift.client, (view.start, view.end), "trailing-day")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Features drifted"] == f"{int(table['drifted'].sum())} of {len(table)}"
+    assert table.set_index("feature").loc["tenant", "drifted"]  # bigcorp arrived
+    shown = next(t.value for t in at.dataframe if "feature" in t.value.columns)
+    assert list(shown["feature"]) == list(table["feature"])
+
+
+def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions) -> None:  # noqa: ANN001
+    use_stores(shift.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+    at = run("investigate", **window(shift), metric="ttft", q="0.99")
+    assert not at.exception
+    view = read_view(window(shift))
+    ex = explain(shift.client, view.start, view.end, latency="ttft", q=0.99, prices=gpu_prices(sessions))
+    assert at.success[0].value == ex.sentence and ex.break_at is not None
+    evidence = next(t.value for t in at.dataframe if "signal" in t.value.columns)
+    assert list(evidence["signal"]) == list(ex.evidence["signal"])
+
+
+def test_fleet_page_names_a_failing_scrape_and_keeps_annotations(ch, sessions) -> None:  # noqa: ANN001
+    clickhouse_runner.apply(ch)
+    failed_at = datetime.now(UTC) - timedelta(minutes=3)
+    ch.insert("scrapes", [[failed_at - timedelta(minutes=2), "vllm", "127.0.0.1:9", "r9", 1, 0.01, 120, ""],
+                          [failed_at, "vllm", "127.0.0.1:9", "r9", 0, 0.0, 0, "connection refused"]],
+              column_names=["ts", "job", "instance", "replica", "up", "duration_seconds", "samples_scraped", "error"])
+    use_stores(ch, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+    at = run("fleet", range="15m")
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("no data from replica r9 since") and e.endswith("scrape failing: connection refused")
+               for e in errors), errors
+    at.text_input[0].input("deploy vllm 0.32.1")
+    at = at.get("form_submit_button")[0].click().run()
+    assert not at.exception
+    marks = annotations(sessions, datetime.now(UTC) - timedelta(days=1), datetime.now(UTC) + timedelta(days=1))
+    assert [m.title for m in marks] == ["deploy vllm 0.32.1"]
+    assert any("deploy vllm 0.32.1" in m.value for m in at.markdown)
+
+
+def test_annotations_show_on_time_charts(shift, sessions) -> None:  # noqa: ANN001
+    add_annotation(sessions, shift.phase("bigcorp-onboarded"), "onboard bigcorp")
+    use_stores(shift.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+    at = run("capacity", **window(shift))
+    charts = at.get("vega_lite_chart")
+    # the mark's title travels in the chart's data (Arrow), beside the rule layer in its spec
+    marked = [c for c in charts if any(b"onboard bigcorp" in d.data.data for d in c.proto.datasets)]
+    assert marked and all('"rule"' in c.proto.spec for c in marked)
+    assert len(marked) == len([c for c in charts if "temporal" in c.proto.spec])  # every time chart

@@ -1,0 +1,32 @@
+"""Annotations (deploys, config changes, incident notes) as markers on time charts.
+
+In:  an Altair chart whose x encoding is ``ts:T``, and the page ``Context`` (its ``marks``,
+     read once per render from the metadata DB by ``dashboard.context``).
+Out: the chart with a dashed rule (and a shaded span for marks with an end) per annotation in
+     the window, titled on hover; the chart unchanged when there are none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+import pandas as pd
+
+__all__ = ["marks_frame", "with_annotations"]
+
+
+def marks_frame(marks: list[Any]) -> pd.DataFrame:
+    return pd.DataFrame([{"ts": m.starts_at, "end": m.ends_at or m.starts_at, "title": m.title,
+                          "text": m.text or ""} for m in marks], columns=["ts", "end", "title", "text"])
+
+
+def with_annotations(chart: alt.Chart, ctx: Any) -> alt.Chart | alt.LayerChart:
+    marks = getattr(ctx, "marks", None) or []
+    if not marks:
+        return chart
+    df = marks_frame(marks)
+    tooltip = [alt.Tooltip("title:N", title="annotation"), alt.Tooltip("ts:T", title="at"), "text:N"]
+    rules = alt.Chart(df).mark_rule(color="#7c3aed", strokeDash=[4, 3], strokeWidth=1.5).encode(x="ts:T", tooltip=tooltip)
+    spans = alt.Chart(df[df["end"] > df["ts"]]).mark_rect(color="#7c3aed", opacity=0.08).encode(x="ts:T", x2="end:T")
+    return alt.layer(chart, spans, rules).resolve_scale(color="independent")

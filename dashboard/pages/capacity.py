@@ -1,0 +1,75 @@
+"""Cache & capacity: KV-cache usage per replica over time (heatmap), requests waiting and
+running, preemptions, prefix-cache hit rate, headroom per model pool and the scale-out
+recommendation with its reasons. Renders what ``analytics`` returns; no SQL here."""
+
+from __future__ import annotations
+
+import altair as alt
+import streamlit as st
+
+from analytics.saturation import Targets, headroom, saturation_over_time, scale_out
+from dashboard.cache import cached
+from dashboard.context import page_context, plain
+from dashboard.marks import with_annotations
+
+ctx = page_context("Cache & capacity")
+v, client = ctx.view, ctx.client
+over = cached(saturation_over_time, client, v.start, v.end, "replica", filters=v.filters)
+if over.empty:
+    st.info(f"No KV-cache samples between {v.start:%H:%M} and {v.end:%H:%M} UTC: no replica was scraped in this window "
+            "(is `fleetscope collect` running?). Try a longer time range.")
+    st.stop()
+step = over.attrs.get("step")
+targets = Targets()
+st.subheader("KV-cache usage per replica")
+st.caption(f"Average of each {step:g}s step; a replica at 100% queues or preempts requests (target {targets.kv_target:.0%}).")
+heat = alt.Chart(plain(over)).mark_rect().encode(
+    x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("replica:N", title=None),
+    color=alt.Color("kv_avg:Q", title="KV used", scale=alt.Scale(domain=[0, 1], scheme="orangered"),
+                    legend=alt.Legend(format="%")),
+    tooltip=["ts:T", "replica:N", alt.Tooltip("kv_avg:Q", format=".0%", title="KV avg"),
+             alt.Tooltip("kv_max:Q", format=".0%", title="KV max"), alt.Tooltip("waiting:Q", format=".1f")])
+st.altair_chart(with_annotations(heat, ctx), width="stretch")
+
+queue = over.melt(id_vars=["ts", "replica"], value_vars=["waiting", "running"], var_name="state", value_name="requests")
+left, right = st.columns(2)
+with left:
+    st.subheader("Requests waiting and running")
+    st.altair_chart(with_annotations(alt.Chart(plain(queue)).mark_line().encode(
+        x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("requests:Q", title="requests (avg per step)"),
+        color=alt.Color("replica:N"), strokeDash=alt.StrokeDash("state:N"),
+        tooltip=["ts:T", "replica:N", "state:N", alt.Tooltip("requests:Q", format=".1f")]), ctx),
+        width="stretch")
+with right:
+    st.subheader("Preemptions")
+    st.altair_chart(with_annotations(alt.Chart(plain(over)).mark_line().encode(
+        x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("preemptions_per_s:Q", title="preemptions / s"),
+        color=alt.Color("replica:N"),
+        tooltip=["ts:T", "replica:N", alt.Tooltip("preemptions_per_s:Q", format=".3f")]), ctx),
+        width="stretch")
+hits = over.dropna(subset=["prefix_hit_rate"])
+st.subheader("Prefix-cache hit rate")
+if hits.empty:
+    st.caption("No prefix-cache queries in this window (prefix caching off, or no traffic).")
+else:
+    st.altair_chart(with_annotations(alt.Chart(plain(hits)).mark_line().encode(
+        x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("prefix_hit_rate:Q", title="hit rate", axis=alt.Axis(format="%")),
+        color=alt.Color("replica:N"), tooltip=["ts:T", "replica:N", alt.Tooltip("prefix_hit_rate:Q", format=".0%")]), ctx),
+        width="stretch")
+
+st.subheader("Headroom and scale-out")
+room = cached(headroom, client, v.start, v.end, targets=targets, filters=v.filters)
+plan = cached(scale_out, client, v.start, v.end, targets=targets, filters=v.filters)
+recent = room.attrs.get("window")
+if recent:
+    st.caption(f"Judged on the window's last quarter ({recent[0]:%H:%M}–{recent[1]:%H:%M} UTC).")
+for row in plan.itertuples():
+    verb = ("add " + str(row.change)) if row.change > 0 else ("remove " + str(-row.change)) if row.change < 0 else "keep"
+    box = st.warning if row.change > 0 else st.success if row.change == 0 else st.info
+    box(f"**{row.model}**: {row.replicas} → {row.recommended} replicas ({verb}). " + "; ".join(row.reasons) + ".")
+st.dataframe(plain(room), hide_index=True, width="stretch", column_config={
+    "kv_recent": st.column_config.NumberColumn("KV avg", format="percent"),
+    "kv_max_recent": st.column_config.NumberColumn("KV max", format="percent"),
+    "headroom": st.column_config.NumberColumn("headroom", format="percent"),
+    "ttft_p99_recent": st.column_config.NumberColumn("p99 TTFT now (s)", format="%.3f"),
+    "ttft_p99_before": st.column_config.NumberColumn("p99 TTFT before (s)", format="%.3f")})

@@ -1,0 +1,116 @@
+"""Fleet: the replicas and their scrape endpoints (up or failing, and why), GPU types and prices
+(editable), SLO targets (editable) and annotations (deploys, config changes, incident notes)
+that show as markers on every time chart. Numbers come from ``analytics``; edits go to the
+metadata DB through ``storage.catalog``, which checks them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pandas as pd
+import streamlit as st
+
+from analytics.cost import gpu_hours
+from analytics.health import scrape_health, silent_targets
+from dashboard.cache import cached
+from dashboard.context import page_context, plain
+from storage.catalog import (
+    METRICS,
+    SloTarget,
+    add_annotation,
+    annotations,
+    delete_annotation,
+    delete_slo,
+    gpu_prices,
+    set_gpu_price,
+    set_slo,
+    slo_targets,
+)
+
+ctx = page_context("Fleet")
+v, client, sessions = ctx.view, ctx.client, ctx.sessions
+
+st.subheader("Replicas")
+health = cached(scrape_health, client, v.start, v.end)
+hours = cached(gpu_hours, client, v.start, v.end, filters=v.filters)
+if health.empty and hours.empty:
+    st.info(f"No scrape between {v.start:%H:%M} and {v.end:%H:%M} UTC: add targets to the collector "
+            "(`fleetscope collect --help`) or start the bundled fleet (`fleetscope fleet up`).")
+else:
+    for why in silent_targets(health)["why"] if len(health) else []:
+        st.error(why)
+    table = health.merge(hours[["replica", "model", "gpu_type", "gpu_count", "up_seconds"]], on="replica", how="outer")
+    st.dataframe(plain(table), hide_index=True, width="stretch", column_config={
+        "up_share": st.column_config.NumberColumn("scrapes ok", format="percent"),
+        "scrape_seconds_avg": st.column_config.NumberColumn("scrape (s)", format="%.3f"),
+        "up_seconds": st.column_config.NumberColumn("up (s) in window", format="%.0f")})
+
+if sessions is None:
+    st.caption("No metadata DB configured: prices, SLOs and annotations cannot be edited here.")
+    st.stop()
+
+st.subheader("GPU prices")
+st.caption("USD per GPU-hour, by the `gpu_type` label of the scrape targets. Edit a price or add a row, then save.")
+prices = pd.DataFrame(sorted(gpu_prices(sessions).items()), columns=["gpu_type", "usd_per_gpu_hour"])
+edited = st.data_editor(prices, num_rows="dynamic", hide_index=True, key="prices", column_config={
+    "gpu_type": st.column_config.TextColumn("GPU type", required=True),
+    "usd_per_gpu_hour": st.column_config.NumberColumn("USD / GPU-hour", min_value=0.0, format="%.2f", required=True)})
+if st.button("Save prices", key="save_prices"):
+    try:
+        for row in edited.dropna(subset=["gpu_type"]).itertuples():
+            set_gpu_price(sessions, str(row.gpu_type), float(row.usd_per_gpu_hour))
+    except (ValueError, TypeError) as exc:
+        st.error(f"Not saved: {exc}")
+    else:
+        st.success(f"Saved {len(edited)} prices.")
+
+st.subheader("SLO targets")
+targets = pd.DataFrame([t.__dict__ for t in slo_targets(sessions)],
+                       columns=["model", "metric", "threshold_seconds", "objective", "window_days", "percentile"])
+edited_slo = st.data_editor(targets, num_rows="dynamic", hide_index=True, key="slos", column_config={
+    "model": st.column_config.TextColumn("model", required=True),
+    "metric": st.column_config.SelectboxColumn("metric", options=list(METRICS), required=True),
+    "threshold_seconds": st.column_config.NumberColumn("threshold (s)", min_value=0.0, format="%.3f", required=True),
+    "objective": st.column_config.NumberColumn("objective", min_value=0.0, max_value=1.0, format="%.4f"),
+    "window_days": st.column_config.NumberColumn("window (days)", min_value=1, step=1),
+    "percentile": st.column_config.NumberColumn("percentile", min_value=0.0, max_value=1.0, format="%.3f")})
+if st.button("Save SLOs", key="save_slos"):
+    keep = edited_slo.dropna(subset=["model", "metric"])
+    try:
+        for row in keep.itertuples():
+            set_slo(sessions, SloTarget(str(row.model), str(row.metric), float(row.threshold_seconds),
+                                        0.99 if pd.isna(row.objective) else float(row.objective),
+                                        30 if pd.isna(row.window_days) else int(row.window_days),
+                                        None if pd.isna(row.percentile) else float(row.percentile)))
+        gone = set(zip(targets["model"], targets["metric"], strict=True)) - set(zip(keep["model"], keep["metric"], strict=True))
+        for model, metric in gone:
+            delete_slo(sessions, model, metric)
+    except (ValueError, TypeError) as exc:
+        st.error(f"Not saved: {exc}")
+    else:
+        st.success(f"Saved {len(keep)} SLO targets" + (f", deleted {len(gone)}" if gone else "") + ".")
+
+st.subheader("Annotations")
+st.caption("Marks on every time chart: deploys, config changes, incidents.")
+with st.form("annotate", clear_on_submit=True):
+    a, b, c = st.columns([2, 1, 1])
+    title = a.text_input("Title", placeholder="deploy vllm 0.32.1 to pool large")
+    day = b.date_input("Date (UTC)", value=datetime.now(UTC).date())
+    at = c.time_input("Time (UTC)", value=datetime.now(UTC).time().replace(second=0, microsecond=0))
+    text = st.text_input("Details (optional)")
+    if st.form_submit_button("Add annotation"):
+        try:
+            add_annotation(sessions, datetime.combine(day, at, tzinfo=UTC), title, text=text or None, created_by="dashboard")
+        except ValueError as exc:
+            st.error(f"Not added: {exc}")
+        else:
+            st.success(f"Added “{title}”.")
+marks = annotations(sessions, v.start, v.end)
+if not marks:
+    st.caption("No annotations in this window.")
+for mark in marks:
+    left, right = st.columns([6, 1])
+    left.markdown(f"**{mark.starts_at:%Y-%m-%d %H:%M} UTC** — {mark.title}" + (f": {mark.text}" if mark.text else ""))
+    if right.button("Delete", key=f"del_{mark.id}"):
+        delete_annotation(sessions, mark.id)
+        st.rerun()

@@ -1,0 +1,120 @@
+"""Investigate: pick a latency, a percentile and the window (or arrive from an alert with them in
+the link) and get the explanation: where the tail broke, the evidence ranked, the driver charts
+aligned on one time axis with the change point marked, and the BubbleUp comparison of the slow
+requests against the baseline. Renders what ``analytics.explain`` returns; no SQL here."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from analytics.explain import explain
+from analytics.latency import LATENCIES
+from analytics.requests import request_totals
+from analytics.saturation import saturation_over_time
+from dashboard.cache import cached
+from dashboard.context import page_context, plain
+from dashboard.marks import with_annotations
+from storage.catalog import gpu_prices
+
+PERCENTILES = [0.5, 0.9, 0.95, 0.99]
+DIMENSION_OF = {"tenant share": "tenant", "route share": "route", "model mix": "model", "context length": "context_bucket",
+                "long-context share": "context_bucket"}
+
+ctx = page_context("Investigate")
+v, client = ctx.view, ctx.client
+asked = st.query_params.get("metric", "ttft")
+left, right = st.columns(2)
+latency = left.selectbox("Latency", list(LATENCIES), index=list(LATENCIES).index(asked) if asked in LATENCIES else 0,
+                         format_func=str.upper, key="inv_latency")
+asked_q = st.query_params.get("q", "0.99")
+q = right.selectbox("Percentile", PERCENTILES, format_func=lambda p: f"p{p * 100:g}", key="inv_q",
+                    index=PERCENTILES.index(float(asked_q)) if asked_q in {str(p) for p in PERCENTILES} else 3)
+st.query_params.update(metric=latency, q=str(q))
+prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else None
+try:
+    ex = cached(explain, client, v.start, v.end, latency=latency, q=q, filters=v.filters, prices=prices)
+except KeyError as exc:  # a replica on a GPU type without a price: explain without cost
+    st.caption(f"Cost left out: {exc.args[0]}.")
+    ex = cached(explain, client, v.start, v.end, latency=latency, q=q, filters=v.filters)
+if not len(ex.series):
+    st.info(f"No {latency.upper()} observations between {v.start:%H:%M} and {v.end:%H:%M} UTC for these filters: "
+            "nothing to investigate. Try a longer time range.")
+    st.stop()
+if ex.break_at is None:
+    st.info(ex.sentence + " Widen the time range to include the regression and some normal traffic before it.")
+    if len(ex.series):
+        st.altair_chart(alt.Chart(plain(ex.series)).mark_line().encode(
+            x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("value:Q", title=f"{ex.metric} (s)")), width="stretch")
+    st.stop()
+
+st.success(ex.sentence)
+cols = st.columns(4)
+cols[0].metric(f"{ex.metric} before", f"{ex.before:.3f} s")
+cols[1].metric(f"{ex.metric} after", f"{ex.after:.3f} s", delta=f"{ex.after / ex.before:.1f}×", delta_color="inverse")
+cols[2].metric("Break", f"{ex.break_at:%H:%M:%S} UTC", help=f"±{ex.step}s; read from the {ex.source}")
+cols[3].metric("Onset", f"{ex.onset:%H:%M:%S} UTC" if ex.onset else "–",
+               help="when the leading evidence moved (at or before the break)")
+
+moments = pd.DataFrame([{"ts": ex.break_at, "what": "latency break"}]
+                       + ([{"ts": ex.onset, "what": "onset"}] if ex.onset and ex.onset < ex.break_at else []))
+rules = alt.Chart(moments).mark_rule(strokeWidth=2).encode(
+    x="ts:T", color=alt.Color("what:N", title="", scale=alt.Scale(range=["#dc2626", "#f59e0b"])), tooltip=["what:N", "ts:T"])
+
+
+def aligned(chart: alt.Chart, height: int = 160) -> alt.LayerChart:
+    return alt.layer(with_annotations(chart.properties(height=height), ctx), rules).resolve_scale(color="independent")
+
+
+st.subheader("Evidence")
+evidence = ex.evidence.drop(columns=["resolution_s"], errors="ignore")
+st.dataframe(plain(evidence), hide_index=True, width="stretch", column_config={
+    "score": st.column_config.ProgressColumn("score", min_value=0.0, max_value=1.0, format="%.2f"),
+    "lead_s": st.column_config.NumberColumn("lead (s)", help="how long before the break the signal moved", format="%.0f")})
+
+st.subheader("Aligned on the break")
+st.altair_chart(aligned(alt.Chart(plain(ex.series)).mark_line(point=True).encode(
+    x=alt.X("ts:T", title=None), y=alt.Y("value:Q", title=f"{ex.metric} (s)"),
+    tooltip=["ts:T", alt.Tooltip("value:Q", format=".3f"), "n:Q"]), 200), width="stretch")
+cap = cached(saturation_over_time, client, v.start, v.end, "model", step=ex.step, filters=v.filters)
+if len(cap):
+    st.altair_chart(aligned(alt.Chart(plain(cap)).mark_line().encode(
+        x=alt.X("ts:T", title=None), y=alt.Y("kv_avg:Q", title="KV used", axis=alt.Axis(format="%")),
+        color=alt.Color("model:N"), tooltip=["ts:T", "model:N", alt.Tooltip("kv_avg:Q", format=".0%")])),
+        width="stretch")
+    st.altair_chart(aligned(alt.Chart(plain(cap)).mark_line().encode(
+        x=alt.X("ts:T", title=None), y=alt.Y("waiting:Q", title="waiting / replica"),
+        color=alt.Color("model:N"), tooltip=["ts:T", "model:N", alt.Tooltip("waiting:Q", format=".1f")])),
+        width="stretch")
+top_mix = next((DIMENSION_OF[s] for s in ex.evidence["signal"] if s in DIMENSION_OF), "tenant") if len(ex.evidence) else "tenant"
+if ex.source == "request log":
+    mix = cached(request_totals, client, v.start, v.end, by=[top_mix], step=ex.request_step, source=None, filters=v.filters)
+    if len(mix):
+        mix = mix.assign(share=mix["requests"] / mix.groupby("ts")["requests"].transform("sum"))
+        st.altair_chart(aligned(alt.Chart(plain(mix)).mark_area().encode(
+            x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("share:Q", title=f"{top_mix.replace('_', ' ')} share",
+                                                         axis=alt.Axis(format="%"), stack="normalize"),
+            color=alt.Color(f"{top_mix}:N"), tooltip=["ts:T", f"{top_mix}:N", alt.Tooltip("share:Q", format=".0%")])),
+            width="stretch")
+
+if len(ex.dimensions):
+    st.subheader("Slow requests against the baseline")
+    st.caption("Each value's share of the requests slower than the baseline's "
+               f"p{q * 100:g} after the break, against its share of baseline requests (BubbleUp).")
+    dim = st.selectbox("Dimension", sorted(ex.dimensions["dimension"].unique()), key="inv_dim",
+                       index=sorted(ex.dimensions["dimension"].unique()).index(top_mix)
+                       if top_mix in set(ex.dimensions["dimension"]) else 0)
+    part = ex.dimensions[ex.dimensions["dimension"] == dim]
+    pairs = part.melt(id_vars=["value"], value_vars=["baseline_share", "slow_share"], var_name="group", value_name="share")
+    pairs["group"] = pairs["group"].map({"baseline_share": "baseline", "slow_share": "slow after the break"})
+    st.altair_chart(alt.Chart(plain(pairs)).mark_bar().encode(
+        y=alt.Y("value:N", title=dim.replace("_", " ")), x=alt.X("share:Q", axis=alt.Axis(format="%"), title="share"),
+        yOffset="group:N", color=alt.Color("group:N", title=""),
+        tooltip=["value:N", "group:N", alt.Tooltip("share:Q", format=".1%")]), width="stretch")
+if len(ex.strata):
+    st.subheader("By prompt length")
+    st.dataframe(plain(ex.strata), hide_index=True, width="stretch")
+if len(ex.cost):
+    st.subheader("Cost before and after")
+    st.dataframe(plain(ex.cost), hide_index=True, width="stretch")
