@@ -20,7 +20,7 @@ help:
 	@echo "make demo       - set up and run fleetscope on the embedded store (chDB + SQLite)"
 	@echo "make test       - set up and run the whole test suite (real engines, PostgreSQL started if needed)"
 	@echo "make test-fast  - the suite without the slow real-engine tests"
-	@echo "make bench      - the benchmark suite (~10 min): each figure beside its reference; JSON in bench/results/"
+	@echo "make bench      - the benchmark suite (~25 min): each figure beside its reference; JSON in bench/results/"
 	@echo "make clean      - remove .venv and ./data"
 
 $(PY):
@@ -49,7 +49,7 @@ test-fast: install
 	scripts/ensure-chromium.sh
 	$(BIN)/pytest -m "not slow"
 
-# about 10 minutes on 2 cores; every figure beside its reference, JSON in bench/results/
+# about 25 minutes on 2 cores; every figure beside its reference, JSON in bench/results/
 bench: install
 	@scripts/ensure-chromium.sh
 	@mkdir -p bench/results
@@ -60,6 +60,7 @@ bench: install
 	@echo "== insert path" && $(PY) bench/bench_store_insert.py --json bench/results/store_insert.json
 	@echo "== simulator scale" && $(PY) bench/bench_sim.py --levels 250,500 --json bench/results/sim.json
 	@echo "== 6. analytics: ClickHouse vs Python on the same data" && $(PY) bench/bench_analytics.py --json bench/results/analytics.json
+	@echo "== 7. dashboard render in Chromium on 30 days x 200 replicas (seeds ~10 min)" && $(PY) bench/bench_dashboard.py --json bench/results/dashboard.json
 	@$(PY) bench/summary.py bench/results
 
 clean:

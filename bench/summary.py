@@ -58,6 +58,14 @@ def main() -> None:
               f"{d['naive_ms']:.0f} ms ({d['ratio']:.1f}x); p99 TTFT over time {lat['ours_ms']:.0f} ms vs a query per step "
               f"({lat['ratio']:.0f}x); saturation over time {sat['ours_ms']:.0f} ms ({sat['ratio']:.0f}x); "
               f"explain on a 15-min incident {ex['ms']:.0f} ms")
+    if dash := load(directory, "dashboard"):
+        pages = dash["pages"]
+        worst_first = max(pages.items(), key=lambda kv: kv[1]["first_render_s"])
+        worst_refresh = max(pages.items(), key=lambda kv: kv[1]["refresh_s"])
+        print(f"7. dashboard in headless Chromium, range=30d over {dash['days']:g} days x {dash['replicas']} replicas: "
+              f"first render {min(p['first_render_s'] for p in pages.values()):.2f}-{worst_first[1]['first_render_s']:.2f} s "
+              f"(slowest {worst_first[0]}; budget 2 s), refresh {min(p['refresh_s'] for p in pages.values()):.2f}-"
+              f"{worst_refresh[1]['refresh_s']:.2f} s (slowest {worst_refresh[0]}; budget 1 s)")
     print("=======================================================================")
 
 

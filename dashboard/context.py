@@ -19,7 +19,7 @@ import streamlit as st
 
 from dashboard.view import FILTER_KEYS, RANGES, REFRESH, View, read_view, view_params
 
-__all__ = ["Context", "page_context", "plain", "use_stores"]
+__all__ = ["Context", "page_context", "plain", "settings_for_login", "use_stores"]
 
 _INJECTED: dict[str, Any] = {}
 VIEW_KEYS = {"range", "from", "to", "refresh", *FILTER_KEYS}
@@ -54,6 +54,20 @@ def _configured() -> tuple[Any, Any, Any]:
 
     settings = load_settings()
     return open_clickhouse(settings), make_sessionmaker(make_engine(settings.metadata.url)), settings
+
+
+def settings_for_login() -> Any:
+    """The settings the login gate reads: the injected ones, or the configured file (read
+    without opening any store, so an unreachable ClickHouse cannot skip the gate)."""
+    if _INJECTED:
+        return _INJECTED["settings"]
+    from fleetscope.settings import SettingsError, load_settings
+
+    try:
+        return load_settings()
+    except SettingsError as exc:  # one clear line, and no page without the login it may configure
+        st.error(f"fleetscope configuration: {exc}")
+        st.stop()
 
 
 def _stores() -> tuple[Any, Any, Any]:

@@ -13,7 +13,17 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-__all__ = ["marks_frame", "with_annotations"]
+__all__ = ["TS_TIP", "marks_frame", "time_x", "with_annotations"]
+
+# Every time axis and tooltip reads UTC, as the page captions say (Vega would use the browser's zone).
+TS_TIP = alt.Tooltip("utcyearmonthdatehoursminutesseconds(ts):T", title="time (UTC)")
+
+
+def time_x(view: Any = None, title: str | None = "time (UTC)", field: str = "ts") -> alt.X:
+    """The x encoding of a time chart: a UTC scale, 24-hour labels (with the date past a day)."""
+    long = view is not None and view.span.total_seconds() > 86400
+    return alt.X(f"{field}:T", title=title, scale=alt.Scale(type="utc"),
+                 axis=alt.Axis(format="%m-%d %H:%M" if long else "%H:%M", labelOverlap=True))
 
 
 def marks_frame(marks: list[Any]) -> pd.DataFrame:
@@ -26,7 +36,9 @@ def with_annotations(chart: alt.Chart, ctx: Any) -> alt.Chart | alt.LayerChart:
     if not marks:
         return chart
     df = marks_frame(marks)
-    tooltip = [alt.Tooltip("title:N", title="annotation"), alt.Tooltip("ts:T", title="at"), "text:N"]
-    rules = alt.Chart(df).mark_rule(color="#7c3aed", strokeDash=[4, 3], strokeWidth=1.5).encode(x="ts:T", tooltip=tooltip)
-    spans = alt.Chart(df[df["end"] > df["ts"]]).mark_rect(color="#7c3aed", opacity=0.08).encode(x="ts:T", x2="end:T")
+    tooltip = [alt.Tooltip("title:N", title="annotation"), TS_TIP, "text:N"]
+    rules = alt.Chart(df).mark_rule(color="#7c3aed", strokeDash=[4, 3], strokeWidth=1.5).encode(
+        x=time_x(ctx.view), tooltip=tooltip)
+    spans = alt.Chart(df[df["end"] > df["ts"]]).mark_rect(color="#7c3aed", opacity=0.08).encode(
+        x=time_x(ctx.view), x2="end:T")
     return alt.layer(chart, spans, rules).resolve_scale(color="independent")

@@ -117,23 +117,24 @@ def dashboard(
 ) -> None:
     """Serve the web dashboard (Streamlit) on the configured stores.
 
-    With the embedded store (chDB) no other fleetscope process may hold it: stop `fleetscope collect`, or use a ClickHouse server. Example: fleetscope dashboard --port 8501
+    With the embedded store (chDB) no other fleetscope process may hold it: stop `fleetscope collect`, or use a ClickHouse server. On an address other than loopback it asks for dashboard.password (or OIDC login with dashboard.oidc) and refuses to start without one. Example: fleetscope dashboard --port 8501
     """
     import os
     import subprocess
     from pathlib import Path
 
     settings = settings_or_exit(config)
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        fail(f"refusing to serve the dashboard on {host} without authentication, which fleetscope does not have yet: "
-             "keep it on 127.0.0.1 and reach it through an SSH tunnel or an authenticating reverse proxy", code=2)
+    if host not in ("127.0.0.1", "localhost", "::1") and not settings.dashboard.protected:
+        fail(f"refusing to serve the dashboard on {host} without authentication: set a password "
+             "(FLEETSCOPE_DASHBOARD_PASSWORD or dashboard.password) or dashboard.oidc: true, or keep it on 127.0.0.1 "
+             "and reach it through an SSH tunnel", code=2)
     app_path = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
     env = dict(os.environ)
     if config is not None:
         env["FLEETSCOPE_CONFIG"] = str(Path(config).resolve())
     typer.echo(f"dashboard on http://{host}:{port} (store {settings.clickhouse.url}); Ctrl-C stops it", err=True)
     command = [sys.executable, "-m", "streamlit", "run", str(app_path), "--server.address", host, "--server.port",
-               str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+               str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
     try:
         raise typer.Exit(subprocess.call(command, env=env))
     except KeyboardInterrupt:

@@ -23,6 +23,7 @@ import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
+    SecretStr,
     Field,
     ValidationError,
     ValidationInfo,
@@ -266,6 +267,27 @@ class CostSettings(_Section):
         return [ReferencePrice(r.name, r.input, r.output, r.cached) for r in self.reference_prices]
 
 
+class DashboardSettings(_Section):
+    """Who may open the dashboard. On a loopback address nobody is asked; on any other address
+    ``fleetscope dashboard`` refuses to start unless one of these is set."""
+
+    password: SecretStr | None = Field(
+        default=None, description="asked once per browser session (set it through FLEETSCOPE_DASHBOARD_PASSWORD)")
+    oidc: bool = Field(
+        default=False, description="log in with Streamlit's OIDC (st.login; the provider in .streamlit/secrets.toml [auth])")
+
+    @field_validator("password", mode="after")
+    @classmethod
+    def _not_blank(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 8:
+            raise ValueError("the dashboard password must be at least 8 characters")
+        return value
+
+    @property
+    def protected(self) -> bool:
+        return self.password is not None or self.oidc
+
+
 class Settings(_Section):
     """The whole configuration. Later sections (fleet, collector, alerts) add fields here."""
 
@@ -276,6 +298,7 @@ class Settings(_Section):
     fleet: FleetSettings = FleetSettings()
     collector: CollectorSettings = CollectorSettings()
     cost: CostSettings = CostSettings()
+    dashboard: DashboardSettings = DashboardSettings()
 
     @field_validator("log_level", mode="before")
     @classmethod

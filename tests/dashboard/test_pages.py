@@ -30,7 +30,7 @@ PAGES = list(TITLES)
 
 
 def run(page: str, **params: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / f"{page}.py"), default_timeout=60)
+    at = AppTest.from_file(str(ROOT / "dashboard" / "screens" / f"{page}.py"), default_timeout=60)
     for key, value in params.items():
         at.query_params[key] = value
     return at.run()

@@ -130,3 +130,13 @@ def test_fleet_simulate_writes_a_scenario_into_the_store(tmp_path: Path) -> None
     assert "request-log rows" in result.stdout and "bigcorp-onboarded" in result.stdout
     again = run_cli("fleet", "simulate", "--scenario", "no-such-scenario", cwd=tmp_path)
     assert again.returncode == 2 and "no-such-scenario" in again.stderr
+
+
+def test_the_dashboard_refuses_an_open_address_without_a_password(tmp_path: Path) -> None:
+    refused = run_cli("dashboard", "--host", "0.0.0.0", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "without authentication" in refused.stderr and "FLEETSCOPE_DASHBOARD_PASSWORD" in refused.stderr
+    short = run_cli("dashboard", "--host", "0.0.0.0", cwd=tmp_path, env={"FLEETSCOPE_DASHBOARD_PASSWORD": "short"})
+    assert short.returncode != 0 and "at least 8 characters" in short.stderr
+    shown = run_cli("config", "show", cwd=tmp_path, env={"FLEETSCOPE_DASHBOARD_PASSWORD": "correct horse"})
+    assert "correct horse" not in shown.stdout and "password: '**********'" in shown.stdout

@@ -12,7 +12,7 @@ from analytics.requests import request_totals
 from analytics.timeseries import auto_step
 from dashboard.cache import cached
 from dashboard.context import page_context, plain
-from dashboard.marks import with_annotations
+from dashboard.marks import TS_TIP, time_x, with_annotations
 
 REFERENCES = {"trailing-day": "the 24 hours before", "last-week": "the same hours a week earlier"}
 
@@ -35,9 +35,9 @@ if mix.empty:
 st.subheader(f"Requests per second by {mix_by.replace('_', ' ')}")
 rate = mix.assign(per_s=mix["requests"] / step)
 st.altair_chart(with_annotations(alt.Chart(plain(rate)).mark_area().encode(
-    x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("per_s:Q", title="requests / s", stack="zero"),
+    x=time_x(v), y=alt.Y("per_s:Q", title="requests / s", stack="zero"),
     color=alt.Color(f"{mix_by}:N", title=mix_by.replace("_", " ")),
-    tooltip=["ts:T", f"{mix_by}:N", alt.Tooltip("per_s:Q", format=".2f", title="requests/s")]), ctx),
+    tooltip=[TS_TIP, f"{mix_by}:N", alt.Tooltip("per_s:Q", format=".2f", title="requests/s")]), ctx),
     width="stretch")
 
 left, right = st.columns(2)

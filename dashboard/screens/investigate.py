@@ -15,12 +15,12 @@ from analytics.requests import request_totals
 from analytics.saturation import saturation_over_time
 from dashboard.cache import cached
 from dashboard.context import page_context, plain
-from dashboard.marks import with_annotations
+from dashboard.marks import TS_TIP, time_x, with_annotations
 from storage.catalog import gpu_prices
 
 PERCENTILES = [0.5, 0.9, 0.95, 0.99]
-DIMENSION_OF = {"tenant share": "tenant", "route share": "route", "model mix": "model", "context length": "context_bucket",
-                "long-context share": "context_bucket"}
+DIMENSION_OF = {"tenant mix": "tenant", "route decisions": "route", "model mix": "model", "context length": "context_bucket",
+                "long-context share": "context_bucket"}  # explain's mix signals -> the request-log dimension
 
 ctx = page_context("Investigate")
 v, client = ctx.view, ctx.client
@@ -46,7 +46,7 @@ if ex.break_at is None:
     st.info(ex.sentence + " Widen the time range to include the regression and some normal traffic before it.")
     if len(ex.series):
         st.altair_chart(alt.Chart(plain(ex.series)).mark_line().encode(
-            x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("value:Q", title=f"{ex.metric} (s)")), width="stretch")
+            x=time_x(v), y=alt.Y("value:Q", title=f"{ex.metric} (s)")), width="stretch")
     st.stop()
 
 st.success(ex.sentence)
@@ -60,7 +60,7 @@ cols[3].metric("Onset", f"{ex.onset:%H:%M:%S} UTC" if ex.onset else "–",
 moments = pd.DataFrame([{"ts": ex.break_at, "what": "latency break"}]
                        + ([{"ts": ex.onset, "what": "onset"}] if ex.onset and ex.onset < ex.break_at else []))
 rules = alt.Chart(moments).mark_rule(strokeWidth=2).encode(
-    x="ts:T", color=alt.Color("what:N", title="", scale=alt.Scale(range=["#dc2626", "#f59e0b"])), tooltip=["what:N", "ts:T"])
+    x=time_x(v), color=alt.Color("what:N", title="", scale=alt.Scale(range=["#dc2626", "#f59e0b"])), tooltip=["what:N", TS_TIP])
 
 
 def aligned(chart: alt.Chart, height: int = 160) -> alt.LayerChart:
@@ -75,17 +75,17 @@ st.dataframe(plain(evidence), hide_index=True, width="stretch", column_config={
 
 st.subheader("Aligned on the break")
 st.altair_chart(aligned(alt.Chart(plain(ex.series)).mark_line(point=True).encode(
-    x=alt.X("ts:T", title=None), y=alt.Y("value:Q", title=f"{ex.metric} (s)"),
-    tooltip=["ts:T", alt.Tooltip("value:Q", format=".3f"), "n:Q"]), 200), width="stretch")
+    x=time_x(v, None), y=alt.Y("value:Q", title=f"{ex.metric} (s)"),
+    tooltip=[TS_TIP, alt.Tooltip("value:Q", format=".3f"), "n:Q"]), 200), width="stretch")
 cap = cached(saturation_over_time, client, v.start, v.end, "model", step=ex.step, filters=v.filters)
 if len(cap):
     st.altair_chart(aligned(alt.Chart(plain(cap)).mark_line().encode(
-        x=alt.X("ts:T", title=None), y=alt.Y("kv_avg:Q", title="KV used", axis=alt.Axis(format="%")),
-        color=alt.Color("model:N"), tooltip=["ts:T", "model:N", alt.Tooltip("kv_avg:Q", format=".0%")])),
+        x=time_x(v, None), y=alt.Y("kv_avg:Q", title="KV used", axis=alt.Axis(format="%")),
+        color=alt.Color("model:N"), tooltip=[TS_TIP, "model:N", alt.Tooltip("kv_avg:Q", format=".0%")])),
         width="stretch")
     st.altair_chart(aligned(alt.Chart(plain(cap)).mark_line().encode(
-        x=alt.X("ts:T", title=None), y=alt.Y("waiting:Q", title="waiting / replica"),
-        color=alt.Color("model:N"), tooltip=["ts:T", "model:N", alt.Tooltip("waiting:Q", format=".1f")])),
+        x=time_x(v, None), y=alt.Y("waiting:Q", title="waiting / replica"),
+        color=alt.Color("model:N"), tooltip=[TS_TIP, "model:N", alt.Tooltip("waiting:Q", format=".1f")])),
         width="stretch")
 top_mix = next((DIMENSION_OF[s] for s in ex.evidence["signal"] if s in DIMENSION_OF), "tenant") if len(ex.evidence) else "tenant"
 if ex.source == "request log":
@@ -93,9 +93,9 @@ if ex.source == "request log":
     if len(mix):
         mix = mix.assign(share=mix["requests"] / mix.groupby("ts")["requests"].transform("sum"))
         st.altair_chart(aligned(alt.Chart(plain(mix)).mark_area().encode(
-            x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("share:Q", title=f"{top_mix.replace('_', ' ')} share",
+            x=time_x(v), y=alt.Y("share:Q", title=f"{top_mix.replace('_', ' ')} share",
                                                          axis=alt.Axis(format="%"), stack="normalize"),
-            color=alt.Color(f"{top_mix}:N"), tooltip=["ts:T", f"{top_mix}:N", alt.Tooltip("share:Q", format=".0%")])),
+            color=alt.Color(f"{top_mix}:N"), tooltip=[TS_TIP, f"{top_mix}:N", alt.Tooltip("share:Q", format=".0%")])),
             width="stretch")
 
 if len(ex.dimensions):

@@ -10,7 +10,7 @@ import streamlit as st
 from analytics.saturation import Targets, headroom, saturation_over_time, scale_out
 from dashboard.cache import cached
 from dashboard.context import page_context, plain
-from dashboard.marks import with_annotations
+from dashboard.marks import TS_TIP, time_x, with_annotations
 
 ctx = page_context("Cache & capacity")
 v, client = ctx.view, ctx.client
@@ -24,10 +24,10 @@ targets = Targets()
 st.subheader("KV-cache usage per replica")
 st.caption(f"Average of each {step:g}s step; a replica at 100% queues or preempts requests (target {targets.kv_target:.0%}).")
 heat = alt.Chart(plain(over)).mark_rect().encode(
-    x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("replica:N", title=None),
+    x=time_x(v), y=alt.Y("replica:N", title=None),
     color=alt.Color("kv_avg:Q", title="KV used", scale=alt.Scale(domain=[0, 1], scheme="orangered"),
                     legend=alt.Legend(format="%")),
-    tooltip=["ts:T", "replica:N", alt.Tooltip("kv_avg:Q", format=".0%", title="KV avg"),
+    tooltip=[TS_TIP, "replica:N", alt.Tooltip("kv_avg:Q", format=".0%", title="KV avg"),
              alt.Tooltip("kv_max:Q", format=".0%", title="KV max"), alt.Tooltip("waiting:Q", format=".1f")])
 st.altair_chart(with_annotations(heat, ctx), width="stretch")
 
@@ -36,16 +36,16 @@ left, right = st.columns(2)
 with left:
     st.subheader("Requests waiting and running")
     st.altair_chart(with_annotations(alt.Chart(plain(queue)).mark_line().encode(
-        x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("requests:Q", title="requests (avg per step)"),
+        x=time_x(v), y=alt.Y("requests:Q", title="requests (avg per step)"),
         color=alt.Color("replica:N"), strokeDash=alt.StrokeDash("state:N"),
-        tooltip=["ts:T", "replica:N", "state:N", alt.Tooltip("requests:Q", format=".1f")]), ctx),
+        tooltip=[TS_TIP, "replica:N", "state:N", alt.Tooltip("requests:Q", format=".1f")]), ctx),
         width="stretch")
 with right:
     st.subheader("Preemptions")
     st.altair_chart(with_annotations(alt.Chart(plain(over)).mark_line().encode(
-        x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("preemptions_per_s:Q", title="preemptions / s"),
+        x=time_x(v), y=alt.Y("preemptions_per_s:Q", title="preemptions / s"),
         color=alt.Color("replica:N"),
-        tooltip=["ts:T", "replica:N", alt.Tooltip("preemptions_per_s:Q", format=".3f")]), ctx),
+        tooltip=[TS_TIP, "replica:N", alt.Tooltip("preemptions_per_s:Q", format=".3f")]), ctx),
         width="stretch")
 hits = over.dropna(subset=["prefix_hit_rate"])
 st.subheader("Prefix-cache hit rate")
@@ -53,8 +53,8 @@ if hits.empty:
     st.caption("No prefix-cache queries in this window (prefix caching off, or no traffic).")
 else:
     st.altair_chart(with_annotations(alt.Chart(plain(hits)).mark_line().encode(
-        x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("prefix_hit_rate:Q", title="hit rate", axis=alt.Axis(format="%")),
-        color=alt.Color("replica:N"), tooltip=["ts:T", "replica:N", alt.Tooltip("prefix_hit_rate:Q", format=".0%")]), ctx),
+        x=time_x(v), y=alt.Y("prefix_hit_rate:Q", title="hit rate", axis=alt.Axis(format="%")),
+        color=alt.Color("replica:N"), tooltip=[TS_TIP, "replica:N", alt.Tooltip("prefix_hit_rate:Q", format=".0%")]), ctx),
         width="stretch")
 
 st.subheader("Headroom and scale-out")

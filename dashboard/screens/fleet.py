@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -40,6 +41,12 @@ else:
     for why in silent_targets(health)["why"] if len(health) else []:
         st.error(why)
     table = health.merge(hours[["replica", "model", "gpu_type", "gpu_count", "up_seconds"]], on="replica", how="outer")
+    if len(hours):
+        st.altair_chart(alt.Chart(plain(hours)).mark_bar().encode(
+            x=alt.X("gpu_hours:Q", title="GPU-hours in the window"), y=alt.Y("replica:N", title=None),
+            color=alt.Color("gpu_type:N", title="GPU type"),
+            tooltip=["replica:N", "model:N", "gpu_type:N", "gpu_count:Q", alt.Tooltip("gpu_hours:Q", format=",.2f")]),
+            width="stretch")
     st.dataframe(plain(table), hide_index=True, width="stretch", column_config={
         "up_share": st.column_config.NumberColumn("scrapes ok", format="percent"),
         "scrape_seconds_avg": st.column_config.NumberColumn("scrape (s)", format="%.3f"),

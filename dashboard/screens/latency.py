@@ -13,7 +13,7 @@ from analytics.slo import goodput, slo_attainment
 from analytics.timeseries import histogram_heatmap_over_time
 from dashboard.cache import cached
 from dashboard.context import page_context, plain
-from dashboard.marks import with_annotations
+from dashboard.marks import TS_TIP, time_x, with_annotations
 from storage.catalog import slo_targets
 
 ctx = page_context("Latency")
@@ -32,9 +32,9 @@ else:
             st.caption(f"{source} cannot be filtered by {', '.join(unapplied)}: showing every {', '.join(unapplied)}")
         frame = frame.dropna(subset=["value"]).assign(percentile=lambda f: "p" + (f["q"] * 100).round().astype(int).astype(str))
         chart = alt.Chart(plain(frame)).mark_line().encode(
-            x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("value:Q", title=f"{latency.upper()} (s)"),
+            x=time_x(v), y=alt.Y("value:Q", title=f"{latency.upper()} (s)"),
             color=alt.Color(f"{by}:N"), strokeDash=alt.StrokeDash("percentile:N"),
-            tooltip=["ts:T", f"{by}:N", "percentile:N", alt.Tooltip("value:Q", format=".3f"), "count:Q"])
+            tooltip=[TS_TIP, f"{by}:N", "percentile:N", alt.Tooltip("value:Q", format=".3f"), "count:Q"])
         st.altair_chart(with_annotations(chart, ctx), width="stretch")
     heat = cached(histogram_heatmap_over_time, client, LATENCIES[latency][0], v.start, v.end, filters=v.filters)
     heat = heat[heat["count"] > 0]
@@ -44,10 +44,10 @@ else:
         heat = heat.assign(bucket=heat["high"].map(lambda h: "+Inf" if h == float("inf") else f"≤ {h:g}s"),
                            order=heat["high"].rank(method="dense"))
         st.altair_chart(alt.Chart(plain(heat)).mark_rect().encode(
-            x=alt.X("ts:T", title="time (UTC)"),
+            x=time_x(v),
             y=alt.Y("bucket:O", title=f"{latency.upper()} bucket", sort=alt.EncodingSortField("order", order="descending")),
             color=alt.Color("count:Q", title="requests", scale=alt.Scale(type="sqrt", scheme="viridis")),
-            tooltip=["ts:T", "bucket:O", alt.Tooltip("count:Q", format=",.0f")]), width="stretch")
+            tooltip=[TS_TIP, "bucket:O", alt.Tooltip("count:Q", format=",.0f")]), width="stretch")
 targets = slo_targets(ctx.sessions) if ctx.sessions is not None else []
 st.subheader("SLOs")
 if not targets:

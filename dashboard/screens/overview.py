@@ -18,7 +18,7 @@ from analytics.slo import slo_attainment
 from analytics.timeseries import gauge_over_time, histogram_quantiles_over_time
 from dashboard.cache import cached
 from dashboard.context import page_context, plain
-from dashboard.marks import with_annotations
+from dashboard.marks import TS_TIP, time_x, with_annotations
 from storage.catalog import gpu_prices, slo_targets
 
 ctx = page_context("Overview")
@@ -70,8 +70,8 @@ series = cached(latency_over_time, client, "ttft", v.start, v.end, levels=(0.99,
 if len(series):
     st.subheader("p99 TTFT by model")
     chart = alt.Chart(plain(series.dropna(subset=["value"]))).mark_line(point=False).encode(
-        x=alt.X("ts:T", title="time (UTC)"), y=alt.Y("value:Q", title="p99 TTFT (s)"), color=alt.Color("model:N"),
-        tooltip=["ts:T", "model:N", alt.Tooltip("value:Q", format=".3f")])
+        x=time_x(v), y=alt.Y("value:Q", title="p99 TTFT (s)"), color=alt.Color("model:N"),
+        tooltip=[TS_TIP, "model:N", alt.Tooltip("value:Q", format=".3f")])
     st.altair_chart(with_annotations(chart, ctx), width="stretch")
 targets = slo_targets(ctx.sessions) if ctx.sessions is not None else []
 if targets:

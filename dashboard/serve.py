@@ -1,0 +1,68 @@
+"""Run ``fleetscope dashboard`` as a child process on a free loopback port, for the browser
+tests and the render benchmark.
+
+In:  the environment for the child (``FLEETSCOPE_*`` store URLs, a password), a working
+     directory.
+Out: ``Served`` (``url``, ``stop()``), answering ``/_stcore/health`` before it is returned; the
+     child's output goes to ``dashboard-PORT.log`` in the working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+__all__ = ["Served", "free_port"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Served:
+    def __init__(self, cwd: Path, env: dict[str, str], *, timeout_s: float = 60.0) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(cwd) / f"dashboard-{self.port}.log"
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")} | env
+        self._log = self.log_path.open("w")
+        exe = Path(sys.executable).parent / "fleetscope"
+        self.proc = subprocess.Popen([str(exe), "dashboard", "--port", str(self.port)], cwd=cwd, env=full_env,
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"fleetscope dashboard exited with {self.proc.returncode}:\n{self.log_path.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/_stcore/health", timeout=2).text == "ok":
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"fleetscope dashboard did not answer within {timeout_s:.0f} s:\n{self.log_path.read_text()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
