@@ -51,7 +51,9 @@ def _prepare(
     start: datetime, end: datetime, by: list[str] | tuple[str, ...], source: str | None,
     tier: str | None, retention: Retention | None, now: datetime | None, filters: Filters | None = None,
     step: float | None = None,
-) -> tuple[Plan, str, str, str, dict[str, object]]:
+) -> tuple[Plan, str, str, str, dict[str, object], int | None]:
+    """The plan, table, select list, where clause, parameters and the step in effect (a rollup
+    tier rounds it up to whole buckets)."""
     for dim in by:
         if dim not in DIMENSIONS + RAW_ONLY:
             raise ValueError(f"cannot group requests by {dim!r}; one of {', '.join(DIMENSIONS + RAW_ONLY)}")
@@ -78,7 +80,7 @@ def _prepare(
         p = Plan(p.tier, *align(p.start, p.end, timedelta(seconds=int(step))))
         params.update(start=param_time(p.start), end=param_time(p.end))
         select = ", ".join([f"toDateTime64(toStartOfInterval(ts, INTERVAL {int(step)} SECOND), 3, 'UTC') AS step_ts", *by])
-    return p, table, select, where, params
+    return p, table, select, where, params, (int(step) if step is not None else None)
 
 
 def _group(by: list[str] | tuple[str, ...], step: float | None) -> str:
@@ -86,11 +88,13 @@ def _group(by: list[str] | tuple[str, ...], step: float | None) -> str:
     return f" GROUP BY {', '.join(keys)} ORDER BY {', '.join(keys)}" if keys else ""
 
 
-def _finish(df: pd.DataFrame, p: Plan) -> pd.DataFrame:
+def _finish(df: pd.DataFrame, p: Plan, step: int | None = None) -> pd.DataFrame:
     if "step_ts" in df:
         df = df.rename(columns={"step_ts": "ts"})
         df["ts"] = pd.to_datetime(df["ts"], utc=True)
     df.attrs["plan"] = p
+    if step is not None:
+        df.attrs["step"] = step  # seconds per step, as used (whole rollup buckets)
     return df
 
 
@@ -108,7 +112,7 @@ def request_totals(
     step: float | None = None,
 ) -> pd.DataFrame:
     """Weighted request and token totals per group over ``[start, end)``."""
-    p, table, select, where, params = _prepare(client, start, end, by, source, tier, retention, now, filters, step)
+    p, table, select, where, params, step = _prepare(client, start, end, by, source, tier, retention, now, filters, step)
     if p.tier.rollup:
         measures = ("sum(rows) AS rows, sum(requests) AS requests, sum(prompt_tokens) AS prompt_tokens, "
                     "sum(completion_tokens) AS completion_tokens, sum(cached_tokens) AS cached_tokens")
@@ -118,7 +122,7 @@ def request_totals(
     group = _group(by, step)
     head = f"{select}, " if select else ""
     sql = f"SELECT {head}{measures} FROM {table} WHERE {where}{group}"
-    return _finish(query_df(client, sql, parameters=params), p)
+    return _finish(query_df(client, sql, parameters=params), p, step)
 
 
 def request_quantile(
@@ -141,7 +145,7 @@ def request_quantile(
         raise ValueError(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
     if not 0 <= q <= 1:
         raise ValueError(f"quantile must be within [0, 1], got {q}")
-    p, table, select, where, params = _prepare(client, start, end, by, source, tier, retention, now, filters, step)
+    p, table, select, where, params, step = _prepare(client, start, end, by, source, tier, retention, now, filters, step)
     column, sketch, latency = FIELDS[field]
     if p.tier.rollup:
         measure = f"quantileTDigestWeightedMerge({q!r})({sketch}) AS value"
@@ -152,7 +156,7 @@ def request_quantile(
     group = _group(by, step)
     head = f"{select}, " if select else ""
     sql = f"SELECT {head}{measure} FROM {table} WHERE {where}{group}"
-    return _finish(query_df(client, sql, parameters=params), p)
+    return _finish(query_df(client, sql, parameters=params), p, step)
 
 
 def request_quantiles(
@@ -177,7 +181,7 @@ def request_quantiles(
             raise ValueError(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
     if not levels or not all(0 <= q <= 1 for q in levels):
         raise ValueError(f"quantile levels must be within [0, 1], got {levels}")
-    p, table, select, where, params = _prepare(client, start, end, by, source, tier, retention, now, filters, step)
+    p, table, select, where, params, step = _prepare(client, start, end, by, source, tier, retention, now, filters, step)
     qs = ", ".join(repr(float(q)) for q in levels)
     measures = []
     for field in fields:
@@ -194,4 +198,4 @@ def request_quantiles(
         values = df.pop(field) if len(df) else pd.Series([], dtype=object)
         for i, q in enumerate(levels):
             df[f"{field}_q{q:g}"] = [v[i] if len(v) > i else float("nan") for v in values]
-    return _finish(df, p)
+    return _finish(df, p, step)

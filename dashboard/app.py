@@ -20,7 +20,7 @@ if str(ROOT) not in sys.path:  # `streamlit run dashboard/app.py` from a checkou
     sys.path.insert(0, str(ROOT))
 
 from dashboard.auth import authenticated, require_login  # noqa: E402
-from dashboard.context import settings_for_login  # noqa: E402
+from dashboard.context import current_params, settings_for_login  # noqa: E402
 from dashboard.view import read_view  # noqa: E402
 
 PAGES = Path(__file__).resolve().parent / "screens"  # not "pages": Streamlit would serve those files bare, past the login
@@ -41,11 +41,15 @@ PAGE_LIST = [  # (file, title, url path, icon)
 page = st.navigation([st.Page(str(PAGES / file), title=title, url_path=path, icon=icon, default=i == 0)
                       for i, (file, title, path, icon) in enumerate(PAGE_LIST)], position="sidebar" if allowed else "hidden")
 require_login(settings)
+refresh = read_view(current_params()).refresh_s
+if refresh:  # before the page runs: a page with nothing to show stops its run early, and should refresh too
+    st.session_state["fleetscope_full_run_at"] = time.monotonic()
+
+    @st.fragment(run_every=refresh)
+    def _refresh() -> None:
+        # called in the full run (no rerun then) and by the timer every `refresh` seconds (rerun the app)
+        if time.monotonic() - st.session_state.get("fleetscope_full_run_at", 0.0) >= 0.8 * refresh:
+            st.rerun(scope="app")
+
+    _refresh()
 page.run()
-refresh = read_view(dict(st.query_params)).refresh_s
-if refresh:  # a countdown that a click interrupts (every st call checks for a rerun request), then rerun
-    note = st.sidebar.empty()
-    for left in range(refresh, 0, -1):
-        note.caption(f"refreshing in {left}s")
-        time.sleep(1)
-    st.rerun()

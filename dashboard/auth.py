@@ -1,7 +1,8 @@
 """Who may see the dashboard: nobody is asked on a loopback address (``fleetscope dashboard``
 refuses any other address unless one of these is configured); with ``dashboard.password`` a
 browser session asks for it once; with ``dashboard.oidc`` Streamlit's OIDC login
-(``st.login``, the provider configured in ``.streamlit/secrets.toml``) is required.
+(``st.login``, the provider configured in ``.streamlit/secrets.toml``) is required, and the
+account's email must be in ``dashboard.allowed_emails`` (an address or ``@domain``).
 
 In:  the ``dashboard`` settings section.
 Out: ``authenticated(settings)``: may this session see the pages; ``require_login(settings)``
@@ -27,7 +28,7 @@ def authenticated(settings: Any) -> bool:
     if dash is None or not dash.protected:
         return True
     if dash.oidc:
-        return bool(st.user.is_logged_in)
+        return bool(st.user.is_logged_in) and dash.allows(st.user.get("email"))
     return bool(st.session_state.get(_KEY))
 
 
@@ -39,7 +40,11 @@ def require_login(settings: Any) -> None:
     dash = settings.dashboard
     st.title("fleetscope")
     if dash.oidc:
-        st.button("Log in", on_click=st.login, type="primary")
+        if st.user.is_logged_in:  # a valid account, not on the allow-list
+            st.error(f"{st.user.get('email') or 'This account'} may not see this dashboard (dashboard.allowed_emails).")
+            st.button("Log out", on_click=st.logout)
+        else:
+            st.button("Log in", on_click=st.login, type="primary")
         st.stop()
     with st.form("login"):
         given = st.text_input("Password", type="password")

@@ -12,6 +12,7 @@ Out: ``page_context()`` -> ``Context(view, client, sessions, settings, marks)`` 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +20,16 @@ import streamlit as st
 
 from dashboard.view import FILTER_KEYS, RANGES, REFRESH, View, read_view, view_params
 
-__all__ = ["Context", "page_context", "plain", "settings_for_login", "use_stores"]
+__all__ = ["PERCENT", "Context", "current_params", "page_context", "plain", "shown", "settings_for_login", "use_stores"]
 
 _INJECTED: dict[str, Any] = {}
+# columns that analytics returns as fractions, shown as percentages wherever a table has them
+_FRACTIONS = ("attainment", "objective", "idle_share", "share", "up_share", "headroom", "kv_avg", "kv_max", "kv_recent",
+              "kv_max_recent", "prefix_hit_rate", "prefix hits", "KV avg", "KV max", "baseline_share", "slow_share",
+              "after_share", "share_before", "share_after", "budget", "consumed", "remaining")
+PERCENT = {name: st.column_config.NumberColumn(name, format="percent") for name in _FRACTIONS}
 VIEW_KEYS = {"range", "from", "to", "refresh", *FILTER_KEYS}
+_LAST_VIEW = "fleetscope_view"
 
 
 @dataclass
@@ -32,6 +39,15 @@ class Context:
     sessions: Any
     settings: Any
     marks: list[Any] = field(default_factory=list)
+
+
+def shown(value: Any, pattern: str, scale: float = 1.0) -> str:
+    """``pattern`` (e.g. ``"{:.3f} s"``) of ``value * scale``, or "–" when there is no number."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    return "–" if number != number else pattern.format(number * scale)  # NaN != NaN
 
 
 def plain(df: Any) -> Any:
@@ -65,8 +81,9 @@ def settings_for_login() -> Any:
 
     try:
         return load_settings()
-    except SettingsError as exc:  # one clear line, and no page without the login it may configure
-        st.error(f"fleetscope configuration: {exc}")
+    except SettingsError as exc:  # no page without the login it may configure; details in the server's log only
+        print(f"fleetscope dashboard: configuration error: {exc}", file=sys.stderr, flush=True)
+        st.error("The fleetscope configuration cannot be read: see the dashboard server's log (`fleetscope config check`).")
         st.stop()
 
 
@@ -100,6 +117,17 @@ def _sidebar(view: View, choices: dict[str, list[str]]) -> dict[str, str]:
     return params
 
 
+def current_params() -> dict[str, str]:
+    """The query string, with this session's last view where it has none: switching pages in the
+    sidebar drops the query string, and the time range and filters should stay."""
+    params = dict(st.query_params)
+    last = st.session_state.get(_LAST_VIEW)
+    if last and not VIEW_KEYS & params.keys():
+        params.update(last)
+        st.query_params.update(last)
+    return params
+
+
 def page_context(title: str) -> Context:
     """The page's stores and view, after drawing the sidebar controls."""
     from clickhouse_connect.driver.exceptions import DatabaseError
@@ -107,7 +135,7 @@ def page_context(title: str) -> Context:
     from analytics.dimensions import dimension_values
     from storage.errors import StoreError
 
-    view = read_view(dict(st.query_params))
+    view = read_view(current_params())
     for problem in view.problems:
         st.warning(problem)
     try:
@@ -126,6 +154,7 @@ def page_context(title: str) -> Context:
         own = {k: v for k, v in st.query_params.items() if k not in VIEW_KEYS}
         st.query_params.from_dict({**own, **wanted})
         view = read_view(wanted)
+    st.session_state[_LAST_VIEW] = wanted
     st.title(title)
     st.caption(f"{view.start:%Y-%m-%d %H:%M} – {view.end:%Y-%m-%d %H:%M} UTC"
                + (f" · refresh every {view.refresh_s}s" if view.refresh_s else ""))

@@ -36,6 +36,9 @@ def with_annotations(chart: alt.Chart, ctx: Any) -> alt.Chart | alt.LayerChart:
     if not marks:
         return chart
     df = marks_frame(marks)
+    view = ctx.view  # spans reaching past the window are drawn to its edge (they must not widen the axis)
+    df["ts"] = df["ts"].clip(lower=view.start, upper=view.end)
+    df["end"] = df["end"].clip(lower=view.start, upper=view.end)
     tooltip = [alt.Tooltip("title:N", title="annotation"), TS_TIP, "text:N"]
     rules = alt.Chart(df).mark_rule(color="#7c3aed", strokeDash=[4, 3], strokeWidth=1.5).encode(
         x=time_x(ctx.view), tooltip=tooltip)

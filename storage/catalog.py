@@ -3,6 +3,7 @@ or a page.
 
 In:  an SQLAlchemy ``sessionmaker`` bound to the metadata DB (``storage.metadata``).
 Out: ``gpu_prices`` -> ``{gpu_type: USD per GPU-hour}``; ``set_gpu_price`` upserts one;
+     ``delete_gpu_price``;
      ``slo_targets`` -> ``SloTarget`` values (plain data, detached from the session);
      ``set_slo`` upserts one per (model, metric); ``delete_slo``; ``annotations`` -> the marks
      overlapping a window (``Mark`` values), ``add_annotation``, ``delete_annotation``. Bad values
@@ -19,7 +20,9 @@ from sqlalchemy import and_, delete, or_, select
 
 from storage.metadata import Annotation, GpuPrice, Slo
 
-__all__ = ["METRICS", "Mark", "SloTarget", "add_annotation", "annotations", "delete_annotation", "delete_slo",
+__all__ = ["METRICS", "Mark", "SloTarget", "add_annotation", "annotations", "check_slo", "delete_annotation",
+           "delete_gpu_price",
+           "delete_slo",
            "gpu_prices", "set_gpu_price", "set_slo", "slo_targets"]
 
 METRICS = ("ttft", "itl", "tpot", "e2e")
@@ -63,7 +66,8 @@ def set_gpu_price(sessions: Any, gpu_type: str, usd_per_gpu_hour: float, note: s
                 row.note = note
 
 
-def _check(target: SloTarget) -> None:
+def check_slo(target: SloTarget) -> None:
+    """Raise ``ValueError`` naming the field when ``target`` cannot be stored."""
     if target.metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {target.metric!r}")
     if not target.threshold_seconds > 0:
@@ -86,7 +90,7 @@ def slo_targets(sessions: Any, model: str | None = None) -> list[SloTarget]:
 
 
 def set_slo(sessions: Any, target: SloTarget) -> None:
-    _check(target)
+    check_slo(target)
     with sessions.begin() as s:
         row = s.scalars(select(Slo).where(Slo.model == target.model, Slo.metric == target.metric)).one_or_none()
         if row is None:
@@ -94,6 +98,11 @@ def set_slo(sessions: Any, target: SloTarget) -> None:
             s.add(row)
         row.threshold_seconds, row.objective = target.threshold_seconds, target.objective
         row.window_days, row.percentile = target.window_days, target.percentile
+
+
+def delete_gpu_price(sessions: Any, gpu_type: str) -> bool:
+    with sessions.begin() as s:
+        return s.execute(delete(GpuPrice).where(GpuPrice.gpu_type == gpu_type)).rowcount > 0
 
 
 def delete_slo(sessions: Any, model: str, metric: str) -> bool:
@@ -122,6 +131,7 @@ def _utc(value: datetime) -> datetime:
 
 def annotations(sessions: Any, start: datetime, end: datetime) -> list[Mark]:
     """The marks that start before ``end`` and have not ended before ``start``, oldest first."""
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
     with sessions() as s:
         query = (select(Annotation).where(Annotation.starts_at < end)
                  .where(or_(and_(Annotation.ends_at.is_(None), Annotation.starts_at >= start), Annotation.ends_at >= start))
@@ -140,6 +150,8 @@ def add_annotation(sessions: Any, starts_at: datetime, title: str, *, ends_at: d
         raise ValueError("starts_at must carry a timezone (UTC)")
     if ends_at is not None and ends_at < starts_at:
         raise ValueError("ends_at must not be before starts_at")
+    starts_at = starts_at.astimezone(UTC)  # SQLite keeps the wall time and drops the offset
+    ends_at = ends_at.astimezone(UTC) if ends_at is not None else None
     with sessions.begin() as s:
         row = Annotation(starts_at=starts_at, ends_at=ends_at, title=title.strip(), text=text, tags=tags or {},
                          created_by=created_by)

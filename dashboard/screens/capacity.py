@@ -9,7 +9,7 @@ import streamlit as st
 
 from analytics.saturation import Targets, headroom, saturation_over_time, scale_out
 from dashboard.cache import cached
-from dashboard.context import page_context, plain
+from dashboard.context import PERCENT, page_context, plain
 from dashboard.marks import TS_TIP, time_x, with_annotations
 
 ctx = page_context("Cache & capacity")
@@ -67,7 +67,7 @@ for row in plan.itertuples():
     verb = ("add " + str(row.change)) if row.change > 0 else ("remove " + str(-row.change)) if row.change < 0 else "keep"
     box = st.warning if row.change > 0 else st.success if row.change == 0 else st.info
     box(f"**{row.model}**: {row.replicas} → {row.recommended} replicas ({verb}). " + "; ".join(row.reasons) + ".")
-st.dataframe(plain(room), hide_index=True, width="stretch", column_config={
+st.dataframe(plain(room), hide_index=True, width="stretch", column_config=PERCENT | {
     "kv_recent": st.column_config.NumberColumn("KV avg", format="percent"),
     "kv_max_recent": st.column_config.NumberColumn("KV max", format="percent"),
     "headroom": st.column_config.NumberColumn("headroom", format="percent"),

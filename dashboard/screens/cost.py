@@ -9,7 +9,7 @@ import streamlit as st
 
 from analytics.cost import compare_reference, cost_by_tenant, cost_per_token, gpu_spend
 from dashboard.cache import cached
-from dashboard.context import page_context, plain
+from dashboard.context import PERCENT, page_context, plain, shown
 from storage.catalog import gpu_prices
 
 ctx = page_context("Cost")
@@ -27,24 +27,26 @@ if spend.empty:
     st.stop()
 fleet = per_model.set_index("model").loc["(fleet)"]
 cols = st.columns(4)
-cols[0].metric("Spend", f"${fleet['spend']:,.2f}")
-cols[1].metric("Idle", f"{fleet['idle_share']:.0%}", help=f"${fleet['idle_spend']:,.2f} with nothing running")
-cols[2].metric("Per 1M tokens", f"${fleet['cost_per_million_tokens']:,.2f}")
-cols[3].metric("Per 1M output tokens", f"${fleet['output_per_million']:,.2f}",
-               help=f"input ${fleet['input_per_million']:,.2f}, cached ${fleet['cached_per_million']:,.2f} per 1M")
+cols[0].metric("Spend", shown(fleet["spend"], "${:,.2f}"))
+cols[1].metric("Idle", shown(fleet["idle_share"], "{:.0%}"), help=f"{shown(fleet['idle_spend'], '${:,.2f}')} with nothing running")
+cols[2].metric("Per 1M tokens", shown(fleet["cost_per_million_tokens"], "${:,.2f}"),
+               help="– when no tokens were served in the window")
+cols[3].metric("Per 1M output tokens", shown(fleet["output_per_million"], "${:,.2f}"),
+               help=f"input {shown(fleet['input_per_million'], '${:,.2f}')}, "
+                    f"cached {shown(fleet['cached_per_million'], '${:,.2f}')} per 1M")
 st.subheader("Spend by replica")
 long = spend.melt(id_vars=["replica", "model"], value_vars=["busy_spend", "idle_spend"], var_name="kind", value_name="usd")
 st.altair_chart(alt.Chart(plain(long)).mark_bar().encode(
     x=alt.X("usd:Q", title="USD"), y=alt.Y("replica:N"), color=alt.Color("kind:N", title=""),
     tooltip=["replica:N", "model:N", "kind:N", alt.Tooltip("usd:Q", format=",.4f")]), width="stretch")
 st.subheader("By model")
-st.dataframe(plain(per_model), hide_index=True, width="stretch")
+st.dataframe(plain(per_model), hide_index=True, width="stretch", column_config=PERCENT)
 st.subheader("Showback by tenant")
 tenants = cached(cost_by_tenant, client, v.start, v.end, prices, weights=weights, filters=v.filters)
 if tenants.empty:
     st.caption("No request-log rows in this window: tenants cannot be told apart.")
 else:
-    st.dataframe(plain(tenants), hide_index=True, width="stretch")
+    st.dataframe(plain(tenants), hide_index=True, width="stretch", column_config=PERCENT)
     st.download_button("Download CSV", tenants.to_csv(index=False), file_name="showback.csv", mime="text/csv")
 if ctx.settings is not None:
     st.subheader("Self-hosted vs API list prices")

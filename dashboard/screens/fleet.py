@@ -20,7 +20,9 @@ from storage.catalog import (
     SloTarget,
     add_annotation,
     annotations,
+    check_slo,
     delete_annotation,
+    delete_gpu_price,
     delete_slo,
     gpu_prices,
     set_gpu_price,
@@ -63,13 +65,24 @@ edited = st.data_editor(prices, num_rows="dynamic", hide_index=True, key="prices
     "gpu_type": st.column_config.TextColumn("GPU type", required=True),
     "usd_per_gpu_hour": st.column_config.NumberColumn("USD / GPU-hour", min_value=0.0, format="%.2f", required=True)})
 if st.button("Save prices", key="save_prices"):
-    try:
-        for row in edited.dropna(subset=["gpu_type"]).itertuples():
-            set_gpu_price(sessions, str(row.gpu_type), float(row.usd_per_gpu_hour))
-    except (ValueError, TypeError) as exc:
-        st.error(f"Not saved: {exc}")
+    rows = edited.dropna(how="all")
+    problems = [f"row {i + 1}: GPU type and price are both needed" for i, r in enumerate(rows.itertuples())
+                if not str(r.gpu_type or "").strip() or pd.isna(r.usd_per_gpu_hour)]
+    names = [str(t).strip() for t in rows["gpu_type"].dropna()]
+    problems += [f"{name} is listed twice" for name in sorted({n for n in names if names.count(n) > 1})]
+    if problems:
+        st.error("Not saved: " + "; ".join(problems) + ".")
     else:
-        st.success(f"Saved {len(edited)} prices.")
+        try:
+            for r in rows.itertuples():
+                set_gpu_price(sessions, str(r.gpu_type).strip(), float(r.usd_per_gpu_hour))
+            gone = set(prices["gpu_type"]) - set(names)
+            for name in gone:
+                delete_gpu_price(sessions, name)
+        except ValueError as exc:
+            st.error(f"Not saved: {exc}")
+        else:
+            st.success(f"Saved {len(rows)} prices" + (f", removed {', '.join(sorted(gone))}" if gone else "") + ".")
 
 st.subheader("SLO targets")
 targets = pd.DataFrame([t.__dict__ for t in slo_targets(sessions)],
@@ -82,28 +95,38 @@ edited_slo = st.data_editor(targets, num_rows="dynamic", hide_index=True, key="s
     "window_days": st.column_config.NumberColumn("window (days)", min_value=1, step=1),
     "percentile": st.column_config.NumberColumn("percentile", min_value=0.0, max_value=1.0, format="%.3f")})
 if st.button("Save SLOs", key="save_slos"):
-    keep = edited_slo.dropna(subset=["model", "metric"])
-    try:
-        for row in keep.itertuples():
-            set_slo(sessions, SloTarget(str(row.model), str(row.metric), float(row.threshold_seconds),
-                                        0.99 if pd.isna(row.objective) else float(row.objective),
-                                        30 if pd.isna(row.window_days) else int(row.window_days),
-                                        None if pd.isna(row.percentile) else float(row.percentile)))
-        gone = set(zip(targets["model"], targets["metric"], strict=True)) - set(zip(keep["model"], keep["metric"], strict=True))
+    keep = edited_slo.dropna(how="all")
+    problems = [f"row {i + 1}: model, metric and threshold are needed" for i, r in enumerate(keep.itertuples())
+                if not str(r.model or "").strip() or pd.isna(r.metric) or pd.isna(r.threshold_seconds)]
+    keys = list(zip(keep["model"].astype(str).str.strip(), keep["metric"].astype(str), strict=True))
+    problems += [f"{m} {k} is listed twice" for m, k in sorted({key for key in keys if keys.count(key) > 1})]
+    try:  # every row checked before any is written
+        wanted = [] if problems else [
+            SloTarget(str(r.model).strip(), str(r.metric), float(r.threshold_seconds),
+                      0.99 if pd.isna(r.objective) else float(r.objective),
+                      30 if pd.isna(r.window_days) else int(r.window_days),
+                      None if pd.isna(r.percentile) else float(r.percentile)) for r in keep.itertuples()]
+        for target in wanted:
+            check_slo(target)
+    except ValueError as exc:
+        problems.append(str(exc))
+    if problems:
+        st.error("Not saved: " + "; ".join(problems) + ".")
+    else:
+        for target in wanted:
+            set_slo(sessions, target)
+        gone = set(zip(targets["model"], targets["metric"], strict=True)) - set(keys)
         for model, metric in gone:
             delete_slo(sessions, model, metric)
-    except (ValueError, TypeError) as exc:
-        st.error(f"Not saved: {exc}")
-    else:
-        st.success(f"Saved {len(keep)} SLO targets" + (f", deleted {len(gone)}" if gone else "") + ".")
+        st.success(f"Saved {len(wanted)} SLO targets" + (f", deleted {len(gone)}" if gone else "") + ".")
 
 st.subheader("Annotations")
 st.caption("Marks on every time chart: deploys, config changes, incidents.")
 with st.form("annotate", clear_on_submit=True):
     a, b, c = st.columns([2, 1, 1])
     title = a.text_input("Title", placeholder="deploy vllm 0.32.1 to pool large")
-    day = b.date_input("Date (UTC)", value=datetime.now(UTC).date())
-    at = c.time_input("Time (UTC)", value=datetime.now(UTC).time().replace(second=0, microsecond=0))
+    day = b.date_input("Date (UTC)", value=datetime.now(UTC).date(), key="mark_day")
+    at = c.time_input("Time (UTC)", value=datetime.now(UTC).time().replace(second=0, microsecond=0), key="mark_time")
     text = st.text_input("Details (optional)")
     if st.form_submit_button("Add annotation"):
         try:

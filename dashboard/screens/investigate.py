@@ -14,7 +14,7 @@ from analytics.latency import LATENCIES
 from analytics.requests import request_totals
 from analytics.saturation import saturation_over_time
 from dashboard.cache import cached
-from dashboard.context import page_context, plain
+from dashboard.context import PERCENT, page_context, plain
 from dashboard.marks import TS_TIP, time_x, with_annotations
 from storage.catalog import gpu_prices
 
@@ -114,7 +114,7 @@ if len(ex.dimensions):
         tooltip=["value:N", "group:N", alt.Tooltip("share:Q", format=".1%")]), width="stretch")
 if len(ex.strata):
     st.subheader("By prompt length")
-    st.dataframe(plain(ex.strata), hide_index=True, width="stretch")
+    st.dataframe(plain(ex.strata), hide_index=True, width="stretch", column_config=PERCENT)
 if len(ex.cost):
     st.subheader("Cost before and after")
-    st.dataframe(plain(ex.cost), hide_index=True, width="stretch")
+    st.dataframe(plain(ex.cost), hide_index=True, width="stretch", column_config=PERCENT)

@@ -12,7 +12,7 @@ from analytics.latency import LATENCIES, LEVELS, latency_over_time
 from analytics.slo import goodput, slo_attainment
 from analytics.timeseries import histogram_heatmap_over_time
 from dashboard.cache import cached
-from dashboard.context import page_context, plain
+from dashboard.context import PERCENT, page_context, plain
 from dashboard.marks import TS_TIP, time_x, with_annotations
 from storage.catalog import slo_targets
 
@@ -46,7 +46,7 @@ else:
         st.altair_chart(alt.Chart(plain(heat)).mark_rect().encode(
             x=time_x(v),
             y=alt.Y("bucket:O", title=f"{latency.upper()} bucket", sort=alt.EncodingSortField("order", order="descending")),
-            color=alt.Color("count:Q", title="requests", scale=alt.Scale(type="sqrt", scheme="viridis")),
+            color=alt.Color("count:Q", title="observations", scale=alt.Scale(type="sqrt", scheme="viridis")),
             tooltip=[TS_TIP, "bucket:O", alt.Tooltip("count:Q", format=",.0f")]), width="stretch")
 targets = slo_targets(ctx.sessions) if ctx.sessions is not None else []
 st.subheader("SLOs")
@@ -55,6 +55,6 @@ if not targets:
 else:
     att = cached(slo_attainment, client, tuple(targets), v.start, v.end, filters=v.filters)
     st.dataframe(plain(att[["label", "requests", "attainment", "objective", "observed", "met"]]), hide_index=True,
-                 width="stretch")
+                 width="stretch", column_config=PERCENT)
     good = cached(goodput, client, tuple(targets), v.start, v.end, filters=v.filters)
-    st.dataframe(plain(good), hide_index=True, width="stretch")
+    st.dataframe(plain(good), hide_index=True, width="stretch", column_config=PERCENT)

@@ -17,7 +17,7 @@ from analytics.saturation import KV, saturation
 from analytics.slo import slo_attainment
 from analytics.timeseries import gauge_over_time, histogram_quantiles_over_time
 from dashboard.cache import cached
-from dashboard.context import page_context, plain
+from dashboard.context import PERCENT, page_context, plain, shown
 from dashboard.marks import TS_TIP, time_x, with_annotations
 from storage.catalog import gpu_prices, slo_targets
 
@@ -46,23 +46,24 @@ itl_line = cached(histogram_quantiles_over_time, client, "vllm:inter_token_laten
 kv_line = cached(gauge_over_time, client, KV, v.start, v.end, "fleet", filters=v.filters)["avg"].dropna().round(3).tolist()
 cols = st.columns(4)
 down = int((~health["up"]).sum()) if len(health) else 0
-cols[0].metric("Replicas up", f"{len(sat)}", help="replicas with engine metrics in the window"
+cols[0].metric("Replicas reporting", f"{len(sat)}", help="replicas with engine metrics in the window"
                + (f"; {down} scrape target(s) failing now" if down else ""))
 cols[1].metric("Requests/s", f"{float(requests['requests'].sum()) / seconds:.2f}" if len(requests) else "–",
                help="From the request log (weighted rows)")
-cols[2].metric("p99 TTFT", f"{ttft['quantile'].iloc[0]:.3f} s" if len(ttft) else "–", chart_data=ttft_line or None,
+cols[2].metric("p99 TTFT", shown(ttft["quantile"].iloc[0], "{:.3f} s") if len(ttft) else "–", chart_data=ttft_line or None,
                chart_type="line", help="over the window; the line: per step")
-cols[3].metric("p99 ITL", f"{itl['quantile'].iloc[0] * 1000:.1f} ms" if len(itl) else "–", chart_data=itl_line or None,
+cols[3].metric("p99 ITL", shown(itl["quantile"].iloc[0], "{:.1f} ms", 1000) if len(itl) else "–", chart_data=itl_line or None,
                chart_type="line")
 cols = st.columns(4)
-cols[0].metric("KV cache used (avg)", f"{sat['kv_avg'].mean():.0%}", chart_data=kv_line or None, chart_type="area")
-cols[1].metric("KV cache peak", f"{sat['kv_max'].max():.0%}")
+cols[0].metric("KV cache used (avg)", shown(sat["kv_avg"].mean(), "{:.0%}"), chart_data=kv_line or None, chart_type="area")
+cols[1].metric("KV cache peak", shown(sat["kv_max"].max(), "{:.0%}"))
 try:
     cost = cached(cost_per_token, client, v.start, v.end, prices, filters=v.filters).set_index("model").loc["(fleet)"]
     tokens_per_s = (cost["prompt_tokens"] + cost["completion_tokens"]) / seconds
     cols[2].metric("Tokens/s", f"{tokens_per_s:,.0f}")
-    cols[3].metric("Cost per hour", f"${cost['spend'] / seconds * 3600:,.2f}",
-                   help=f"${cost['cost_per_million_tokens']:.2f} per 1M tokens; {cost['idle_share']:.0%} of it idle")
+    cols[3].metric("Cost per hour", shown(cost["spend"], "${:,.2f}", 3600 / seconds),
+                   help=f"{shown(cost['cost_per_million_tokens'], '${:.2f}')} per 1M tokens; "
+                        f"{shown(cost['idle_share'], '{:.0%}')} of it idle")
 except KeyError as exc:
     cols[3].metric("Cost per hour", "–", help=str(exc).strip("'\""))
 series = cached(latency_over_time, client, "ttft", v.start, v.end, levels=(0.99,), filters=v.filters,
@@ -85,4 +86,4 @@ st.subheader("Replicas")
 st.dataframe(plain(sat.rename(columns={"kv_avg": "KV avg", "kv_max": "KV max", "waiting_avg": "waiting",
                                  "running_avg": "running", "preemptions_per_s": "preemptions/s",
                                  "prefix_hit_rate": "prefix hits"})),
-             hide_index=True, width="stretch")
+             hide_index=True, width="stretch", column_config=PERCENT)

@@ -33,7 +33,7 @@ if mix.empty:
             "sending its request log, or are the engines exporting `llm_request` spans to the collector?")
     st.stop()
 st.subheader(f"Requests per second by {mix_by.replace('_', ' ')}")
-rate = mix.assign(per_s=mix["requests"] / step)
+rate = mix.assign(per_s=mix["requests"] / mix.attrs.get("step", step))  # older windows read whole rollup buckets
 st.altair_chart(with_annotations(alt.Chart(plain(rate)).mark_area().encode(
     x=time_x(v), y=alt.Y("per_s:Q", title="requests / s", stack="zero"),
     color=alt.Color(f"{mix_by}:N", title=mix_by.replace("_", " ")),

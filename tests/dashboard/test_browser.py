@@ -105,6 +105,26 @@ def test_the_time_range_control_changes_the_url(dashboard, browser) -> None:  # 
     settle(page)
     after = page.locator("[data-testid='stCaptionContainer']").first.inner_text()
     assert before != after  # the window the page says it shows moved with the control
+    # another page from the sidebar keeps the view (Streamlit drops the query string on a page switch)
+    page.locator('[data-testid="stSidebarNav"]').get_by_text("Latency", exact=True).click()
+    page.wait_for_url("**/latency?**range=6h**", timeout=30_000)
+    settle(page)
+    assert page.locator("[data-testid='stCaptionContainer']").first.inner_text()[:33] == after[:33]
+    page.close()
+
+
+@pytest.mark.timeout(300)
+def test_auto_refresh_reruns_a_page_that_has_nothing_to_show(dashboard, browser) -> None:  # noqa: ANN001
+    page = browser.new_page()
+    page.goto(f"{dashboard.url}/?from=2020-01-01T00:00:00Z&to=2020-01-01T01:00:00Z&refresh=10")
+    settle(page)
+    assert "No engine metrics" in page.locator('[data-testid="stAlertContentInfo"]').first.inner_text()
+    page.evaluate("""() => { window.__runs = 0; const app = document.querySelector('[data-testid=stApp]');
+        new MutationObserver(() => { if (app.getAttribute('data-test-script-state') === 'running') window.__runs++; })
+          .observe(app, {attributes: true}); }""")
+    page.wait_for_function("() => window.__runs >= 1", timeout=25_000)  # one refresh within 10 s (+ slack)
+    settle(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
     page.close()
 
 

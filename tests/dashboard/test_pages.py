@@ -91,7 +91,7 @@ def test_overview_shows_the_analytics_numbers(shift, sessions) -> None:  # noqa:
     view = read_view(window(shift))
     p99 = histogram_quantile(shift.client, "vllm:time_to_first_token_seconds", 0.99, view.start, view.end, "fleet")
     assert metrics["p99 TTFT"] == f"{p99['quantile'].iloc[0]:.3f} s"
-    assert metrics["Replicas up"] == "3"
+    assert metrics["Replicas reporting"] == "3"
     fleet = cost_per_token(shift.client, view.start, view.end, gpu_prices(sessions)).set_index("model").loc["(fleet)"]
     assert metrics["Cost per hour"] == f"${fleet['spend'] / view.span.total_seconds() * 3600:,.2f}"
 
@@ -119,6 +119,7 @@ def test_capacity_page_shows_the_scale_out_recommendation(shift, sessions) -> No
     assert not at.exception
     view = read_view(window(shift))
     plan = scale_out(shift.client, view.start, view.end)
+    assert len(plan) == 2  # the bundled fleet's two model pools
     boxes = " ".join(m.value for m in [*at.warning, *at.success, *at.info])
     for row in plan.itertuples():
         assert f"**{row.model}**: {row.replicas} → {row.recommended} replicas" in boxes

@@ -135,3 +135,13 @@ def test_cost_weights_and_reference_prices(tmp_path: Path) -> None:
     assert cost.references() == [ReferencePrice("mine", 1.0, 2.0, None)]
     bad = write(tmp_path, "cost:\n  input_weight: 0\n  output_weight: 0\n")
     assert "input_weight + output_weight must be > 0" in one_line_error(bad)
+
+
+def test_oidc_needs_an_allow_list_that_matches_addresses_and_domains(tmp_path: Path) -> None:
+    message = one_line_error(write(tmp_path, "dashboard:\n  oidc: true\n"))
+    assert "allowed_emails" in message
+    path = write(tmp_path, 'dashboard:\n  oidc: true\n  allowed_emails: ["sre@acme.io", "@example.com"]\n')
+    dash = load_settings(path, environ={}).dashboard
+    assert dash.protected
+    assert dash.allows("SRE@acme.io") and dash.allows("ana@example.com")
+    assert not dash.allows("ana@acme.io") and not dash.allows("eve@example.com.evil") and not dash.allows(None)

@@ -3,10 +3,23 @@ seeded GPU prices are there, edits stick, bad values are refused before the data
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
+
 import pytest
 
 from migrations import metadata_runner
-from storage.catalog import SloTarget, delete_slo, gpu_prices, set_gpu_price, set_slo, slo_targets
+from storage.catalog import (
+    SloTarget,
+    add_annotation,
+    annotations,
+    delete_annotation,
+    delete_gpu_price,
+    delete_slo,
+    gpu_prices,
+    set_gpu_price,
+    set_slo,
+    slo_targets,
+)
 from storage.metadata import make_engine, make_sessionmaker
 
 
@@ -47,3 +60,25 @@ def test_slo_targets_upsert_list_delete(sessions) -> None:  # noqa: ANN001
                          (SloTarget("m", "ttft", 1.0, objective=1.0), "objective must be within")):
         with pytest.raises(ValueError, match=message):
             set_slo(sessions, bad)
+
+
+def test_annotations_in_a_window_and_in_utc(sessions) -> None:  # noqa: ANN001
+    berlin = timezone(timedelta(hours=1))
+    deploy = add_annotation(sessions, datetime(2026, 11, 29, 11, 0, tzinfo=berlin), "deploy 0.32.1", text="pool large")
+    add_annotation(sessions, datetime(2026, 11, 29, 6, 0, tzinfo=UTC), "incident", ends_at=datetime(2026, 11, 29, 12, 0, tzinfo=UTC))
+    add_annotation(sessions, datetime(2026, 11, 28, 9, 0, tzinfo=UTC), "yesterday's note")
+    marks = annotations(sessions, datetime(2026, 11, 29, 9, 0, tzinfo=UTC), datetime(2026, 11, 29, 11, 0, tzinfo=UTC))
+    # the incident started before the window and lasts into it; the deploy is at 10:00 UTC
+    assert [(m.title, m.starts_at) for m in marks] == [("incident", datetime(2026, 11, 29, 6, 0, tzinfo=UTC)),
+                                                       ("deploy 0.32.1", datetime(2026, 11, 29, 10, 0, tzinfo=UTC))]
+    with pytest.raises(ValueError, match="timezone"):
+        add_annotation(sessions, datetime(2026, 11, 29, 10, 0), "naive")  # noqa: DTZ001
+    with pytest.raises(ValueError, match="ends_at"):
+        add_annotation(sessions, datetime(2026, 11, 29, 10, 0, tzinfo=UTC), "x", ends_at=datetime(2026, 11, 29, 9, tzinfo=UTC))
+    assert delete_annotation(sessions, deploy) and not delete_annotation(sessions, deploy)
+
+
+def test_a_price_can_be_removed(sessions) -> None:  # noqa: ANN001
+    set_gpu_price(sessions, "B200", 6.5)
+    assert delete_gpu_price(sessions, "B200") and "B200" not in gpu_prices(sessions)
+    assert not delete_gpu_price(sessions, "B200")
