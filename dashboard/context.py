@@ -12,6 +12,7 @@ Out: ``page_context()`` -> ``Context(view, client, sessions, settings, marks)`` 
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +48,7 @@ def shown(value: Any, pattern: str, scale: float = 1.0) -> str:
         number = float(value)
     except (TypeError, ValueError):
         return "–"
-    return "–" if number != number else pattern.format(number * scale)  # NaN != NaN
+    return "–" if math.isnan(number) else pattern.format(number * scale)
 
 
 def plain(df: Any) -> Any:

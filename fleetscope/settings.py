@@ -23,8 +23,8 @@ import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
-    SecretStr,
     Field,
+    SecretStr,
     ValidationError,
     ValidationInfo,
     field_validator,
