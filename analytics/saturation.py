@@ -36,6 +36,7 @@ __all__ = [
     "WAITING",
     "Targets",
     "headroom",
+    "recommend",
     "saturation",
     "saturation_over_time",
     "scale_out",
@@ -197,7 +198,7 @@ def _recommend(row: pd.Series, t: Targets) -> tuple[int, list[str]]:
     if want == n:
         if n > 1 and kv < t.kv_scale_in and waiting < 0.1 and not row["preemptions_per_s"]:
             scaled_kv = kv * n / (n - 1)
-            reasons.append(f"KV cache only {kv:.0%} used and no queue: {n - 1} replicas would run at about {scaled_kv:.0%}")
+            reasons.append(f"KV cache only {kv:.0%} used and no queue: {n - 1} replica{'s' if n > 2 else ''} would run at about {scaled_kv:.0%}")
             want = n - 1
         else:
             reasons.append(f"no action: KV cache {kv:.0%} (target {t.kv_target:.0%}), "
@@ -214,6 +215,12 @@ def scale_out(
     KV usage, queue depth, preemptions, the TTFT trend)."""
     targets = targets or Targets()
     room = headroom(client, start, end, targets=targets, filters=filters, tier=tier, retention=retention, now=now)
+    return recommend(room, targets)
+
+
+def recommend(room: pd.DataFrame, targets: Targets | None = None) -> pd.DataFrame:
+    """``scale_out``'s answer from a ``headroom`` frame already read (no query)."""
+    targets = targets or Targets()
     rows = []
     for _, row in room.iterrows():
         want, reasons = _recommend(row, targets)

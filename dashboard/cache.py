@@ -1,10 +1,12 @@
-"""Cached analytics calls for pages: the same call with the same arguments within a few seconds
-reads ClickHouse once (a page with ten panels, a refresh, two users on one view).
+"""Cached analytics calls for pages: the same call with the same arguments reads ClickHouse once
+(a page with ten panels, a refresh, two users on one view).
 
 In:  an ``analytics`` function, the client, and its arguments (hashable: datetimes, ``Filters``,
      strings, numbers, tuples; dicts are turned into sorted tuples).
-Out: its result, from ``st.cache_data`` (``TTL_S``); the window's end is rounded by
-     ``dashboard.view`` so that reruns within the refresh interval hit the cache.
+Out: its result, from ``st.cache_data``. The arguments carry the window, whose end
+     ``dashboard.view`` rounds to the range's grain (10 s for an hour, 10 min for 30 days): a
+     rerun or refresh within the grain reads the cache, the next grain queries again. ``TTL_S``
+     only bounds how long an answer nobody asks for again is kept.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import streamlit as st
 
 __all__ = ["TTL_S", "cached"]
 
-TTL_S = 10
+TTL_S = 600  # the largest grain (dashboard.view.grain)
 
 
 def _key(value: Any) -> Any:
@@ -28,10 +30,18 @@ def _key(value: Any) -> Any:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=512)
-def _run(_fn: Callable[..., Any], _client: Any, _args: tuple, _kwargs: dict, key: str) -> Any:
-    return _fn(_client, *_args, **_kwargs)
+def _run(_fn: Callable[..., Any], _client: Any, _args: tuple, _kwargs: dict, key: str) -> tuple[bool, Any]:
+    try:
+        return True, _fn(_client, *_args, **_kwargs)
+    except (ValueError, KeyError) as exc:  # an answer too ("no rows to compare", "no price for L40S"): kept
+        return False, exc
 
 
 def cached(fn: Callable[..., Any], client: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(client, *args, **kwargs)``, cached; the ``ValueError``/``KeyError`` it raises for a view
+    is cached and raised again, so a page that explains why it cannot show something stays fast."""
     key = repr((fn.__module__, fn.__qualname__, id(client), _key(list(args)), _key(kwargs)))
-    return _run(fn, client, args, kwargs, key)
+    ok, value = _run(fn, client, args, kwargs, key)
+    if not ok:
+        raise value
+    return value

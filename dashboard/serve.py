@@ -10,6 +10,7 @@ Out: ``Served`` (``url``, ``stop()``), answering ``/_stcore/health`` before it i
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -52,12 +53,12 @@ class Served:
         raise RuntimeError(f"fleetscope dashboard did not answer within {timeout_s:.0f} s:\n{self.log_path.read_text()}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
+        if self.proc.poll() is None:  # the whole process group: nothing it started may outlive it
+            os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self._log.close()
 

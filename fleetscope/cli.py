@@ -120,7 +120,6 @@ def dashboard(
     With the embedded store (chDB) no other fleetscope process may hold it: stop `fleetscope collect`, or use a ClickHouse server. On an address other than loopback it asks for dashboard.password (or OIDC login with dashboard.oidc) and refuses to start without one. Example: fleetscope dashboard --port 8501
     """
     import os
-    import subprocess
     from pathlib import Path
 
     settings = settings_or_exit(config)
@@ -135,10 +134,9 @@ def dashboard(
     typer.echo(f"dashboard on http://{host}:{port} (store {settings.clickhouse.url}); Ctrl-C stops it", err=True)
     command = [sys.executable, "-m", "streamlit", "run", str(app_path), "--server.address", host, "--server.port",
                str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
-    try:
-        raise typer.Exit(subprocess.call(command, env=env))
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, command, env)  # streamlit takes this process over: signals reach it, nothing lingers
 
 
 from fleetscope.bench_cli import app as bench_app

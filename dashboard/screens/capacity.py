@@ -5,12 +5,15 @@ recommendation with its reasons. Renders what ``analytics`` returns; no SQL here
 from __future__ import annotations
 
 import altair as alt
+import pandas as pd
 import streamlit as st
 
-from analytics.saturation import Targets, headroom, saturation_over_time, scale_out
+from analytics.saturation import Targets, headroom, recommend, saturation_over_time
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain
 from dashboard.marks import TS_TIP, time_x, with_annotations
+
+MAX_LINES = 12
 
 ctx = page_context("Cache & capacity")
 v, client = ctx.view, ctx.client
@@ -23,43 +26,52 @@ step = over.attrs.get("step")
 targets = Targets()
 st.subheader("KV-cache usage per replica")
 st.caption(f"Average of each {step:g}s step; a replica at 100% queues or preempts requests (target {targets.kv_target:.0%}).")
-heat = alt.Chart(plain(over)).mark_rect().encode(
-    x=time_x(v), y=alt.Y("replica:N", title=None),
+cells = over.assign(ts_end=over["ts"] + pd.Timedelta(seconds=step))  # each step a cell of its own width
+heat = alt.Chart(plain(cells)).mark_rect().encode(
+    x=time_x(v), x2="ts_end:T", y=alt.Y("replica:N", title=None),
     color=alt.Color("kv_avg:Q", title="KV used", scale=alt.Scale(domain=[0, 1], scheme="orangered"),
                     legend=alt.Legend(format="%")),
     tooltip=[TS_TIP, "replica:N", alt.Tooltip("kv_avg:Q", format=".0%", title="KV avg"),
              alt.Tooltip("kv_max:Q", format=".0%", title="KV max"), alt.Tooltip("waiting:Q", format=".1f")])
 st.altair_chart(with_annotations(heat, ctx), width="stretch")
 
-queue = over.melt(id_vars=["ts", "replica"], value_vars=["waiting", "running"], var_name="state", value_name="requests")
+# a line per replica reads well up to a dozen; beyond, per model pool (filter replicas to see them one by one)
+replicas = over["replica"].nunique()
+by = "replica" if replicas <= MAX_LINES else "model"
+lines = over if by == "replica" else cached(saturation_over_time, client, v.start, v.end, "model", step=step,
+                                            filters=v.filters)
+if by == "model":
+    st.caption(f"{replicas} replicas: the charts below show each model pool (requests per replica, preemptions summed); "
+               "pick replicas in the sidebar to see them one by one.")
+queue = lines.melt(id_vars=["ts", by], value_vars=["waiting", "running"], var_name="state", value_name="requests")
 left, right = st.columns(2)
 with left:
     st.subheader("Requests waiting and running")
     st.altair_chart(with_annotations(alt.Chart(plain(queue)).mark_line().encode(
         x=time_x(v), y=alt.Y("requests:Q", title="requests (avg per step)"),
-        color=alt.Color("replica:N"), strokeDash=alt.StrokeDash("state:N"),
-        tooltip=[TS_TIP, "replica:N", "state:N", alt.Tooltip("requests:Q", format=".1f")]), ctx),
+        color=alt.Color(f"{by}:N"), strokeDash=alt.StrokeDash("state:N"),
+        tooltip=[TS_TIP, f"{by}:N", "state:N", alt.Tooltip("requests:Q", format=".1f")]), ctx),
         width="stretch")
 with right:
     st.subheader("Preemptions")
-    st.altair_chart(with_annotations(alt.Chart(plain(over)).mark_line().encode(
+    st.altair_chart(with_annotations(alt.Chart(plain(lines)).mark_line().encode(
         x=time_x(v), y=alt.Y("preemptions_per_s:Q", title="preemptions / s"),
-        color=alt.Color("replica:N"),
-        tooltip=[TS_TIP, "replica:N", alt.Tooltip("preemptions_per_s:Q", format=".3f")]), ctx),
+        color=alt.Color(f"{by}:N"),
+        tooltip=[TS_TIP, f"{by}:N", alt.Tooltip("preemptions_per_s:Q", format=".3f")]), ctx),
         width="stretch")
-hits = over.dropna(subset=["prefix_hit_rate"])
+hits = lines.dropna(subset=["prefix_hit_rate"])
 st.subheader("Prefix-cache hit rate")
 if hits.empty:
     st.caption("No prefix-cache queries in this window (prefix caching off, or no traffic).")
 else:
     st.altair_chart(with_annotations(alt.Chart(plain(hits)).mark_line().encode(
         x=time_x(v), y=alt.Y("prefix_hit_rate:Q", title="hit rate", axis=alt.Axis(format="%")),
-        color=alt.Color("replica:N"), tooltip=[TS_TIP, "replica:N", alt.Tooltip("prefix_hit_rate:Q", format=".0%")]), ctx),
+        color=alt.Color(f"{by}:N"), tooltip=[TS_TIP, f"{by}:N", alt.Tooltip("prefix_hit_rate:Q", format=".0%")]), ctx),
         width="stretch")
 
 st.subheader("Headroom and scale-out")
 room = cached(headroom, client, v.start, v.end, targets=targets, filters=v.filters)
-plan = cached(scale_out, client, v.start, v.end, targets=targets, filters=v.filters)
+plan = recommend(room, targets)  # from the headroom just read: no second query
 recent = room.attrs.get("window")
 if recent:
     st.caption(f"Judged on the window's last quarter ({recent[0]:%H:%M}–{recent[1]:%H:%M} UTC).")

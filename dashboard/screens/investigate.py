@@ -5,6 +5,8 @@ requests against the baseline. Renders what ``analytics.explain`` returns; no SQ
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import altair as alt
 import pandas as pd
 import streamlit as st
@@ -19,6 +21,7 @@ from dashboard.marks import TS_TIP, time_x, with_annotations
 from storage.catalog import gpu_prices
 
 PERCENTILES = [0.5, 0.9, 0.95, 0.99]
+MAX_SPAN = timedelta(hours=24)
 DIMENSION_OF = {"tenant mix": "tenant", "route decisions": "route", "model mix": "model", "context length": "context_bucket",
                 "long-context share": "context_bucket"}  # explain's mix signals -> the request-log dimension
 
@@ -33,11 +36,16 @@ q = right.selectbox("Percentile", PERCENTILES, format_func=lambda p: f"p{p * 100
                     index=PERCENTILES.index(float(asked_q)) if asked_q in {str(p) for p in PERCENTILES} else 3)
 st.query_params.update(metric=latency, q=str(q))
 prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else None
+start = v.start
+if v.span > MAX_SPAN:  # explain is for an incident; over weeks its steps are hours wide and it reads every request
+    start = v.end - MAX_SPAN
+    st.caption(f"Investigate reads at most {MAX_SPAN.total_seconds() / 3600:g} hours: the last ones of the range, "
+               f"{start:%m-%d %H:%M}–{v.end:%m-%d %H:%M} UTC. To look elsewhere, pick a custom window around the incident.")
 try:
-    ex = cached(explain, client, v.start, v.end, latency=latency, q=q, filters=v.filters, prices=prices)
+    ex = cached(explain, client, start, v.end, latency=latency, q=q, filters=v.filters, prices=prices)
 except KeyError as exc:  # a replica on a GPU type without a price: explain without cost
     st.caption(f"Cost left out: {exc.args[0]}.")
-    ex = cached(explain, client, v.start, v.end, latency=latency, q=q, filters=v.filters)
+    ex = cached(explain, client, start, v.end, latency=latency, q=q, filters=v.filters)
 if not len(ex.series):
     st.info(f"No {latency.upper()} observations between {v.start:%H:%M} and {v.end:%H:%M} UTC for these filters: "
             "nothing to investigate. Try a longer time range.")
@@ -77,7 +85,7 @@ st.subheader("Aligned on the break")
 st.altair_chart(aligned(alt.Chart(plain(ex.series)).mark_line(point=True).encode(
     x=time_x(v, None), y=alt.Y("value:Q", title=f"{ex.metric} (s)"),
     tooltip=[TS_TIP, alt.Tooltip("value:Q", format=".3f"), "n:Q"]), 200), width="stretch")
-cap = cached(saturation_over_time, client, v.start, v.end, "model", step=ex.step, filters=v.filters)
+cap = cached(saturation_over_time, client, start, v.end, "model", step=ex.step, filters=v.filters)
 if len(cap):
     st.altair_chart(aligned(alt.Chart(plain(cap)).mark_line().encode(
         x=time_x(v, None), y=alt.Y("kv_avg:Q", title="KV used", axis=alt.Axis(format="%")),
@@ -89,7 +97,7 @@ if len(cap):
         width="stretch")
 top_mix = next((DIMENSION_OF[s] for s in ex.evidence["signal"] if s in DIMENSION_OF), "tenant") if len(ex.evidence) else "tenant"
 if ex.source == "request log":
-    mix = cached(request_totals, client, v.start, v.end, by=[top_mix], step=ex.request_step, source=None, filters=v.filters)
+    mix = cached(request_totals, client, start, v.end, by=[top_mix], step=ex.request_step, source=None, filters=v.filters)
     if len(mix):
         mix = mix.assign(share=mix["requests"] / mix.groupby("ts")["requests"].transform("sum"))
         st.altair_chart(aligned(alt.Chart(plain(mix)).mark_area().encode(

@@ -6,6 +6,7 @@ Renders what ``analytics`` returns; no SQL here."""
 from __future__ import annotations
 
 import altair as alt
+import pandas as pd
 import streamlit as st
 
 from analytics.latency import LATENCIES, LEVELS, latency_over_time
@@ -42,9 +43,10 @@ else:
         st.subheader(f"{latency.upper()} heatmap — engine histograms")
         st.caption("Observations per step and histogram bucket over the fleet; the bucket bounds are the engines' own.")
         heat = heat.assign(bucket=heat["high"].map(lambda h: "+Inf" if h == float("inf") else f"≤ {h:g}s"),
-                           order=heat["high"].rank(method="dense"))
+                           order=heat["high"].rank(method="dense"),
+                           ts_end=heat["ts"] + pd.Timedelta(seconds=heat.attrs.get("step", 60)))
         st.altair_chart(alt.Chart(plain(heat)).mark_rect().encode(
-            x=time_x(v),
+            x=time_x(v), x2="ts_end:T",
             y=alt.Y("bucket:O", title=f"{latency.upper()} bucket", sort=alt.EncodingSortField("order", order="descending")),
             color=alt.Color("count:Q", title="observations", scale=alt.Scale(type="sqrt", scheme="viridis")),
             tooltip=[TS_TIP, "bucket:O", alt.Tooltip("count:Q", format=",.0f")]), width="stretch")
