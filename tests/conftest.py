@@ -8,12 +8,11 @@ own in the ``test`` database (FLEETSCOPE_TEST_POSTGRES_URL overrides the server)
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 
 import pytest
@@ -83,12 +82,17 @@ def metadata_url(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue(name)
 
 
-def in_own_process(fn: Callable[..., object], *args: object) -> object:
-    """Run the module-level ``fn(*args)`` in a fresh interpreter and return its result; its
-    exceptions (failed asserts included) are raised here. For checks that open a chDB directory
-    other than the session's: chDB allows one per process, and the suite keeps its own open."""
-    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
-        return pool.submit(fn, *args).result()
+def in_own_process(fn: Callable[..., object], *args: object, timeout: float = 300) -> None:
+    """Run the module-level ``fn(*args)`` in a fresh interpreter; a failure there (a failed assert
+    included) fails here with its traceback. For checks that open a chDB directory other than the
+    session's: chDB allows one per process, and the suite keeps its own open. (A plain subprocess,
+    not multiprocessing: it must not inherit what other tests did to ``sys.argv`` or ``__main__``.)"""
+    code = ("import importlib, pickle, sys; "
+            "fn = getattr(importlib.import_module(sys.argv[1]), sys.argv[2]); fn(*pickle.loads(sys.stdin.buffer.read()))")
+    done = subprocess.run([sys.executable, "-c", code, fn.__module__, fn.__qualname__], input=pickle.dumps(args),
+                          capture_output=True, cwd=ROOT, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise AssertionError(f"{fn.__qualname__} failed in its own process:\n{done.stderr.decode()[-4000:]}")
 
 
 def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -60,6 +60,9 @@ def test_the_view_round_trips_through_the_query_string() -> None:
     assert read_view(view_params(view), now=now) == view
     custom = read_view({"from": "2026-11-29T10:00:00Z", "to": "2026-11-29T11:00:00+00:00"}, now=now)
     assert (custom.range_key, custom.span) == ("custom", timedelta(hours=1))
+    # a 30-day view moves by 10 minutes: refreshes within them read the same window (and the cache)
+    month = read_view({"range": "30d"}, now=datetime(2026, 11, 29, 12, 9, 59, tzinfo=UTC))
+    assert month.end == datetime(2026, 11, 29, 12, 0, tzinfo=UTC) and month.span == timedelta(days=30)
     bad = read_view({"range": "2y", "refresh": "soon", "from": "yesterday"}, now=now)
     assert bad.range_key == "1h" and bad.refresh_s == 0 and len(bad.problems) == 2
 

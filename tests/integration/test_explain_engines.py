@@ -94,7 +94,7 @@ def test_explain_names_the_long_context_rollout_on_real_engines(ch, tmp_path: Pa
     switch = datetime.fromtimestamp(min(r.started_at for r in sent if r.phase == "rollout"), UTC)
     assert abs((switch - start).total_seconds() - SWITCH_S) < 5
     ex = explain(ch, start, end, step=INTERVAL)
-    print(f"switch {switch:%H:%M:%S.%f}, onset {ex.onset:%H:%M:%S.%f}, latency break {ex.break_at:%H:%M:%S.%f}")
+    print(f"switch {switch:%H:%M:%S.%f}, onset {ex.onset}, latency break {ex.break_at}")
     print(ex.sentence)
     print(ex.evidence[["signal", "before", "after", "score", "moved_at", "resolution_s", "lead_s"]].to_string())
     assert ex.source == "request log"  # the engines' own llm_request spans
