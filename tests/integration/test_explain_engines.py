@@ -35,6 +35,7 @@ pytestmark = pytest.mark.slow
 INTERVAL = 5.0  # the collector's default scrape interval
 SWITCH_S = 70.0
 DURATION_S = 160.0
+BASELINE_P90_S = 2.5
 
 
 def rollout() -> Scenario:
@@ -90,6 +91,16 @@ def test_explain_names_the_long_context_rollout_on_real_engines(ch, tmp_path: Pa
         launcher.stop()
 
     start, end = events[0][1], events[1][1]
+    # The premise: before the switch the engines keep up (on one machine 1 rps gave a p99 TTFT of
+    # 1.8 s). On a machine too slow for that (seen: the same machine, 2.5x slower another day) the
+    # requests queue from the start, there is no baseline to find a break against, and the test
+    # says so instead of failing on a question it cannot ask.
+    before = sorted(r.ttft_s for r in sent if r.phase == "start" and r.ok and r.ttft_s is not None)
+    failed = sum(1 for r in sent if r.phase == "start" and not r.ok)
+    p90 = before[int(0.9 * (len(before) - 1))] if before else float("inf")
+    if failed or p90 > BASELINE_P90_S:
+        pytest.skip(f"no baseline: before the switch p90 TTFT {p90:.1f}s (> {BASELINE_P90_S:g}s) and {failed} "
+                    "failed requests; these engines are too slow on this machine for the scenario's 1 rps")
     # the first request of the rollout phase: when the traffic generator switched
     switch = datetime.fromtimestamp(min(r.started_at for r in sent if r.phase == "rollout"), UTC)
     assert abs((switch - start).total_seconds() - SWITCH_S) < 5
