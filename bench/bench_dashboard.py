@@ -28,12 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dashboard.serve import Served, free_port
+from dashboard.serve import Served, free_port, wait_healthy  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -109,13 +107,7 @@ def floor(browser, root: Path, repeats: int) -> float:
                              "--browser.gatherUsageStats", "false"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).text == "ok":
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, 60)
         times = []
         for _ in range(repeats + 1):
             page, seconds = open_page(browser, f"http://127.0.0.1:{port}/")

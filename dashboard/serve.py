@@ -19,13 +19,29 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["Served", "free_port"]
+__all__ = ["Served", "free_port", "wait_healthy"]
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
+    """Until the Streamlit server at ``url`` answers ``/_stcore/health``; ``RuntimeError`` when
+    ``proc`` exits first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/_stcore/health", timeout=2).text == "ok":
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"no answer within {timeout_s:.0f} s")
 
 
 class Served:
@@ -38,19 +54,11 @@ class Served:
         exe = Path(sys.executable).parent / "fleetscope"
         self.proc = subprocess.Popen([str(exe), "dashboard", "--port", str(self.port)], cwd=cwd, env=full_env,
                                      stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.stop()
-                raise RuntimeError(f"fleetscope dashboard exited with {self.proc.returncode}:\n{self.log_path.read_text()}")
-            try:
-                if httpx.get(f"{self.url}/_stcore/health", timeout=2).text == "ok":
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"fleetscope dashboard did not answer within {timeout_s:.0f} s:\n{self.log_path.read_text()}")
+        try:
+            wait_healthy(self.url, self.proc, timeout_s)
+        except RuntimeError as exc:
+            self.stop()
+            raise RuntimeError(f"fleetscope dashboard: {exc}:\n{self.log_path.read_text()}") from None
 
     def stop(self) -> None:
         if self.proc.poll() is None:  # the whole process group: nothing it started may outlive it

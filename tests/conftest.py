@@ -47,6 +47,17 @@ def ch(chdb_dir: Path, ch_database: str) -> Iterator:
         client.close()
 
 
+def migrated_sessions(url: str) -> Iterator:
+    """A sessionmaker on the metadata DB at ``url``, migrated to head; disposed afterwards."""
+    from migrations import metadata_runner
+    from storage.metadata import make_engine, make_sessionmaker
+
+    metadata_runner.upgrade(url)
+    engine = make_engine(url)
+    yield make_sessionmaker(engine)
+    engine.dispose()
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'metadata.db'}"

@@ -18,10 +18,10 @@ from analytics.saturation import scale_out
 from dashboard.context import use_stores
 from dashboard.view import read_view, view_params
 from fleetscope.settings import load_settings
-from migrations import clickhouse_runner, metadata_runner
+from migrations import clickhouse_runner
 from storage.catalog import add_annotation, annotations, gpu_prices
-from storage.metadata import make_engine, make_sessionmaker
 from tests.analytics.scenario_data import play
+from tests.conftest import migrated_sessions
 
 ROOT = Path(__file__).resolve().parents[2]
 TITLES = {"overview": "Overview", "latency": "Latency", "capacity": "Cache & capacity", "traffic": "Traffic & drift",
@@ -38,10 +38,7 @@ def run(page: str, **params: str) -> AppTest:
 
 @pytest.fixture
 def sessions(sqlite_url: str):  # noqa: ANN201
-    metadata_runner.upgrade(sqlite_url)
-    engine = make_engine(sqlite_url)
-    yield make_sessionmaker(engine)
-    engine.dispose()
+    yield from migrated_sessions(sqlite_url)
 
 
 @pytest.fixture(scope="module")

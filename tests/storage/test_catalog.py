@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from migrations import metadata_runner
 from storage.catalog import (
     SloTarget,
     add_annotation,
@@ -20,15 +19,12 @@ from storage.catalog import (
     set_slo,
     slo_targets,
 )
-from storage.metadata import make_engine, make_sessionmaker
+from tests.conftest import migrated_sessions
 
 
 @pytest.fixture
 def sessions(metadata_url: str):  # noqa: ANN201
-    metadata_runner.upgrade(metadata_url)
-    engine = make_engine(metadata_url)
-    yield make_sessionmaker(engine)
-    engine.dispose()
+    yield from migrated_sessions(metadata_url)
 
 
 def test_seeded_prices_and_edits(sessions) -> None:  # noqa: ANN001
