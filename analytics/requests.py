@@ -28,7 +28,8 @@ from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
 from analytics.tiers import Plan, Retention, align, coverage, param_time, plan
 
-__all__ = ["CONTEXT_BUCKET", "DIMENSIONS", "FIELDS", "request_quantile", "request_quantiles", "request_totals"]
+__all__ = ["CONTEXT_BUCKET", "DIMENSIONS", "FIELDS", "SERVER_ERRORS", "error_ratio", "request_quantile", "request_quantiles",
+           "request_totals"]
 
 CONTEXT_BUCKET = "multiIf(prompt_tokens < 2048, '<2k', prompt_tokens < 8192, '2-8k', prompt_tokens < 32768, '8-32k', '>32k')"
 DIMENSIONS = ("model", "tenant", "route", "outcome", "finish_reason", "context_bucket", "source")
@@ -199,3 +200,30 @@ def request_quantiles(
         for i, q in enumerate(levels):
             df[f"{field}_q{q:g}"] = [v[i] if len(v) > i else float("nan") for v in values]
     return _finish(df, p, step)
+
+
+# outcomes that count against the service: what the client did (client_abort) does not
+SERVER_ERRORS = ("rejected", "timeout", "upstream_error", "no_replica")
+
+
+def error_ratio(
+    client,  # noqa: ANN001
+    start: datetime,
+    end: datetime,
+    by: list[str] | tuple[str, ...] = ("model",),
+    *,
+    source: str | None = "gateway",
+    filters: Filters | None = None,
+    now: datetime | None = None,
+) -> pd.DataFrame:
+    """Per group over ``[start, end)``: weighted ``requests``, ``errors`` (the outcomes in
+    ``SERVER_ERRORS``; the gateway sets them from 5xx answers, timeouts and refusals) and ``error_ratio`` = errors / requests."""
+    by = tuple(by)
+    totals = request_totals(client, start, end, (*by, "outcome"), source=source, filters=filters, now=now)
+    if totals.empty:
+        return pd.DataFrame(columns=[*by, "requests", "errors", "error_ratio"])
+    totals["errors"] = totals["requests"].where(totals["outcome"].isin(SERVER_ERRORS), 0.0)
+    out = totals.groupby(list(by), as_index=False)[["requests", "errors"]].sum() if by else \
+        pd.DataFrame([{"requests": totals["requests"].sum(), "errors": totals["errors"].sum()}])
+    out["error_ratio"] = (out["errors"] / out["requests"]).where(out["requests"] > 0)
+    return out

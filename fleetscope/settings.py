@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from alerts.config import AlertsSettings
 from analytics.cost import ReferencePrice, TokenWeights
 from analytics.tiers import Retention
 from collector.sampling import SamplingPolicy
@@ -316,6 +317,7 @@ class Settings(_Section):
     collector: CollectorSettings = CollectorSettings()
     cost: CostSettings = CostSettings()
     dashboard: DashboardSettings = DashboardSettings()
+    alerts: AlertsSettings = AlertsSettings()
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -12,6 +12,12 @@ Tables (later issues add theirs through new revisions):
     slos         per-model latency objectives (TTFT, ITL/TPOT, e2e)
     annotations  marks on the timeline (deploys, incidents, notes)
     leases       named active/standby locks with an expiry (used through ``storage.leases``)
+    alert_states   each rule instance's current state (pending/firing/resolved), so a restart
+                   neither re-pages nor forgets a pending ``for``
+    alert_groups   per receiver and group: what was last notified and when (group_interval,
+                   repeat_interval survive a restart)
+    alert_outbox   notifications to deliver, at least once, each with an idempotency key
+    silences       matchers that mute notifications between two times
 """
 
 from __future__ import annotations
@@ -38,11 +44,15 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 __all__ = [
+    "AlertGroup",
+    "AlertOutbox",
+    "AlertState",
     "Annotation",
     "Base",
     "GpuPrice",
     "Lease",
     "Replica",
+    "Silence",
     "Slo",
     "make_engine",
     "make_sessionmaker",
@@ -150,6 +160,81 @@ class Lease(Base):
     acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     renewed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class AlertState(Base):
+    """The current state of one alert instance (a rule and a label set)."""
+
+    __tablename__ = "alert_states"
+    __table_args__ = (
+        UniqueConstraint("rule", "fingerprint", name="uq_alert_states_rule_fingerprint"),
+        CheckConstraint("state IN ('pending', 'firing', 'resolved')", name="state_known"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rule: Mapped[str] = mapped_column(String(256), nullable=False)
+    fingerprint: Mapped[str] = mapped_column(String(32), nullable=False)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
+    annotations: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    value: Mapped[float | None] = mapped_column(Float)
+    active_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)  # condition first true
+    fired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_true_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # for keep_firing_for
+    resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    evaluated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class AlertGroup(Base):
+    """What one receiver was last told about one group of alerts, and when."""
+
+    __tablename__ = "alert_groups"
+    __table_args__ = (UniqueConstraint("receiver", "group_key", name="uq_alert_groups_receiver_group_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    receiver: Mapped[str] = mapped_column(String(128), nullable=False)
+    group_key: Mapped[str] = mapped_column(String(512), nullable=False)
+    # when the group's current episode began (None: closed, nothing firing; the row stays so that
+    # ``sequence``, part of the idempotency keys, keeps counting when the group opens again)
+    first_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    digest: Mapped[str | None] = mapped_column(String(64))  # the alerts and statuses last sent
+    sequence: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+
+class AlertOutbox(Base):
+    """A notification waiting for (or done with) delivery; ``key`` makes enqueueing idempotent."""
+
+    __tablename__ = "alert_outbox"
+    __table_args__ = (CheckConstraint("status IN ('pending', 'delivered', 'failed')", name="status_known"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(128), unique=True, nullable=False)
+    receiver: Mapped[str] = mapped_column(String(128), nullable=False)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, default="pending", index=True)
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_status: Mapped[int | None] = mapped_column(Integer)  # the receiver's last HTTP status
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class Silence(Base):
+    """Mutes notifications of alerts matching every matcher between ``starts_at`` and ``ends_at``."""
+
+    __tablename__ = "silences"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    matchers: Mapped[list[Any]] = mapped_column(JSON, nullable=False)  # [[name, op, value], ...]
+    starts_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ends_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, index=True)
+    created_by: Mapped[str] = mapped_column(String(128), nullable=False)
+    comment: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), nullable=False
+    )
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:

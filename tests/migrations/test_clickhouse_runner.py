@@ -110,7 +110,8 @@ def test_cluster_rendering_parses_and_uses_replicated_and_distributed_tables(ch)
     assert local and all("ENGINE = Replicated" in s for s in local)
     distributed = [s for s in creates if "Distributed('prod'" in s]
     assert {s.split()[5] for s in distributed} == {
-        "series", "samples", "scrapes", "requests", "samples_1m", "samples_1h", "requests_1m", "requests_1h"
+        "series", "samples", "scrapes", "requests", "samples_1m", "samples_1h", "requests_1m", "requests_1h",
+        "alert_events",
     }
     # sharded on the series fingerprint / the request id, as DESIGN.md section 6 says
     keys = {s.split()[5]: s.rsplit(",", 1)[1].strip()[:-1] for s in distributed}

@@ -9,8 +9,8 @@ from sqlalchemy import inspect
 from migrations import metadata_runner
 from storage.metadata import Base, make_engine
 
-EXPECTED = {"gpu_prices", "replicas", "slos", "annotations", "leases"}
-REVISIONS = ["0001", "0002", "0003"]
+EXPECTED = {"gpu_prices", "replicas", "slos", "annotations", "leases", "alert_states", "alert_groups", "alert_outbox", "silences"}
+REVISIONS = ["0001", "0002", "0003", "0004"]
 
 
 def table_names(url: str) -> set[str]:

@@ -1,0 +1,207 @@
+"""The evaluator: rule groups on a schedule -> states, history and notifications.
+
+In:  rule groups (``alerts.rules``), a ``signals.Context`` (ClickHouse client, metadata
+     sessions), the ``alerts`` settings (receivers, routes), and the evaluation time.
+Out: per evaluation of a group: the instances' new states saved in the metadata DB
+     (``alert_states``), their state changes appended to ClickHouse (``alert_events``), and
+     the notifications due put in the outbox (``alerts.notify``). ``Evaluator.start`` runs
+     every group on APScheduler (one interval job per group: a run that is late is run once,
+     not once per missed interval, and a group never overlaps itself) and the deliverer
+     (``alerts.delivery``) in a thread; ``stop`` ends both.
+
+State is reloaded from the metadata DB when an ``Evaluator`` is made, so a restart continues
+a pending ``for`` where it was, and a firing alert already notified is not notified again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from alerts.config import AlertsSettings
+from alerts.model import Alert
+from alerts.notify import Notifier, Sent
+from alerts.rules import Rule, RuleGroup, render
+from alerts.signals import Context, SignalError, evaluate
+from alerts.state import REASON, Active, Instance, Outcome, Timing, Transition, step
+from alerts.store import load_states, save_states, write_events
+
+__all__ = ["Evaluator", "GroupReport"]
+
+log = logging.getLogger(__name__)
+
+# rule signal -> the latency the Investigate page should open on
+_INVESTIGATE = {"itl_p99": "itl"}
+
+
+@dataclass
+class GroupReport:
+    group: str
+    at: datetime
+    seconds: float = 0.0
+    rules: int = 0
+    firing: int = 0
+    pending: int = 0
+    errors: dict[str, str] = field(default_factory=dict)
+    transitions: list[tuple[str, Transition]] = field(default_factory=list)
+    sent: list[Sent] = field(default_factory=list)
+
+
+class Evaluator:
+    def __init__(self, groups: list[RuleGroup], ctx: Context, sessions: Any, settings: AlertsSettings) -> None:
+        names = [r.name for g in groups for r in g.rules]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"rule {sorted(dup)[0]!r} is defined in more than one group: rule names must be unique")
+        self.groups = groups
+        self.ctx = ctx
+        self.sessions = sessions
+        self.settings = settings
+        self.notifier = Notifier(sessions, settings)
+        longest = max([r.group_interval_s for r in [*settings.routes, *filter(None, [settings.default_route()])]],
+                      default=300.0)
+        self.resolved_keep_s = max(900.0, 2 * longest)  # a resolve is kept until its group was told
+        self.states: dict[str, dict[str, Instance]] = load_states(sessions, names)
+        self._lock = threading.Lock()
+        self._cycle_at: datetime | None = None
+        self._scheduler: Any = None
+        self._deliverer: Any = None
+        self._delivery_thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.last: dict[str, GroupReport] = {}
+
+    # -- one evaluation -------------------------------------------------------------------------
+
+    def evaluate_group(self, group: RuleGroup, at: datetime | None = None) -> GroupReport:
+        at = (at or datetime.now(UTC)).astimezone(UTC)
+        began = time.perf_counter()
+        report = GroupReport(group.name, at, rules=len(group.rules))
+        with self._lock:
+            if at != self._cycle_at:  # answers are shared by the groups evaluated at one time
+                self.ctx.new_cycle()
+                self._cycle_at = at
+            changed: dict[str, dict[str, Instance]] = {}
+            for rule in group.rules:
+                new, moves = self._rule(rule, at, report)
+                changed[rule.name] = new
+                report.transitions.extend((rule.name, t) for t in moves)
+            self.states.update(changed)
+            save_states(self.sessions, changed)
+            try:
+                write_events(self.ctx.client, report.transitions)
+            except Exception as exc:  # noqa: BLE001 - history is secondary to state and paging
+                log.warning("could not write %d alert event(s) to ClickHouse: %s", len(report.transitions), exc)
+            report.sent = self.notifier.dispatch(self.current_alerts(), at)
+            for instances in changed.values():
+                for inst in instances.values():
+                    report.firing += inst.state == "firing"
+                    report.pending += inst.state == "pending"
+        report.seconds = time.perf_counter() - began
+        self.last[group.name] = report
+        return report
+
+    def evaluate_all(self, at: datetime | None = None) -> list[GroupReport]:
+        at = at or datetime.now(UTC)
+        return [self.evaluate_group(g, at) for g in self.groups]
+
+    def _rule(self, rule: Rule, at: datetime, report: GroupReport) -> tuple[dict[str, Instance], list[Transition]]:
+        base = {**rule.labels, "alertname": rule.name}
+        try:
+            samples = evaluate(self.ctx, rule.parsed, at)
+            active = []
+            for s in samples:
+                if rule.holds(s.value):
+                    labels = {**s.labels, **base}
+                    notes = {k: render(v, labels, s.value) for k, v in rule.annotations.items()}
+                    active.append(Active(labels, notes, s.value))
+            outcome = Outcome(active, any_data=bool(samples))
+        except SignalError as exc:
+            report.errors[rule.name] = str(exc)
+            log.warning("rule %s: %s", rule.name, exc)
+            outcome = Outcome([], error=str(exc))
+        timing = Timing(rule.for_s, rule.keep_firing_for_s, self.resolved_keep_s)
+        return step(timing, self.states.get(rule.name, {}), outcome, at, base_labels=base, no_data=rule.no_data,
+                    error=rule.error)
+
+    def current_alerts(self) -> list[Alert]:
+        """Every firing alert and every resolved one still kept, as receivers see them."""
+        out = []
+        rules = {r.name: r for g in self.groups for r in g.rules}
+        for name, instances in self.states.items():
+            rule = rules.get(name)
+            for inst in instances.values():
+                if inst.state == "pending":
+                    continue
+                out.append(Alert(labels=inst.labels, annotations=inst.annotations,
+                                 status="firing" if inst.state == "firing" else "resolved",
+                                 starts_at=inst.fired_at or inst.active_at,
+                                 ends_at=inst.resolved_at if inst.state == "resolved" else None,
+                                 generator_url=self.link(rule, inst), value=inst.value, fingerprint=inst.fingerprint))
+        return out
+
+    def link(self, rule: Rule | None, inst: Instance) -> str:
+        """The dashboard page that explains this alert: Investigate around when it began."""
+        base = self.settings.external_url.rstrip("/")
+        if not base:
+            return ""
+        start = inst.active_at - timedelta(hours=1)
+        end = (inst.resolved_at or inst.active_at) + timedelta(minutes=30)
+        query = {"metric": _INVESTIGATE.get(rule.parsed.signal if rule and rule.parsed else "", "ttft"),
+                 "from": start.strftime("%Y-%m-%dT%H:%M:%SZ"), "to": end.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        if inst.labels.get("model") and REASON not in inst.labels:
+            query["model"] = inst.labels["model"]
+        return f"{base}/investigate?{urlencode(query)}"
+
+    # -- running --------------------------------------------------------------------------------
+
+    def start(self, *, deliver: bool = True) -> None:
+        """Evaluate every group on its interval (APScheduler) and deliver the outbox in a thread."""
+        from apscheduler.executors.pool import ThreadPoolExecutor
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        self._scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(max_workers=2)},
+            job_defaults={"coalesce": True, "max_instances": 1},
+            timezone=UTC,
+        )
+        for g in self.groups:
+            # a run that could not start in time is dropped once the next one is due
+            self._scheduler.add_job(self._safe, "interval", seconds=g.interval_s, args=[g], id=f"group:{g.name}",
+                                    name=g.name, misfire_grace_time=max(1, int(g.interval_s)),
+                                    next_run_time=datetime.now(UTC))
+        self._scheduler.start()
+        if deliver and self.settings.receivers:
+            from alerts.delivery import Deliverer
+
+            self._deliverer = Deliverer(self.sessions, {r.name: r for r in self.settings.receivers})
+            self._delivery_thread = threading.Thread(
+                target=self._deliverer.run, args=(self._stop,), kwargs={"poll_s": self.settings.delivery_poll_s},
+                name="alerts-delivery", daemon=True)
+            self._delivery_thread.start()
+
+    def _safe(self, group: RuleGroup) -> None:
+        try:
+            report = self.evaluate_group(group)
+        except Exception:  # noqa: BLE001 - the next interval tries again; the scheduler must live
+            log.exception("evaluating rule group %s failed", group.name)
+            return
+        for rule, t in report.transitions:
+            log.info("%s %s: %s -> %s", rule, _short(t.labels), t.before, t.after)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=True)
+            self._scheduler = None
+        if self._delivery_thread is not None:
+            self._delivery_thread.join(timeout=30)
+            self._delivery_thread = None
+
+
+def _short(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "alertname")

@@ -1,0 +1,180 @@
+"""Outbox: notifications waiting for delivery, stored in the metadata DB (``alert_outbox``).
+
+In:  a sessionmaker on the metadata DB; ``(key, receiver, body)`` from ``alerts.payloads``;
+     delivery outcomes from ``alerts.delivery``.
+Out: ``enqueue`` -> whether a new row landed; ``due`` -> the pending rows to send now, oldest
+     first; ``log`` -> the newest rows for the dashboard's notification log; ``counts`` -> rows
+     per status. Rows come back as frozen ``OutboxRow`` dataclasses, never ORM objects.
+
+A row is ``pending`` until it is ``delivered`` or ``failed`` (both final). Each call runs in
+its own short transaction. ``key`` is unique: enqueueing a key that exists changes nothing and
+returns False, also when two processes race: ``INSERT ... ON CONFLICT (key) DO NOTHING`` (as in
+``storage.leases``) lets exactly one insert land, on SQLite and PostgreSQL alike, without an
+error for the other.
+The ``mark_*`` calls change a row only while it is still pending. Times are timezone-aware
+UTC in and out (SQLite stores them without a zone: every bound time is converted to UTC first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, sessionmaker
+
+from storage.metadata import AlertOutbox
+
+__all__ = [
+    "STATUSES",
+    "OutboxRow",
+    "counts",
+    "due",
+    "enqueue",
+    "log",
+    "mark_delivered",
+    "mark_failed",
+    "mark_retry",
+]
+
+STATUSES = ("pending", "delivered", "failed")
+_MAX_ERROR = 2000  # characters of last_error kept
+_REDACTED = "<redacted>"
+_INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
+
+Sessions = sessionmaker[Session]
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """One notification and where its delivery stands (times in UTC)."""
+
+    id: int
+    key: str
+    receiver: str
+    body: dict[str, Any]
+    status: str
+    attempts: int
+    created_at: datetime
+    next_attempt_at: datetime
+    delivered_at: datetime | None
+    last_status: int | None  # the receiver's last HTTP status (None: no answer)
+    last_error: str | None
+
+
+def enqueue(sessions: Sessions, key: str, receiver: str, body: dict[str, Any], now: datetime) -> bool:
+    """Add a pending row due at ``now``; False (and nothing changes) when ``key`` exists."""
+    if not 0 < len(key) <= 128:
+        raise ValueError(f"outbox key must be 1..128 characters, got {len(key)}")
+    now = _utc(now)
+    with sessions() as session:
+        insert = _INSERTS.get(session.get_bind().dialect.name)
+        if insert is None:
+            raise ValueError(f"the outbox needs SQLite or PostgreSQL, not {session.get_bind().dialect.name}")
+        t = AlertOutbox.__table__
+        added = session.execute(
+            insert(t)
+            .values(key=key, receiver=receiver, body=body, status="pending", attempts=0,
+                    created_at=now, next_attempt_at=now)
+            .on_conflict_do_nothing(index_elements=[t.c.key])
+            .returning(t.c.id)
+        ).first()
+        session.commit()
+    return added is not None
+
+
+def due(sessions: Sessions, now: datetime, limit: int = 100) -> list[OutboxRow]:
+    """Pending rows whose ``next_attempt_at`` has come, oldest first."""
+    t = AlertOutbox
+    query = (
+        select(t)
+        .where(t.status == "pending", t.next_attempt_at <= _utc(now))
+        .order_by(t.created_at, t.id)
+        .limit(limit)
+    )
+    with sessions() as session:
+        return [_row(r) for r in session.scalars(query)]
+
+
+def mark_delivered(sessions: Sessions, key: str, now: datetime, status: int) -> bool:
+    """The receiver accepted it (one more attempt); False when the row was no longer pending."""
+    return _update(
+        sessions, key, attempted=True, status="delivered", delivered_at=_utc(now), last_status=status, last_error=None
+    )
+
+
+def mark_retry(
+    sessions: Sessions, key: str, next_attempt_at: datetime, status: int | None, error: str, *, attempted: bool = True
+) -> bool:
+    """Try again at ``next_attempt_at``, keeping why this attempt failed.
+
+    ``attempted=False`` defers a row that was not sent (its receiver is backing off)."""
+    return _update(
+        sessions, key, attempted=attempted, next_attempt_at=_utc(next_attempt_at), last_status=status,
+        last_error=error[:_MAX_ERROR],
+    )
+
+
+def mark_failed(sessions: Sessions, key: str, status: int | None, error: str, *, attempted: bool = True) -> bool:
+    """Give up on it for good. ``attempted=False`` when no request was made this time."""
+    return _update(
+        sessions, key, attempted=attempted, status="failed", last_status=status, last_error=error[:_MAX_ERROR]
+    )
+
+
+def log(sessions: Sessions, limit: int = 200, receiver: str | None = None) -> list[OutboxRow]:
+    """The newest rows first (any status), for the notification log; secrets in bodies are redacted."""
+    t = AlertOutbox
+    query = select(t).order_by(t.created_at.desc(), t.id.desc()).limit(limit)
+    if receiver is not None:
+        query = query.where(t.receiver == receiver)
+    with sessions() as session:
+        return [_row(r, redact=True) for r in session.scalars(query)]
+
+
+def counts(sessions: Sessions) -> dict[str, int]:
+    """Rows per status, every status present (0 when none)."""
+    t = AlertOutbox
+    with sessions() as session:
+        found = {status: n for status, n in session.execute(select(t.status, func.count()).group_by(t.status))}
+    return {s: int(found.get(s, 0)) for s in STATUSES}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _update(sessions: Sessions, key: str, *, attempted: bool, **values: Any) -> bool:
+    t = AlertOutbox
+    if attempted:
+        values["attempts"] = t.attempts + 1
+    with sessions() as session:
+        changed = session.execute(
+            update(t).where(t.key == key, t.status == "pending").values(**values)
+        ).rowcount
+        session.commit()
+    return changed == 1
+
+
+def _row(r: AlertOutbox, *, redact: bool = False) -> OutboxRow:
+    body = dict(r.body)
+    if redact and "routing_key" in body:  # a PagerDuty integration key pages people: not for display
+        body["routing_key"] = _REDACTED
+    return OutboxRow(
+        id=r.id, key=r.key, receiver=r.receiver, body=body, status=r.status, attempts=r.attempts,
+        created_at=_stored(r.created_at), next_attempt_at=_stored(r.next_attempt_at),
+        delivered_at=_stored(r.delivered_at) if r.delivered_at is not None else None,
+        last_status=r.last_status, last_error=r.last_error,
+    )
+
+
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"outbox times must be timezone-aware, got naive {value.isoformat()}")
+    return value.astimezone(UTC)
+
+
+def _stored(value: datetime) -> datetime:
+    """A time read back: SQLite returns it naive (it was written in UTC), PostgreSQL aware."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

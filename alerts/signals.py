@@ -1,0 +1,395 @@
+"""Alert expressions: a built-in analytics signal with parameters, or a ClickHouse ``SELECT``.
+
+In:  an ``expr`` text from a rule, e.g. ``kv_cache_usage_max{window="1m", model=~"tiny-.*"}``,
+     ``slo_burn_rate{window="1h", short="5m"}`` or ``SELECT replica, max(x) AS value FROM ...``;
+     at evaluation a ``Context`` (ClickHouse client, metadata sessions, cost weights) and the
+     evaluation time.
+Out: ``parse_expr`` -> ``Expr`` (errors name the signal's parameters); ``evaluate`` -> the
+     ``Sample`` list (labels, value) the rule's condition is applied to. Every number comes from
+     ``analytics``; a cycle cache (``Context.cache``) makes rules that share a signal and its
+     parameters read it once, and their label matchers (``model="x"``, ``replica!~"r-.*"``) are
+     applied to the shared answer.
+
+A parameter that the signal does not take is a label matcher (``= != =~ !~``) on its answer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import pandas as pd
+
+from alerts.model import Matcher
+
+__all__ = ["SIGNALS", "Context", "Expr", "Sample", "SignalError", "evaluate", "parse_expr"]
+
+READONLY = {"readonly": 1, "max_execution_time": 10, "max_result_rows": 10_000, "result_overflow_mode": "throw"}
+
+
+class SignalError(Exception):
+    """The expression could not be evaluated (the store failed, or the SQL did)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class Param:
+    default: str
+    kind: str = "duration"  # duration | choice | number | text
+    choices: tuple[str, ...] = ()
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class Signal:
+    name: str
+    help: str
+    params: dict[str, Param]
+    fn: Callable[[Context, dict[str, Any], datetime], list[Sample]]
+    labels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Expr:
+    text: str
+    signal: str | None  # None: SQL
+    params: tuple[tuple[str, Any], ...] = ()
+    matchers: tuple[Matcher, ...] = ()
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.params)
+
+
+@dataclass
+class Context:
+    client: Any
+    sessions: Any = None  # metadata DB (SLO targets, GPU prices)
+    weights: Any = None  # analytics.cost.TokenWeights
+    cache: dict[tuple, Any] = field(default_factory=dict)  # one evaluation cycle's answers
+
+    def new_cycle(self) -> None:
+        self.cache.clear()
+
+
+_CALL = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(?:\{(.*)\})?\s*$", re.DOTALL)
+_SQL = re.compile(r"^\s*(SELECT|WITH)\b", re.IGNORECASE)
+
+
+def parse_expr(text: str) -> Expr:
+    """Read ``signal{k="v", ...}`` or a SQL ``SELECT``; raise ``ValueError`` saying what is wrong."""
+    if _SQL.match(text):
+        return Expr(text=text.strip(), signal=None)
+    m = _CALL.match(text)
+    if not m:
+        raise ValueError(f"expr {text.strip()[:60]!r}: write a built-in signal such as kv_cache_usage_max{{window=\"1m\"}} "
+                         "or a ClickHouse SELECT")
+    name, inner = m.group(1), m.group(2) or ""
+    if name not in SIGNALS:
+        import difflib
+
+        hint = difflib.get_close_matches(name, SIGNALS, n=1)
+        raise ValueError(f"unknown signal {name!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                         + f"; known: {', '.join(sorted(SIGNALS))}")
+    signal = SIGNALS[name]
+    from alerts.model import parse_matchers
+
+    params: dict[str, Any] = {}
+    matchers: list[Matcher] = []
+    for matcher in parse_matchers(inner):
+        if matcher.name in signal.params:
+            if matcher.op != "=":
+                raise ValueError(f"{name}: parameter {matcher.name} takes =, not {matcher.op}")
+            params[matcher.name] = _param(name, matcher.name, signal.params[matcher.name], matcher.value)
+        else:
+            matchers.append(matcher)
+    for key, p in signal.params.items():
+        params.setdefault(key, _param(name, key, p, p.default))
+    return Expr(text=text.strip(), signal=name, params=tuple(sorted(params.items())), matchers=tuple(matchers))
+
+
+def _param(signal: str, key: str, p: Param, value: str) -> Any:
+    if p.kind == "duration":
+        from alerts.rules import parse_duration
+
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            raise ValueError(f"{signal}: {key}: {exc}") from None
+        if seconds <= 0:
+            raise ValueError(f"{signal}: {key} must be longer than 0")
+        return seconds
+    if p.kind == "choice":
+        if value not in p.choices:
+            raise ValueError(f"{signal}: {key} must be one of {', '.join(p.choices)}, not {value!r}")
+        return value
+    if p.kind == "number":
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"{signal}: {key} must be a number, not {value!r}") from None
+    return value
+
+
+def evaluate(ctx: Context, expr: Expr, at: datetime) -> list[Sample]:
+    """The samples of ``expr`` at ``at`` (label matchers applied); ``SignalError`` on failure."""
+    key = (expr.signal, expr.params, expr.text if expr.signal is None else "", at)
+    if key not in ctx.cache:
+        try:
+            if expr.signal is None:
+                ctx.cache[key] = _sql(ctx, expr.text, at)
+            else:
+                ctx.cache[key] = SIGNALS[expr.signal].fn(ctx, expr.kwargs, at)
+        except SignalError as exc:
+            ctx.cache[key] = exc
+        except Exception as exc:  # noqa: BLE001 - the store's or the analytics' failure, named
+            ctx.cache[key] = SignalError(f"{expr.signal or 'SQL'}: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+    answer = ctx.cache[key]
+    if isinstance(answer, SignalError):
+        raise answer
+    return [s for s in answer if all(m.matches(s.labels) for m in expr.matchers)]
+
+
+# --- the built-in signals ----------------------------------------------------------------------
+
+BY = Param("replica", "choice", ("replica", "model"), "group by replica or model")
+BY_MODEL = Param("model", "choice", ("replica", "model"), "group by model or replica")
+
+
+def _window(at: datetime, p: dict[str, Any], key: str = "window") -> tuple[datetime, datetime]:
+    return at - timedelta(seconds=p[key]), at
+
+
+def _frame(df: pd.DataFrame, labels: list[str], column: str) -> list[Sample]:
+    out = []
+    for row in df.itertuples(index=False):
+        value = getattr(row, column)
+        if value is None or pd.isna(value):
+            continue
+        out.append(Sample({k: str(getattr(row, k)) for k in labels}, float(value)))
+    return out
+
+
+def _gauge(metric: str, column: str) -> Callable[[Context, dict[str, Any], datetime], list[Sample]]:
+    def fn(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+        from analytics.metrics import gauge_summary
+
+        start, end = _window(at, p)
+        return _frame(gauge_summary(ctx.client, metric, start, end, p["by"]), [p["by"]], column)
+
+    return fn
+
+
+def _replica_up(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    from analytics.health import scrape_health
+
+    start, end = _window(at, p)
+    df = scrape_health(ctx.client, start, end)
+    df["up_value"] = df["up"].astype(float)
+    return _frame(df, ["replica", "instance", "job"], "up_value")
+
+
+def _scrape_success(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    from analytics.health import scrape_health
+
+    start, end = _window(at, p)
+    return _frame(scrape_health(ctx.client, start, end), ["replica", "instance", "job"], "up_share")
+
+
+def _waiting_growth(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    from analytics.metrics import gauge_summary
+    from analytics.saturation import WAITING
+
+    start, end = _window(at, p)
+    middle = start + (end - start) / 2
+    before = gauge_summary(ctx.client, WAITING, start, middle, p["by"])[[p["by"], "avg"]]
+    after = gauge_summary(ctx.client, WAITING, middle, end, p["by"])[[p["by"], "avg"]]
+    both = after.merge(before, on=p["by"], suffixes=("_after", "_before"))
+    both["growth"] = both["avg_after"] - both["avg_before"]
+    return _frame(both, [p["by"]], "growth")
+
+
+def _preemptions(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    from analytics.metrics import counter_increase
+    from analytics.saturation import PREEMPTIONS
+
+    start, end = _window(at, p)
+    df = counter_increase(ctx.client, PREEMPTIONS, start, end, p["by"])
+    df["rate"] = df["increase"] / p["window"]
+    return _frame(df, [p["by"]], "rate")
+
+
+def _quantile(metric: str | None, q: float | None) -> Callable[[Context, dict[str, Any], datetime], list[Sample]]:
+    def fn(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+        from analytics.latency import LATENCIES
+        from analytics.metrics import histogram_quantile
+
+        start, end = _window(at, p)
+        family = LATENCIES[metric or p["metric"]][0]
+        df = histogram_quantile(ctx.client, family, q if q is not None else p["q"], start, end, p["by"])
+        df = df[df["count"] > 0]
+        return _frame(df, [p["by"]], "quantile")
+
+    return fn
+
+
+def _targets(ctx: Context, metric: str | None = None) -> list:
+    if ctx.sessions is None:
+        return []
+    from storage.catalog import slo_targets
+
+    key = ("slo-targets",)
+    if key not in ctx.cache:
+        ctx.cache[key] = slo_targets(ctx.sessions)
+    return [t for t in ctx.cache[key] if metric is None or t.metric == metric]
+
+
+def _over_slo(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    from analytics.slo import slo_attainment
+
+    targets = _targets(ctx, p["metric"])
+    if not targets:
+        return []
+    start, end = _window(at, p)
+    df = slo_attainment(ctx.client, targets, start, end)
+    out = []
+    for t, row in zip(targets, df.itertuples(index=False), strict=True):
+        if row.requests and not pd.isna(row.observed):
+            out.append(Sample({"model": t.model, "metric": t.metric, "slo": t.label}, float(row.observed) / t.threshold_seconds))
+    return out
+
+
+def _burn(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    from analytics.slo import burn_rates
+
+    targets = _targets(ctx, None if p["metric"] == "any" else p["metric"])
+    if not targets:
+        return []
+    windows = (("x", timedelta(seconds=p["window"]), timedelta(seconds=p["short"]), 0.0),)
+    df = burn_rates(ctx.client, targets, at, windows=windows)
+    df["burn"] = df[["burn_long", "burn_short"]].min(axis=1, skipna=False)
+    return [Sample({"model": r.model, "metric": r.metric, "slo": r.label}, float(r.burn))
+            for r in df.itertuples(index=False) if not pd.isna(r.burn)]
+
+
+def _errors(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    from analytics.requests import error_ratio
+
+    start, end = _window(at, p)
+    df = error_ratio(ctx.client, start, end, (p["by"],))
+    return _frame(df, [p["by"]], "error_ratio")
+
+
+def _cost(ctx: Context, p: dict[str, Any], at: datetime, shift: timedelta = timedelta(0)) -> pd.DataFrame:
+    from analytics.cost import cost_per_token
+    from storage.catalog import gpu_prices
+
+    if ("prices",) not in ctx.cache:
+        ctx.cache[("prices",)] = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
+    start, end = _window(at - shift, p)
+    return cost_per_token(ctx.client, start, end, ctx.cache[("prices",)], by=p["by"], weights=ctx.weights)
+
+
+def _cost_per_mtok(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    try:
+        return _frame(_cost(ctx, p, at), [p["by"]], "cost_per_million_tokens")
+    except KeyError:  # replicas without a gpu_type label or price: nothing to say, not an error
+        return []
+
+
+def _cost_change(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    try:
+        now = _cost(ctx, p, at)[[p["by"], "cost_per_million_tokens"]]
+        then = _cost(ctx, p, at, timedelta(seconds=p["offset"]))[[p["by"], "cost_per_million_tokens"]]
+    except KeyError:  # replicas without a gpu_type label or price: nothing to say, not an error
+        return []
+    both = now.merge(then, on=p["by"], suffixes=("", "_then"))
+    both["change"] = (both["cost_per_million_tokens"] / both["cost_per_million_tokens_then"] - 1) * 100
+    both = both[both["cost_per_million_tokens_then"] > 0]
+    return _frame(both, [p["by"]], "change")
+
+
+def _drift(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    from analytics.drift import drift
+
+    start, end = _window(at, p)
+    try:
+        df = drift(ctx.client, (start, end), p["reference"])
+    except ValueError:  # a window without request-log rows: no data, not an error
+        return []
+    return [Sample({}, float(df.attrs["share_drifted"]))]
+
+
+def _sql(ctx: Context, text: str, at: datetime) -> list[Sample]:
+    params = {"eval_time": at.replace(tzinfo=None).isoformat(timespec="milliseconds")} if "{eval_time" in text else None
+    try:
+        result = ctx.client.query(text, parameters=params, settings=READONLY)
+    except Exception as exc:  # noqa: BLE001
+        raise SignalError(f"SQL failed: {str(exc).strip().splitlines()[0][:300]}") from None
+    names = list(result.column_names)
+    if "value" not in names:
+        raise SignalError(f"the SQL returns no `value` column (columns: {', '.join(names) or 'none'}); "
+                          "alias the number to check as value")
+    out = []
+    i = names.index("value")
+    for row in result.result_rows:
+        v = row[i]
+        try:
+            value = float(v)
+        except (TypeError, ValueError):
+            raise SignalError(f"the SQL's value is not a number: {v!r}") from None
+        if math.isnan(value):
+            continue
+        out.append(Sample({n: str(row[j]) for j, n in enumerate(names) if j != i}, value))
+    return out
+
+
+W = Param("1m")
+W5 = Param("5m")
+SIGNALS: dict[str, Signal] = {s.name: s for s in (
+    Signal("replica_up", "1 when the target's last scrape succeeded, 0 when it failed", {"window": W},
+           _replica_up, ("replica", "instance", "job")),
+    Signal("scrape_success_ratio", "share of successful scrapes per target", {"window": W5}, _scrape_success,
+           ("replica", "instance", "job")),
+    Signal("kv_cache_usage_max", "highest KV-cache usage (0-1)", {"window": W, "by": BY},
+           _gauge("vllm:kv_cache_usage_perc", "max"), ("replica",)),
+    Signal("kv_cache_usage_avg", "mean KV-cache usage (0-1)", {"window": W, "by": BY},
+           _gauge("vllm:kv_cache_usage_perc", "avg"), ("replica",)),
+    Signal("requests_waiting", "mean requests waiting in the engine's queue", {"window": W, "by": BY},
+           _gauge("vllm:num_requests_waiting", "avg"), ("replica",)),
+    Signal("waiting_growth", "mean queue in the window's second half minus its first half", {"window": Param("10m"), "by": BY},
+           _waiting_growth, ("replica",)),
+    Signal("preemption_rate", "preemptions per second", {"window": W5, "by": BY}, _preemptions, ("replica",)),
+    Signal("ttft_p99", "p99 time to first token (s), engine histograms", {"window": W5, "by": BY_MODEL},
+           _quantile("ttft", 0.99), ("model",)),
+    Signal("itl_p99", "p99 inter-token latency (s), engine histograms", {"window": W5, "by": BY_MODEL},
+           _quantile("itl", 0.99), ("model",)),
+    Signal("latency_quantile", "a latency quantile (s), engine histograms",
+           {"window": W5, "by": BY_MODEL, "metric": Param("ttft", "choice", ("ttft", "itl", "tpot", "e2e", "queue")),
+            "q": Param("0.99", "number")}, _quantile(None, None), ("model",)),
+    Signal("latency_over_slo", "observed percentile / SLO threshold per model (> 1: over the SLO)",
+           {"window": W5, "metric": Param("ttft", "choice", ("ttft", "itl", "tpot", "e2e"))}, _over_slo,
+           ("model", "metric", "slo")),
+    Signal("slo_burn_rate", "error-budget burn rate, the lower of the long and the short window",
+           {"window": Param("1h"), "short": W5, "metric": Param("any", "choice", ("any", "ttft", "itl", "tpot", "e2e"))},
+           _burn, ("model", "metric", "slo")),
+    Signal("error_ratio", "share of requests that failed on the server side (request log)",
+           {"window": W5, "by": BY_MODEL}, _errors, ("model",)),
+    Signal("cost_per_mtok", "USD per 1M tokens", {"window": Param("1h"), "by": BY_MODEL}, _cost_per_mtok,
+           ("model",)),
+    Signal("cost_per_mtok_change", "percent change of USD per 1M tokens against the same window `offset` earlier",
+           {"window": Param("1h"), "by": BY_MODEL, "offset": Param("7d")}, _cost_change, ("model",)),
+    Signal("drift_share", "share of request features that drifted against the reference (0-1)",
+           {"window": Param("1h"), "reference": Param("trailing-day", "choice",
+                                                      ("trailing-day", "last-week"))},
+           _drift, ()),
+)}

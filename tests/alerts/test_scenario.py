@@ -1,0 +1,106 @@
+"""The built-in rules on the ``long-context-rollout`` scenario (simulated fleet, stored through
+the collector's own path into chDB), evaluated every 15 s as the evaluator would, with the
+notifications delivered to a real local webhook receiver."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alerts.config import AlertsSettings, rule_groups
+from alerts.delivery import Deliverer
+from alerts.evaluator import Evaluator
+from alerts.signals import Context
+from alerts.store import history
+from fleet.spec import load_spec
+from fleet.traffic import load_scenario
+from fleetscope.replay import replay
+from migrations import clickhouse_runner
+from storage.catalog import SloTarget, set_slo
+from storage.clickhouse import connect
+from tests.alerts.receiver import ScriptedReceiver
+from tests.conftest import migrated_sessions
+
+ROOT = Path(__file__).resolve().parents[2]
+EVERY = 15  # the capacity and latency groups' interval
+
+
+@pytest.fixture(scope="module")
+def rollout(chdb_dir: Path) -> Any:
+    """The scenario (900 s; rollout at 180 s, rollback at 600 s) and 5 more steady minutes."""
+    client = connect(f"chdb:{chdb_dir}", database=f"t_{uuid.uuid4().hex[:12]}", create_database=True)
+    clickhouse_runner.apply(client)
+    plan = load_scenario("long-context-rollout")
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
+    report = replay(client, load_spec(ROOT / "fleet.yaml"), plan, start, interval_s=5.0, seed=1,
+                    duration_s=plan.duration_s + 300)
+    return client, report
+
+
+@pytest.fixture
+def receiver() -> Iterator[ScriptedReceiver]:
+    server = ScriptedReceiver()
+    yield server
+    server.stop()
+
+
+def test_kv_saturation_and_ttft_fire_within_for_plus_two_intervals_and_resolve(rollout: Any, sqlite_url: str,
+                                                                               receiver: ScriptedReceiver) -> None:
+    client, report = rollout
+    sessions = next(migrated_sessions(sqlite_url))
+    # the SLO a team would set on this fleet: p99 TTFT within 2 s (steady p99 is about 0.4 s)
+    for model in ("tiny-small", "tiny-large"):
+        set_slo(sessions, SloTarget(model, "ttft", 2.0, 0.99))
+    settings = AlertsSettings.model_validate({
+        "receivers": [{"name": "oncall", "type": "webhook", "url": f"http://127.0.0.1:{receiver.port}/alerts"}],
+        "route": {"receiver": "oncall", "group_by": ["alertname"], "group_wait": "0s", "group_interval": "1m"},
+        "external_url": "http://dash.example:8501",
+    })
+    groups = [g for g in rule_groups(settings) if g.name in ("capacity", "latency")]
+    evaluator = Evaluator(groups, Context(client, sessions), sessions, settings)
+    deliverer = Deliverer(sessions, {r.name: r for r in settings.receivers})
+    rules = {r.name: r for g in groups for r in g.rules}
+
+    switch, back = report.phases["rollout"], report.phases["rollback"]
+    fired: dict[str, datetime] = {}
+    resolved: dict[str, datetime] = {}
+    at = report.start
+    while at <= report.end:
+        for g in groups:
+            for rule, t in evaluator.evaluate_group(g, at).transitions:
+                if t.after == "firing":
+                    fired.setdefault(rule, at)
+                if t.after == "resolved":
+                    resolved[rule] = at
+        deliverer.run_once(at)
+        at += timedelta(seconds=EVERY)
+
+    for name in ("KVCacheSaturated", "TTFTOverSLO"):
+        assert name in fired, f"{name} never fired; fired: {sorted(fired)}"
+        late = (fired[name] - switch).total_seconds()
+        assert 0 < late <= rules[name].for_s + 2 * EVERY, f"{name} fired {late:.0f}s after the rollout"
+        assert name in resolved and resolved[name] > back, f"{name} did not resolve after the rollback"
+        assert resolved[name] > fired[name]
+
+    # what the on-call receiver got: Alertmanager payloads, firing then resolved, with links that explain
+    posts = [json.loads(r.body) for r in receiver.requests]
+    kv = [p for p in posts if p["groupLabels"] == {"alertname": "KVCacheSaturated"}]
+    assert kv[0]["status"] == "firing" and {a["labels"]["replica"] for a in kv[0]["alerts"]} <= {"small-0", "small-1"}
+    assert kv[0]["alerts"][0]["generatorURL"].startswith("http://dash.example:8501/investigate?")
+    assert kv[-1]["status"] == "resolved"
+    ttft = [p for p in posts if p["groupLabels"] == {"alertname": "TTFTOverSLO"}]
+    assert ttft[0]["alerts"][0]["labels"]["model"] == "tiny-small"
+    assert "x its SLO" in ttft[0]["alerts"][0]["annotations"]["summary"]
+    assert len({r.key for r in receiver.requests}) == len(receiver.requests)  # nothing delivered twice
+
+    # the history in ClickHouse tells the same story
+    events = history(client, report.start, report.end + timedelta(minutes=1))
+    states = [(e["rule"], e["state"]) for e in reversed(events) if e["rule"] == "KVCacheSaturated"]
+    assert states.index(("KVCacheSaturated", "pending")) < states.index(("KVCacheSaturated", "firing")) \
+        < states.index(("KVCacheSaturated", "resolved"))
