@@ -60,6 +60,7 @@ bench: install
 	@echo "== insert path" && $(PY) bench/bench_store_insert.py --json bench/results/store_insert.json
 	@echo "== simulator scale" && $(PY) bench/bench_sim.py --levels 250,500 --json bench/results/sim.json
 	@echo "== 6. analytics: ClickHouse vs Python on the same data" && $(PY) bench/bench_analytics.py --json bench/results/analytics.json
+	@echo "== 8. alerts: 500 rules per 15 s cycle on 200 replicas" && $(PY) bench/bench_alerts.py --json bench/results/alerts.json
 	@echo "== 7. dashboard render in Chromium on 30 days x 200 replicas (seeds ~10 min)" && $(PY) bench/bench_dashboard.py --json bench/results/dashboard.json
 	@$(PY) bench/summary.py bench/results
 

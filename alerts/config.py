@@ -111,7 +111,7 @@ class AlertsSettings(BaseModel):
         names = [r.name for r in self.receivers]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
-            raise ValueError(f"receiver {sorted(dup)[0]!r} is defined twice")
+            raise ValueError(f"receiver {min(dup)!r} is defined twice")
         for route in [*self.routes, *([self.route] if self.route else [])]:
             if route.receiver not in names:
                 raise ValueError(f"route to receiver {route.receiver!r}, which is not defined"

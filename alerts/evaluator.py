@@ -11,6 +11,8 @@ Out: per evaluation of a group: the instances' new states saved in the metadata 
 
 State is reloaded from the metadata DB when an ``Evaluator`` is made, so a restart continues
 a pending ``for`` where it was, and a firing alert already notified is not notified again.
+A running evaluator evaluates and delivers only while it holds the ``alerts`` lease
+(``storage.leases``): start several, one works and the others stand by.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from alerts.notify import Notifier, Sent
 from alerts.rules import Rule, RuleGroup, render
 from alerts.signals import Context, SignalError, evaluate
 from alerts.state import REASON, Active, Instance, Outcome, Timing, Transition, step
-from alerts.store import load_states, save_states, write_events
+from alerts.store import load_states, save_evaluation, save_states, write_events
 
 __all__ = ["Evaluator", "GroupReport"]
 
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 # rule signal -> the latency the Investigate page should open on
 _INVESTIGATE = {"itl_p99": "itl"}
+LEASE = "alerts"
 
 
 @dataclass
@@ -57,7 +60,7 @@ class Evaluator:
         names = [r.name for g in groups for r in g.rules]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
-            raise ValueError(f"rule {sorted(dup)[0]!r} is defined in more than one group: rule names must be unique")
+            raise ValueError(f"rule {min(dup)!r} is defined in more than one group: rule names must be unique")
         self.groups = groups
         self.ctx = ctx
         self.sessions = sessions
@@ -74,6 +77,11 @@ class Evaluator:
         self._delivery_thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.last: dict[str, GroupReport] = {}
+        from storage.leases import holder_id
+
+        self.holder = holder_id()
+        self.lease_ttl_s = max(10.0, 3 * min([g.interval_s for g in groups], default=15.0))  # a killed holder's lease lapses after this
+        self._held = False
 
     # -- one evaluation -------------------------------------------------------------------------
 
@@ -101,7 +109,8 @@ class Evaluator:
                 for inst in instances.values():
                     report.firing += inst.state == "firing"
                     report.pending += inst.state == "pending"
-        report.seconds = time.perf_counter() - began
+            report.seconds = time.perf_counter() - began
+            save_evaluation(self.sessions, group.name, at, report.seconds, report.rules, report.errors)
         self.last[group.name] = report
         return report
 
@@ -151,13 +160,29 @@ class Evaluator:
             return ""
         start = inst.active_at - timedelta(hours=1)
         end = (inst.resolved_at or inst.active_at) + timedelta(minutes=30)
-        query = {"metric": _INVESTIGATE.get(rule.parsed.signal if rule and rule.parsed else "", "ttft"),
+        query = {"metric": _latency(rule, inst),
                  "from": start.strftime("%Y-%m-%dT%H:%M:%SZ"), "to": end.strftime("%Y-%m-%dT%H:%M:%SZ")}
         if inst.labels.get("model") and REASON not in inst.labels:
             query["model"] = inst.labels["model"]
         return f"{base}/investigate?{urlencode(query)}"
 
     # -- running --------------------------------------------------------------------------------
+
+    def holding(self) -> bool:
+        """Take or renew the ``alerts`` lease (metadata DB): only its holder evaluates and
+        delivers, so evaluators on standby (several processes on a ClickHouse server) page once."""
+        from storage.leases import acquire
+
+        try:
+            held = acquire(self.sessions.kw["bind"], LEASE, self.holder, self.lease_ttl_s)
+        except Exception as exc:  # noqa: BLE001 - the metadata DB is down: nobody can save state either
+            log.warning("cannot renew the %s lease: %s", LEASE, exc)
+            return False
+        if held != self._held:
+            log.info("%s the %s lease (%s)", "holding" if held else "standing by: another process holds", LEASE,
+                     self.holder)
+            self._held = held
+        return held
 
     def start(self, *, deliver: bool = True) -> None:
         """Evaluate every group on its interval (APScheduler) and deliver the outbox in a thread."""
@@ -179,12 +204,21 @@ class Evaluator:
             from alerts.delivery import Deliverer
 
             self._deliverer = Deliverer(self.sessions, {r.name: r for r in self.settings.receivers})
-            self._delivery_thread = threading.Thread(
-                target=self._deliverer.run, args=(self._stop,), kwargs={"poll_s": self.settings.delivery_poll_s},
-                name="alerts-delivery", daemon=True)
+            self._delivery_thread = threading.Thread(target=self._deliver, name="alerts-delivery", daemon=True)
             self._delivery_thread.start()
 
+    def _deliver(self) -> None:
+        while not self._stop.is_set():
+            if self.holding():
+                try:
+                    self._deliverer.run_once()
+                except Exception:  # noqa: BLE001 - the loop must outlive a database hiccup
+                    log.warning("notification delivery pass failed; trying again", exc_info=True)
+            self._stop.wait(self.settings.delivery_poll_s)
+
     def _safe(self, group: RuleGroup) -> None:
+        if not self.holding():
+            return
         try:
             report = self.evaluate_group(group)
         except Exception:  # noqa: BLE001 - the next interval tries again; the scheduler must live
@@ -201,6 +235,24 @@ class Evaluator:
         if self._delivery_thread is not None:
             self._delivery_thread.join(timeout=30)
             self._delivery_thread = None
+        if self._held:
+            from storage.leases import release
+
+            try:
+                release(self.sessions.kw["bind"], LEASE, self.holder)  # a standby takes over at once
+            except Exception as exc:  # noqa: BLE001
+                log.warning("could not release the %s lease: %s", LEASE, exc)
+            self._held = False
+
+
+def _latency(rule: Rule | None, inst: Instance) -> str:
+    """The latency Investigate should open on: the alert's own (ITL for an ITL rule), else TTFT."""
+    from analytics.latency import LATENCIES
+
+    metric = inst.labels.get("metric") or (rule.parsed.kwargs.get("metric") if rule and rule.parsed else None)
+    if metric is None and rule is not None and rule.parsed is not None:
+        metric = _INVESTIGATE.get(rule.parsed.signal or "")
+    return metric if metric in LATENCIES else "ttft"
 
 
 def _short(labels: dict[str, str]) -> str:

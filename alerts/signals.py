@@ -76,6 +76,7 @@ class Context:
     sessions: Any = None  # metadata DB (SLO targets, GPU prices)
     weights: Any = None  # analytics.cost.TokenWeights
     cache: dict[tuple, Any] = field(default_factory=dict)  # one evaluation cycle's answers
+    shared: bool = True  # False: every rule reads its own answer (the benchmark's reference)
 
     def new_cycle(self) -> None:
         self.cache.clear()
@@ -143,6 +144,8 @@ def _param(signal: str, key: str, p: Param, value: str) -> Any:
 def evaluate(ctx: Context, expr: Expr, at: datetime) -> list[Sample]:
     """The samples of ``expr`` at ``at`` (label matchers applied); ``SignalError`` on failure."""
     key = (expr.signal, expr.params, expr.text if expr.signal is None else "", at)
+    if not ctx.shared:
+        ctx.cache.pop(key, None)
     if key not in ctx.cache:
         try:
             if expr.signal is None:
@@ -228,16 +231,31 @@ def _preemptions(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
     return _frame(df, [p["by"]], "rate")
 
 
+def _buckets(ctx: Context, family: str, start: datetime, end: datetime, by: str = "model") -> pd.DataFrame:
+    """``histogram_buckets`` of one window, read once per cycle: p99 TTFT, its p90, the SLO ratio
+    and the burn rates over the same window all interpolate in the same buckets."""
+    from analytics.metrics import histogram_buckets
+
+    key = ("buckets", family, start, end, by)
+    if key not in ctx.cache:
+        ctx.cache[key] = histogram_buckets(ctx.client, family, start, end, by)
+    return ctx.cache[key]
+
+
 def _quantile(metric: str | None, q: float | None) -> Callable[[Context, dict[str, Any], datetime], list[Sample]]:
     def fn(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
         from analytics.latency import LATENCIES
-        from analytics.metrics import histogram_quantile
+        from analytics.metrics import bucket_quantile
 
         start, end = _window(at, p)
-        family = LATENCIES[metric or p["metric"]][0]
-        df = histogram_quantile(ctx.client, family, q if q is not None else p["q"], start, end, p["by"])
-        df = df[df["count"] > 0]
-        return _frame(df, [p["by"]], "quantile")
+        buckets = _buckets(ctx, LATENCIES[metric or p["metric"]][0], start, end, p["by"])
+        level = q if q is not None else p["q"]
+        out = []
+        for group, frame in (buckets.groupby(p["by"], sort=True) if len(buckets) else ()):
+            counts = frame["count"].to_numpy(float)
+            if counts[-1] > 0:
+                out.append(Sample({p["by"]: str(group)}, bucket_quantile(level, frame["le"].to_numpy(float), counts)))
+        return out
 
     return fn
 
@@ -260,7 +278,7 @@ def _over_slo(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
     if not targets:
         return []
     start, end = _window(at, p)
-    df = slo_attainment(ctx.client, targets, start, end)
+    df = slo_attainment(ctx.client, targets, start, end, buckets=lambda f, s, e: _buckets(ctx, f, s, e))
     out = []
     for t, row in zip(targets, df.itertuples(index=False), strict=True):
         if row.requests and not pd.isna(row.observed):
@@ -275,7 +293,7 @@ def _burn(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
     if not targets:
         return []
     windows = (("x", timedelta(seconds=p["window"]), timedelta(seconds=p["short"]), 0.0),)
-    df = burn_rates(ctx.client, targets, at, windows=windows)
+    df = burn_rates(ctx.client, targets, at, windows=windows, buckets=lambda f, s, e: _buckets(ctx, f, s, e))
     df["burn"] = df[["burn_long", "burn_short"]].min(axis=1, skipna=False)
     return [Sample({"model": r.model, "metric": r.metric, "slo": r.label}, float(r.burn))
             for r in df.itertuples(index=False) if not pd.isna(r.burn)]

@@ -4,7 +4,8 @@ In:  metadata sessions (``alert_states``, ``silences``), a ClickHouse client (``
      ``alerts.state.Instance`` / ``Transition`` objects.
 Out: ``load_states`` (rule -> fingerprint -> Instance, as the evaluator left them, so a restart
      continues a pending ``for`` and does not page again), ``save_states`` (one transaction per
-     rule group), ``write_events``, ``history`` (the newest state changes), and silences:
+     rule group), ``save_evaluation`` / ``evaluations`` (each group's last evaluation and the
+     rules that failed in it), ``write_events``, ``history`` (the newest state changes), and silences:
      ``add_silence``, ``expire_silence``, ``silences``.
 """
 
@@ -18,10 +19,21 @@ from sqlalchemy import delete, select
 
 from alerts.model import Matcher
 from alerts.state import Instance, Transition
-from storage.metadata import AlertState, Silence
+from storage.metadata import AlertEvaluation, AlertState, Silence
 
-__all__ = ["SilenceRow", "add_silence", "expire_silence", "history", "load_states", "save_states", "silences",
-           "write_events"]
+__all__ = [
+    "Evaluation",
+    "SilenceRow",
+    "add_silence",
+    "evaluations",
+    "expire_silence",
+    "history",
+    "load_states",
+    "save_evaluation",
+    "save_states",
+    "silences",
+    "write_events",
+]
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -56,6 +68,32 @@ def save_states(sessions: Any, states: dict[str, dict[str, Instance]]) -> None:
                                  value=None if inst.value is None or inst.value != inst.value else inst.value,
                                  active_at=inst.active_at, fired_at=inst.fired_at, last_true_at=inst.last_true_at,
                                  resolved_at=inst.resolved_at, evaluated_at=inst.evaluated_at or inst.active_at))
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    group: str
+    evaluated_at: datetime
+    seconds: float
+    rules: int
+    errors: dict[str, str]
+
+
+def save_evaluation(sessions: Any, group: str, at: datetime, seconds: float, rules: int, errors: dict[str, str]) -> None:
+    """Record a rule group's evaluation (the last one per group is kept)."""
+    with sessions.begin() as s:
+        row = s.get(AlertEvaluation, group)
+        if row is None:
+            s.add(AlertEvaluation(group_name=group, evaluated_at=at, seconds=seconds, rules=rules, errors=errors))
+        else:
+            row.evaluated_at, row.seconds, row.rules, row.errors = at, seconds, rules, errors
+
+
+def evaluations(sessions: Any) -> list[Evaluation]:
+    """Each rule group's last evaluation, by group name."""
+    with sessions() as s:
+        rows = list(s.scalars(select(AlertEvaluation).order_by(AlertEvaluation.group_name)))
+    return [Evaluation(r.group_name, _utc(r.evaluated_at), r.seconds, r.rules, dict(r.errors)) for r in rows]
 
 
 def write_events(client: Any, rule_moves: list[tuple[str, Transition]]) -> None:

@@ -29,7 +29,7 @@ A window without observations gives NaN attainment (no data is not "met").
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -43,7 +43,10 @@ from analytics.metrics import bucket_quantile, bucket_share_below, histogram_buc
 from analytics.tiers import Retention, param_time
 from storage.catalog import SloTarget
 
-__all__ = ["BURN_WINDOWS", "burn_rates", "cost_per_slo_tokens", "error_budget", "goodput", "slo_attainment"]
+# (histogram family, start, end) -> histogram_buckets(..., by="model") of that window
+Buckets = Callable[[str, datetime, datetime], pd.DataFrame]
+
+__all__ = ["BURN_WINDOWS", "Buckets", "burn_rates", "cost_per_slo_tokens", "error_budget", "goodput", "slo_attainment"]
 
 # (severity, long window, short window, burn factor): page at 14.4x over 1h and 5m, page at 6x
 # over 6h and 30m, ticket at 1x over 3d and 6h (a 30-day SLO)
@@ -55,12 +58,14 @@ BURN_WINDOWS = (
 REQUEST_COLUMN = {"ttft": "ttft_seconds", "itl": "itl_seconds", "tpot": "tpot_seconds", "e2e": "e2e_seconds"}
 
 
-def _good(client, targets: list[SloTarget], start: datetime, end: datetime, kw: dict) -> pd.DataFrame:  # noqa: ANN001
+def _good(client, targets: list[SloTarget], start: datetime, end: datetime, kw: dict,  # noqa: ANN001
+          fetch: Buckets | None = None) -> pd.DataFrame:
     """Per target: requests, good, observed (one histogram query per metric)."""
     rows = []
     for metric in sorted({t.metric for t in targets}):
         family = LATENCIES[metric][0]
-        buckets = histogram_buckets(client, family, start, end, "model", **kw)
+        buckets = (fetch(family, start, end) if fetch is not None
+                   else histogram_buckets(client, family, start, end, "model", **kw))
         by_model = {m: (f["le"].to_numpy(float), f["count"].to_numpy(float)) for m, f in buckets.groupby("model")}
         for t in (t for t in targets if t.metric == metric):
             bounds, counts = by_model.get(t.model, (np.array([]), np.array([])))
@@ -73,11 +78,14 @@ def _good(client, targets: list[SloTarget], start: datetime, end: datetime, kw: 
 def slo_attainment(
     client, targets: Iterable[SloTarget], start: datetime, end: datetime, *,  # noqa: ANN001
     filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
-    now: datetime | None = None,
+    now: datetime | None = None, buckets: Buckets | None = None,
 ) -> pd.DataFrame:
-    """Share of requests meeting each target over ``[start, end)``."""
+    """Share of requests meeting each target over ``[start, end)``. ``buckets(family, start, end)``,
+    when given, supplies ``histogram_buckets(..., by="model")`` (a caller sharing answers between
+    several questions, like the alert evaluator); the filters then are the caller's."""
     targets = list(targets)
-    good = _good(client, targets, start, end, {"tier": tier, "retention": retention, "now": now, "filters": filters})
+    good = _good(client, targets, start, end, {"tier": tier, "retention": retention, "now": now, "filters": filters},
+                 buckets)
     spec = pd.DataFrame([{"model": t.model, "metric": t.metric, "threshold_seconds": t.threshold_seconds,
                           "objective": t.objective, "label": t.label} for t in targets],
                         columns=["model", "metric", "threshold_seconds", "objective", "label"])
@@ -115,6 +123,7 @@ def error_budget(
 def burn_rates(
     client, targets: Iterable[SloTarget], end: datetime, *, windows=BURN_WINDOWS,  # noqa: ANN001
     filters: Filters | None = None, retention: Retention | None = None, now: datetime | None = None,
+    buckets: Buckets | None = None,
 ) -> pd.DataFrame:
     """Multi-window burn rates at ``end`` for each target (see ``BURN_WINDOWS``)."""
     targets = list(targets)
@@ -123,7 +132,7 @@ def burn_rates(
     def bad_share(span: timedelta) -> pd.DataFrame:
         if span not in cache:
             cache[span] = slo_attainment(client, targets, end - span, end, filters=filters, retention=retention,
-                                         now=now)
+                                         now=now, buckets=buckets)
         return cache[span]
 
     rows = []

@@ -35,6 +35,7 @@ PAGE_LIST = [  # (file, title, url path, icon)
     ("traffic.py", "Traffic & drift", "traffic", ":material/swap_calls:"),
     ("cost.py", "Cost", "cost", ":material/payments:"),
     ("investigate.py", "Investigate", "investigate", ":material/troubleshoot:"),
+    ("alerts.py", "Alerts", "alerts", ":material/notifications:"),
     ("fleet.py", "Fleet", "fleet", ":material/dns:"),
 ]
 # the page is picked from the URL before the login, so that the visitor lands on it after

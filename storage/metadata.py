@@ -18,6 +18,7 @@ Tables (later issues add theirs through new revisions):
                    repeat_interval survive a restart)
     alert_outbox   notifications to deliver, at least once, each with an idempotency key
     silences       matchers that mute notifications between two times
+    alert_evaluations  each rule group's last evaluation: when, how long, and the rules that failed
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 __all__ = [
+    "AlertEvaluation",
     "AlertGroup",
     "AlertOutbox",
     "AlertState",
@@ -183,6 +185,18 @@ class AlertState(Base):
     last_true_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # for keep_firing_for
     resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     evaluated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class AlertEvaluation(Base):
+    """A rule group's last evaluation (what the Alerts page shows as the evaluator's health)."""
+
+    __tablename__ = "alert_evaluations"
+
+    group_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    evaluated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    rules: Mapped[int] = mapped_column(Integer, nullable=False)
+    errors: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)  # rule -> message
 
 
 class AlertGroup(Base):

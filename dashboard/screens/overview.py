@@ -1,13 +1,19 @@
-"""Overview: is the fleet healthy? Replicas up (and the targets that stopped answering),
-requests and tokens per second, p99 TTFT and ITL with sparklines, KV-cache usage, cost per hour
-and per 1M tokens, SLO attainment, and p99 TTFT over time per model.
+"""Overview: is the fleet healthy? Replicas up (and the targets that stopped answering), the
+alerts firing (as the evaluator left them in ``alerts.store``), requests and tokens per second,
+p99 TTFT and ITL with sparklines, KV-cache usage, cost per hour and per 1M tokens, SLO
+attainment, and p99 TTFT over time per model.
 Renders what ``analytics`` returns; no SQL here."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import altair as alt
 import streamlit as st
+from sqlalchemy.exc import SQLAlchemyError
+from streamlit.errors import StreamlitPageNotFoundError
 
+from alerts.store import load_states
 from analytics.cost import cost_per_token
 from analytics.health import scrape_health, silent_targets
 from analytics.latency import latency_over_time
@@ -21,8 +27,31 @@ from dashboard.context import PERCENT, page_context, plain, shown
 from dashboard.marks import TS_TIP, time_x, with_annotations
 from storage.catalog import gpu_prices, slo_targets
 
+
+def firing_alerts(sessions: Any) -> tuple[str, str]:
+    """The number of alerts firing now (shown, and 0 is a number) and the metric's help."""
+    if sessions is None:
+        return "–", "no metadata DB configured: alert states live there"
+    try:
+        states = load_states(sessions)
+    except SQLAlchemyError:
+        return "–", "the alert tables cannot be read: run `fleetscope migrate`"
+    n = sum(inst.state == "firing" for found in states.values() for inst in found.values())
+    return f"{n}", "alerts firing now; the Alerts page lists them, the pending ones and the silences"
+
+
+def link_to_alerts(count: str) -> None:
+    if count in ("–", "0"):
+        return
+    try:  # in the app (dashboard/app.py registers the page); a page run on its own has no navigation
+        st.page_link("screens/alerts.py", label="See the firing alerts", icon=":material/notifications_active:")
+    except StreamlitPageNotFoundError:
+        st.caption("See them on the Alerts page.")
+
+
 ctx = page_context("Overview")
 v, client = ctx.view, ctx.client
+alerts_firing, alerts_help = firing_alerts(ctx.sessions)
 seconds = v.span.total_seconds()
 health = cached(scrape_health, client, v.start, v.end)
 for why in silent_targets(health)["why"] if len(health) else []:
@@ -31,6 +60,8 @@ sat = cached(saturation, client, v.start, v.end, "replica", filters=v.filters)
 if sat.empty:
     st.info(f"No engine metrics between {v.start:%H:%M} and {v.end:%H:%M} UTC: no replica was scraped in this window "
             "(is `fleetscope collect` running, and are the targets up?). Try a longer time range.")
+    st.columns(4)[0].metric("Firing alerts", alerts_firing, help=alerts_help)
+    link_to_alerts(alerts_firing)
     st.stop()
 ttft = cached(histogram_quantile, client, "vllm:time_to_first_token_seconds", 0.99, v.start, v.end, "fleet", filters=v.filters)
 itl = cached(histogram_quantile, client, "vllm:inter_token_latency_seconds", 0.99, v.start, v.end, "fleet", filters=v.filters)
@@ -44,15 +75,18 @@ ttft_line = cached(histogram_quantiles_over_time, client, "vllm:time_to_first_to
 itl_line = cached(histogram_quantiles_over_time, client, "vllm:inter_token_latency_seconds", (0.99,), v.start, v.end,
                   "fleet", filters=v.filters)["value"].dropna().round(5).tolist()
 kv_line = cached(gauge_over_time, client, KV, v.start, v.end, "fleet", filters=v.filters)["avg"].dropna().round(3).tolist()
-cols = st.columns(4)
+cols = st.columns(5)
 down = int((~health["up"]).sum()) if len(health) else 0
 cols[0].metric("Replicas reporting", f"{len(sat)}", help="replicas with engine metrics in the window"
                + (f"; {down} scrape target(s) failing now" if down else ""))
-cols[1].metric("Requests/s", f"{float(requests['requests'].sum()) / seconds:.2f}" if len(requests) else "–",
+with cols[1]:
+    st.metric("Firing alerts", alerts_firing, help=alerts_help)
+    link_to_alerts(alerts_firing)
+cols[2].metric("Requests/s", f"{float(requests['requests'].sum()) / seconds:.2f}" if len(requests) else "–",
                help="From the request log (weighted rows)")
-cols[2].metric("p99 TTFT", shown(ttft["quantile"].iloc[0], "{:.3f} s") if len(ttft) else "–", chart_data=ttft_line or None,
+cols[3].metric("p99 TTFT", shown(ttft["quantile"].iloc[0], "{:.3f} s") if len(ttft) else "–", chart_data=ttft_line or None,
                chart_type="line", help="over the window; the line: per step")
-cols[3].metric("p99 ITL", shown(itl["quantile"].iloc[0], "{:.1f} ms", 1000) if len(itl) else "–", chart_data=itl_line or None,
+cols[4].metric("p99 ITL", shown(itl["quantile"].iloc[0], "{:.1f} ms", 1000) if len(itl) else "–", chart_data=itl_line or None,
                chart_type="line")
 cols = st.columns(4)
 cols[0].metric("KV cache used (avg)", shown(sat["kv_avg"].mean(), "{:.0%}"), chart_data=kv_line or None, chart_type="area")

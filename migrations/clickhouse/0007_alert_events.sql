@@ -9,7 +9,7 @@ CREATE TABLE IF NOT EXISTS {{local:alert_events}} {{on_cluster}} (
     labels Map(LowCardinality(String), String) COMMENT 'the instance labels, rule labels included',
     state_before LowCardinality(String) COMMENT 'inactive, pending, firing or resolved',
     state LowCardinality(String) COMMENT 'the state entered: pending, firing, resolved or inactive',
-    value Nullable(Float64) COMMENT 'the expression value at the change (NULL for NoData/Error)',
+    value Nullable(Float64) COMMENT 'the last value that met the condition (NULL for NoData/Error)',
     summary String COMMENT 'the rendered summary annotation'
 ) ENGINE = {{engine:MergeTree}}
 PARTITION BY toYYYYMM(ts)

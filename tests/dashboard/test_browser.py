@@ -23,7 +23,7 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--no-first-run"]
 PAGES = {"overview": "Overview", "latency": "Latency", "capacity": "Cache & capacity", "traffic": "Traffic & drift",
-         "cost": "Cost", "investigate": "Investigate", "fleet": "Fleet"}
+         "cost": "Cost", "investigate": "Investigate", "alerts": "Alerts", "fleet": "Fleet"}
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing: run scripts/ensure-chromium.sh")
@@ -34,7 +34,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     root = tmp_path_factory.mktemp("browser")
     env = {"FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{root / 'ch'}", "FLEETSCOPE_METADATA_URL": f"sqlite:///{root / 'm.db'}",
            "FLEETSCOPE_FLEET_SPEC": str(ROOT / "fleet.yaml")}
-    for args in (("migrate",), ("fleet", "simulate", "--scenario", "tenant-shift")):
+    # the evaluator once on the incident: alert states and their history for the Alerts page
+    for args in (("migrate",), ("fleet", "simulate", "--scenario", "tenant-shift"), ("alerts", "run", "--once")):
         done = run_cli(*args, cwd=root, env=env, timeout=240)
         assert done.returncode == 0, done.stderr
     return root, env

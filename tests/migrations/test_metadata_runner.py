@@ -9,7 +9,8 @@ from sqlalchemy import inspect
 from migrations import metadata_runner
 from storage.metadata import Base, make_engine
 
-EXPECTED = {"gpu_prices", "replicas", "slos", "annotations", "leases", "alert_states", "alert_groups", "alert_outbox", "silences"}
+EXPECTED = {"gpu_prices", "replicas", "slos", "annotations", "leases", "alert_states", "alert_groups", "alert_outbox",
+            "silences", "alert_evaluations"}
 REVISIONS = ["0001", "0002", "0003", "0004"]
 
 

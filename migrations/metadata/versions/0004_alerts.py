@@ -1,4 +1,4 @@
-"""alerts: alert_states, alert_groups, alert_outbox, silences
+"""alerts: alert_states, alert_groups, alert_outbox, silences, alert_evaluations
 
 Revision ID: 0004
 Revises: 0003
@@ -81,9 +81,19 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_silences")),
     )
     op.create_index(op.f("ix_silences_ends_at"), "silences", ["ends_at"])
+    op.create_table(
+        "alert_evaluations",
+        sa.Column("group_name", sa.String(200), nullable=False),
+        sa.Column("evaluated_at", TS, nullable=False),
+        sa.Column("seconds", sa.Float(), nullable=False),
+        sa.Column("rules", sa.Integer(), nullable=False),
+        sa.Column("errors", sa.JSON(), nullable=False),
+        sa.PrimaryKeyConstraint("group_name", name=op.f("pk_alert_evaluations")),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("alert_evaluations")
     op.drop_index(op.f("ix_silences_ends_at"), table_name="silences")
     op.drop_table("silences")
     op.drop_index(op.f("ix_alert_outbox_status"), table_name="alert_outbox")
