@@ -118,6 +118,7 @@ class Deliverer:
         """Send every row due at ``now`` once (see the module docstring for what follows)."""
         now = _utc(now)
         rows = outbox.due(self.sessions, now, limit=BATCH)
+        streams = outbox.pending_by_stream(self.sessions) if rows else {}
         counts = {"sent": 0, "delivered": 0, "retrying": 0, "deferred": 0, "failed": 0}
         held: dict[str, tuple[datetime, str]] = {}  # receiver -> (retry time, why) for this pass
         for row in rows:
@@ -134,6 +135,12 @@ class Deliverer:
                            attempted=False)
                 counts["failed"] += 1
                 continue
+            waiting = streams.get(outbox.stream(row.key), [])
+            if waiting and waiting[0][0] != row.id:  # an older notification of its group is not delivered yet
+                outbox.mark_retry(self.sessions, row.key, max(now, waiting[0][1]), None,
+                                  "not sent: waiting for an earlier notification of its group", attempted=False)
+                counts["deferred"] += 1
+                continue
             if row.receiver in held:
                 until, why = held[row.receiver]
                 outbox.mark_retry(self.sessions, row.key, until, None, f"not sent: {why}", attempted=False)
@@ -144,9 +151,13 @@ class Deliverer:
             if outcome.kind == "delivered":
                 outbox.mark_delivered(self.sessions, row.key, now, outcome.status or 200)
                 counts["delivered"] += 1
+                if waiting:
+                    waiting.pop(0)  # the next of its group may go in this pass
             elif outcome.kind == "failed":
                 self._fail(row, outcome.status, outcome.error, attempted=True)
                 counts["failed"] += 1
+                if waiting:
+                    waiting.pop(0)
             else:
                 at = now + timedelta(seconds=outcome.delay_s)
                 outbox.mark_retry(self.sessions, row.key, at, outcome.status, outcome.error)

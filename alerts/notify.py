@@ -6,7 +6,9 @@ In:  every current alert (firing, and resolved ones still kept) after an evaluat
 Out: ``Notification`` rows enqueued in the outbox (``alerts.outbox``) with idempotency keys;
      ``alerts.delivery`` sends them. Returns what was enqueued.
 
-Alertmanager's rules: a silenced or inhibited alert is not notified. Alerts are grouped per
+Alertmanager's rules: a silenced or inhibited alert is not notified; one whose receiver was told
+it fires and that leaves its group for any reason (resolved, silenced, inhibited, its rule
+removed, dropped while the evaluator was down) is told as resolved, so no incident stays open. Alerts are grouped per
 route by its ``group_by`` labels; a new group waits ``group_wait`` before its first
 notification (so alerts firing together arrive together); a changed group (an alert added or
 resolved) is notified again at most every ``group_interval``; an unchanged firing group is
@@ -41,7 +43,10 @@ log = logging.getLogger(__name__)
 
 def group_key(route_index: int, labels: dict[str, str]) -> str:
     inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    return f"route{route_index}:{{{inner}}}"
+    key = f"route{route_index}:{{{inner}}}"
+    if len(key) > 500:  # alert_groups.group_key holds 512: long label sets keep a readable head and a hash
+        key = f"{key[:460]}…{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+    return key
 
 
 def _digest(alerts: list[Alert]) -> str:
@@ -53,6 +58,18 @@ def _utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def _stored(a: Alert) -> dict[str, Any]:
+    return {"labels": a.labels, "annotations": a.annotations, "starts_at": a.starts_at.isoformat(),
+            "generator_url": a.generator_url, "fingerprint": a.fingerprint}
+
+
+def _gone(item: dict[str, Any], at: datetime) -> Alert:
+    """A firing alert the receiver was told about and that is no longer in its group: resolved now."""
+    return Alert(labels=item["labels"], annotations=item["annotations"], status="resolved",
+                 starts_at=datetime.fromisoformat(item["starts_at"]), ends_at=at,
+                 generator_url=item.get("generator_url", ""), fingerprint=item["fingerprint"])
 
 
 @dataclass(frozen=True)
@@ -93,6 +110,14 @@ class Notifier:
             keep.append(a)
         return keep, why
 
+    def _route(self, key: str) -> Route | None:
+        """The route a stored group key came from (the default one if its index is gone)."""
+        head = key.split(":", 1)[0].removeprefix("route")
+        index = int(head) if head.isdigit() else -1
+        if 0 <= index < len(self.settings.routes):
+            return self.settings.routes[index]
+        return self.settings.default_route()
+
     def dispatch(self, alerts: list[Alert], at: datetime) -> list[Sent]:
         """Enqueue what is due at ``at`` for ``alerts`` (all current firing and resolved alerts)."""
         if not self.receivers:
@@ -105,24 +130,47 @@ class Notifier:
                 labels = route.group_labels(a.labels)
                 key = group_key(indices.get(id(route), len(self.settings.routes)), labels)
                 buckets.setdefault((route.receiver, key), _Bucket(route, labels, [])).alerts.append(a)
-        sent: list[Sent] = []
         with self.sessions() as s:
             rows = {(g.receiver, g.group_key): g for g in s.scalars(select(AlertGroup))}
+        for (receiver, key), row in rows.items():
+            told = (row.sent or {}).get("firing", []) if row.first_seen_at is not None else []
+            if not told:
+                continue
+            bucket = buckets.get((receiver, key))
+            if bucket is None:  # nothing of the group is left: what it was told resolves
+                route = self._route(key)
+                if route is None or receiver not in self.receivers:
+                    continue
+                bucket = buckets[(receiver, key)] = _Bucket(route, dict((row.sent or {}).get("labels", {})), [])
+            present = {a.fingerprint for a in bucket.alerts}
+            bucket.alerts.extend(_gone(item, at) for item in told if item["fingerprint"] not in present)
+        sent: list[Sent] = []
         for (receiver, key), bucket in sorted(buckets.items()):
             row = rows.pop((receiver, key), None)
-            done = self._one(receiver, key, bucket, row, at)
+            try:
+                done = self._one(receiver, key, bucket, row, at)
+            except Exception:  # noqa: BLE001 - one group's failure must not stop the others' notifications
+                log.exception("could not notify %s of group %s", receiver, key)
+                continue
             if done is not None:
                 sent.append(done)
-        stale = [g.id for g in rows.values() if g.first_seen_at is not None]  # no alert left: resolved or muted
+        stale = [g.id for g in rows.values() if g.first_seen_at is not None]  # no alert left, nothing to resolve
         if stale:
             with self.sessions.begin() as s:
                 s.execute(update(AlertGroup).where(AlertGroup.id.in_(stale))
-                          .values(first_seen_at=None, sent_at=None, digest=None))
+                          .values(first_seen_at=None, sent_at=None, digest=None, sent=None))
         return sent
 
     def _one(self, receiver: str, key: str, b: _Bucket, row: AlertGroup | None, at: datetime) -> Sent | None:
         firing = any(a.status == "firing" for a in b.alerts)
-        digest = _digest(b.alerts)
+        config = self.receivers[receiver]
+        # what this receiver would see: without send_resolved a resolve changes nothing for it
+        seen = [a for a in b.alerts if config.send_resolved or a.status == "firing"]
+        digest = _digest(seen)
+        told = {item["fingerprint"] for item in (row.sent or {}).get("firing", [])} if row is not None else set()
+        told_before = bool(row is not None and row.first_seen_at is not None and told)
+        if not config.send_resolved and told_before and {a.fingerprint for a in seen} <= told:
+            digest = row.digest  # only fewer firing: nothing new for a receiver that is not told resolves
         if row is None or row.first_seen_at is None:
             if not firing:
                 return None  # resolved before it was ever notified
@@ -144,16 +192,23 @@ class Notifier:
             due = firing and at - sent_at >= timedelta(seconds=r.repeat_interval_s)
         if not due:
             return None
+        if not firing and not told_before:
+            return None
         sequence += 1
         alerts = sorted(b.alerts, key=lambda a: (a.status != "firing", a.starts_at, a.fingerprint))
         n = Notification(receiver=receiver, group_key=key, group_labels=b.labels, alerts=alerts,
                          external_url=self.settings.external_url, sequence=sequence)
-        rows = bodies(self.receivers[receiver], n)
-        for k, body in rows:  # first the outbox (idempotent by key), then what the group was told
-            outbox.enqueue(self.sessions, k, receiver, body, at)
-        with self.sessions.begin() as s:
-            values = ({"sent_at": at, "digest": digest, "sequence": sequence} if firing else
-                      {"first_seen_at": None, "sent_at": None, "digest": None, "sequence": sequence})
-            s.execute(update(AlertGroup).where(AlertGroup.receiver == receiver, AlertGroup.group_key == key).values(**values))
+        rows = bodies(config, n)
+        if firing:
+            values = {"sent_at": at, "digest": digest, "sequence": sequence,
+                      "sent": {"labels": b.labels, "firing": [_stored(a) for a in alerts if a.status == "firing"]}}
+        else:  # everything in it resolved and was told so: the group closes, its sequence goes on
+            values = {"first_seen_at": None, "sent_at": None, "digest": None, "sequence": sequence, "sent": None}
+        with self.sessions.begin() as s:  # the rows and what the group was told: both or neither
+            added = [outbox.add(s, k, receiver, body, at) for k, body in rows]
+            s.execute(update(AlertGroup).where(AlertGroup.receiver == receiver, AlertGroup.group_key == key)
+                      .values(**values))
+        if not all(added):
+            log.warning("notification %s #%d of group %s was already in the outbox", receiver, sequence, key)
         log.info("notify %s %s #%d: %d alert(s), %d outbox row(s)", receiver, key, sequence, len(alerts), len(rows))
         return Sent(receiver, key, sequence, len(alerts), [k for k, _ in rows])

@@ -66,23 +66,48 @@ class OutboxRow:
 
 def enqueue(sessions: Sessions, key: str, receiver: str, body: dict[str, Any], now: datetime) -> bool:
     """Add a pending row due at ``now``; False (and nothing changes) when ``key`` exists."""
+    with sessions() as session:
+        added = add(session, key, receiver, body, now)
+        session.commit()
+    return added
+
+
+def add(session: Any, key: str, receiver: str, body: dict[str, Any], now: datetime) -> bool:
+    """``enqueue`` inside the caller's transaction (``alerts.notify`` writes the rows and what the
+    group was told in one); False when ``key`` exists."""
     if not 0 < len(key) <= 128:
         raise ValueError(f"outbox key must be 1..128 characters, got {len(key)}")
     now = _utc(now)
-    with sessions() as session:
-        insert = _INSERTS.get(session.get_bind().dialect.name)
-        if insert is None:
-            raise ValueError(f"the outbox needs SQLite or PostgreSQL, not {session.get_bind().dialect.name}")
-        t = AlertOutbox.__table__
-        added = session.execute(
-            insert(t)
-            .values(key=key, receiver=receiver, body=body, status="pending", attempts=0,
-                    created_at=now, next_attempt_at=now)
-            .on_conflict_do_nothing(index_elements=[t.c.key])
-            .returning(t.c.id)
-        ).first()
-        session.commit()
+    insert = _INSERTS.get(session.get_bind().dialect.name)
+    if insert is None:
+        raise ValueError(f"the outbox needs SQLite or PostgreSQL, not {session.get_bind().dialect.name}")
+    t = AlertOutbox.__table__
+    added = session.execute(
+        insert(t)
+        .values(key=key, receiver=receiver, body=body, status="pending", attempts=0,
+                created_at=now, next_attempt_at=now)
+        .on_conflict_do_nothing(index_elements=[t.c.key])
+        .returning(t.c.id)
+    ).first()
     return added is not None
+
+
+def stream(key: str) -> str:
+    """The ordered stream a key belongs to: one alert group at one receiver (the key's first part,
+    ``alerts.payloads`` builds keys as ``<group hash>-<sequence>[-...]``)."""
+    return key.split("-", 1)[0]
+
+
+def pending_by_stream(sessions: Sessions) -> dict[str, list[tuple[int, datetime]]]:
+    """Pending rows (id, next attempt) per stream, oldest first: a row is sent only when it is its
+    stream's first, so a group's resolve never overtakes its trigger while that is retried."""
+    t = AlertOutbox
+    out: dict[str, list[tuple[int, datetime]]] = {}
+    with sessions() as session:
+        query = select(t.id, t.key, t.next_attempt_at).where(t.status == "pending").order_by(t.id)
+        for row_id, key, next_at in session.execute(query):
+            out.setdefault(stream(key), []).append((row_id, _stored(next_at)))
+    return out
 
 
 def due(sessions: Sessions, now: datetime, limit: int = 100) -> list[OutboxRow]:

@@ -15,7 +15,8 @@ holding is dropped. A firing one stays firing while its condition held within
 ``keep_firing_for``, then becomes *resolved*, and is kept that way ``resolved_keep`` (so the
 resolve is notified) before it is dropped. A resolved instance whose condition holds again
 starts over as pending. ``NoData``/``Error`` create one instance labelled
-``alertstate_reason=NoData|Error`` that goes through the same states; ``KeepLast`` leaves every
+``alertstate_reason=NoData|Error`` that goes through the same states (with ``for`` at least
+``SPECIAL_FOR_S``: one failed query does not page); ``KeepLast`` leaves every
 instance as it was (timers included); ``OK`` treats the evaluation as "nothing holds".
 """
 
@@ -29,6 +30,7 @@ from alerts.model import fingerprint
 __all__ = ["Instance", "Outcome", "Timing", "Transition", "step"]
 
 REASON = "alertstate_reason"
+SPECIAL_FOR_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -126,10 +128,12 @@ def step(
         holding[fingerprint(a.labels)] = a
     for fp, a in holding.items():
         old = prior.get(fp)
+        # a NoData/Error instance waits at least SPECIAL_FOR_S: one failed query is not a page
+        for_s = max(timing.for_s, SPECIAL_FOR_S) if REASON in a.labels else timing.for_s
         if old is None or old.state == "resolved":
             inst = Instance(fp, a.labels, a.annotations, "pending", a.value, active_at=at, last_true_at=at, evaluated_at=at)
             before = "inactive" if old is None else "resolved"
-            if timing.for_s <= 0:
+            if for_s <= 0:
                 inst = replace(inst, state="firing", fired_at=at)
                 move(inst, before, "pending")
                 move(inst, "pending", "firing")
@@ -137,7 +141,7 @@ def step(
                 move(inst, before, "pending")
         else:
             inst = replace(old, labels=a.labels, annotations=a.annotations, value=a.value, last_true_at=at, evaluated_at=at)
-            if old.state == "pending" and at - old.active_at >= timedelta(seconds=timing.for_s):
+            if old.state == "pending" and at - old.active_at >= timedelta(seconds=for_s):
                 inst = replace(inst, state="firing", fired_at=at)
                 move(inst, "pending", "firing")
         new[fp] = inst

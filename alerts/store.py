@@ -29,6 +29,7 @@ __all__ = [
     "expire_silence",
     "history",
     "load_states",
+    "prune_states",
     "save_evaluation",
     "save_states",
     "silences",
@@ -96,6 +97,12 @@ def evaluations(sessions: Any) -> list[Evaluation]:
     return [Evaluation(r.group_name, _utc(r.evaluated_at), r.seconds, r.rules, dict(r.errors)) for r in rows]
 
 
+def prune_states(sessions: Any, keep: list[str]) -> int:
+    """Forget the states of rules that no longer exist (removed or renamed); how many rows went."""
+    with sessions.begin() as s:
+        return s.execute(delete(AlertState).where(AlertState.rule.not_in(keep))).rowcount or 0
+
+
 def write_events(client: Any, rule_moves: list[tuple[str, Transition]]) -> None:
     if not rule_moves:
         return
@@ -136,8 +143,9 @@ def add_silence(sessions: Any, matchers: list[Matcher], starts_at: datetime, end
                 comment: str) -> int:
     if not matchers:
         raise ValueError("a silence needs at least one matcher")
-    if all(m.op in ("=~", "!~", "!=") and m.matches({}) for m in matchers):
-        raise ValueError("these matchers match every alert: add one that names what to silence")
+    if not any(_specific(m) for m in matchers):
+        raise ValueError("these matchers match every alert: add one that names what to silence "
+                         '(name="value", or name=~"regex" that does not match anything)')
     if _utc(ends_at) <= _utc(starts_at):
         raise ValueError("a silence must end after it starts")
     if not created_by.strip() or not comment.strip():
@@ -148,6 +156,17 @@ def add_silence(sessions: Any, matchers: list[Matcher], starts_at: datetime, end
         s.add(row)
         s.flush()
         return int(row.id)
+
+
+def _specific(m: Matcher) -> bool:
+    """A matcher that picks some alerts: = a value, or =~ a regex that neither anything nor nothing fits."""
+    import re
+
+    if m.op == "=":
+        return m.value != ""
+    if m.op == "=~":
+        return not re.fullmatch(m.value, "") and not re.fullmatch(m.value, "\x00probe-fleetscope")
+    return False
 
 
 def expire_silence(sessions: Any, silence_id: int, at: datetime | None = None) -> bool:

@@ -94,7 +94,7 @@ class Explanation:
     onset: datetime | None = None  # when the leading evidence moved (at or before break_at)
     before: float = math.nan
     after: float = math.nan
-    evidence: pd.DataFrame = field(default_factory=pd.DataFrame)
+    evidence: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVIDENCE_COLUMNS))
     dimensions: pd.DataFrame = field(default_factory=pd.DataFrame)
     strata: pd.DataFrame = field(default_factory=pd.DataFrame)
     cost: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -384,8 +384,11 @@ def _onset(ex: Explanation) -> datetime:
     return min(ex.break_at, min(t.to_pydatetime() for t in kept))
 
 
+EVIDENCE_COLUMNS = ["signal", "kind", "before", "after", "score", "moved_at", "lead_s", "detail", "resolution_s"]
+
+
 def _rank(rows: list[dict]) -> pd.DataFrame:
-    columns = ["signal", "kind", "before", "after", "score", "moved_at", "lead_s", "detail", "resolution_s"]
+    columns = EVIDENCE_COLUMNS
     if not rows:
         return pd.DataFrame(columns=columns)
     df = pd.DataFrame(rows, columns=columns)

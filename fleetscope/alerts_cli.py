@@ -108,7 +108,7 @@ def run(
 ) -> None:
     """Run the evaluator alone: evaluate the rules on their intervals and deliver notifications (Ctrl-C stops).
 
-    With the embedded store (chDB) no other fleetscope process may hold it; `fleetscope up` runs the evaluator inside its one process.
+    With the embedded store (chDB) no other fleetscope process may hold it. Only one evaluator works at a time (the `alerts` lease in the metadata DB); others stand by.
     """
     import logging
     import signal
@@ -144,11 +144,25 @@ def run(
                + (receivers or "nobody: no receivers configured (alerts.receivers), states and history are still kept"),
                err=True)
     if once:
-        for report in evaluator.evaluate_all():
-            typer.echo(f"{report.group:<20} {report.rules} rules  {report.firing} firing  {report.pending} pending  "
-                       f"{len(report.errors)} errors  {report.seconds * 1000:.0f} ms")
-            for rule, error in report.errors.items():
-                typer.echo(f"  {rule}: {error}")
+        from storage.leases import holder_of, release
+
+        if not evaluator.holding():
+            fail(f"another evaluator holds the alerts lease ({holder_of(sessions.kw['bind'], 'alerts')}): "
+                 "--once would race it; its results are on the dashboard's Alerts page and in `fleetscope alerts list`")
+        try:
+            for report in evaluator.evaluate_all():
+                typer.echo(f"{report.group:<20} {report.rules} rules  {report.firing} firing  {report.pending} pending  "
+                           f"{len(report.errors)} errors  {report.seconds * 1000:.0f} ms")
+                for rule, error in report.errors.items():
+                    typer.echo(f"  {rule}: {error}")
+            if settings.alerts.receivers:
+                from alerts.delivery import Deliverer
+
+                with Deliverer(sessions, {r.name: r for r in settings.alerts.receivers}) as deliverer:
+                    sent = deliverer.run_once()
+                typer.echo(f"notifications: {sent.delivered} delivered, {sent.retrying} to retry, {sent.failed} failed")
+        finally:
+            release(sessions.kw["bind"], "alerts", evaluator.holder)
         return
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -214,6 +214,9 @@ class AlertGroup(Base):
     sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     digest: Mapped[str | None] = mapped_column(String(64))  # the alerts and statuses last sent
     sequence: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    # the group's labels and the firing alerts last sent: one that leaves the group (resolved and
+    # dropped, silenced, inhibited, its rule removed, across a restart) is told as resolved from this
+    sent: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class AlertOutbox(Base):

@@ -120,7 +120,7 @@ if not firing and not pending:
                 f"last evaluated at {last_run:%Y-%m-%d %H:%M:%S} UTC.")
     else:
         st.info("No alert is firing or pending, and the evaluator has not run yet: start it with "
-                "`fleetscope alerts run` (or `fleetscope up`).")
+                "`fleetscope alerts run`.")
 else:
     order = sorted(firing, key=lambda ri: ri[1].fired_at or ri[1].active_at, reverse=True) + \
         sorted(pending, key=lambda ri: ri[1].active_at, reverse=True)

@@ -194,6 +194,31 @@ def test_500s_then_recovery_delivers_each_notification_once_with_growing_backoff
     assert {k for k in keys if any(k in r.getMessage() for r in warned)} == set(keys)
 
 
+def test_a_groups_resolve_never_overtakes_its_trigger_while_the_trigger_is_retried(
+    sessions: Any, start_receiver: Callable[..., ScriptedReceiver]
+) -> None:
+    server = start_receiver()
+    server.answer(503, times=2)  # the trigger meets a failing receiver twice
+    receiver = webhook(server.port)
+    alert = Alert(labels={"alertname": "KVCacheSaturated", "replica": "r-0"}, annotations={}, status="firing",
+                  starts_at=T0, value=0.97)
+    group = {"receiver": "ops", "group_key": "{}:{alertname=\"KVCacheSaturated\"}", "group_labels": {},
+             "external_url": ""}
+    [(trigger, body)] = bodies(receiver, Notification(alerts=[alert], sequence=1, **group))
+    outbox.enqueue(sessions, trigger, "ops", body, T0)
+    deliverer = Deliverer(sessions, {"ops": receiver}, rng=random.Random(3))
+    deliverer.run_once(T0)  # 503: the trigger backs off
+    resolved = Alert(labels=alert.labels, annotations={}, status="resolved", starts_at=T0, ends_at=at(1))
+    [(resolve, body)] = bodies(receiver, Notification(alerts=[resolved], sequence=2, **group))
+    outbox.enqueue(sessions, resolve, "ops", body, at(1))
+    report = deliverer.run_once(at(1))  # the resolve is due, its trigger is not: it waits
+    assert report.deferred == 1 and server.accepted() == {}
+    drive(deliverer, sessions, at(2), at(600))
+    order = [json.loads(r.body)["status"] for r in server.requests if 200 <= r.answered < 300]
+    assert order == ["firing", "resolved"]
+    assert server.accepted() == {trigger: 1, resolve: 1}
+
+
 def test_receiver_down_for_an_hour_then_up_gets_everything_once(
     sessions: Any, start_receiver: Callable[..., ScriptedReceiver]
 ) -> None:

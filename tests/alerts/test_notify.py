@@ -139,3 +139,37 @@ def test_bad_routing_config_is_one_clear_error() -> None:
     with pytest.raises(ValueError, match="cannot read matcher"):
         AlertsSettings.model_validate({"receivers": [{"name": "ops", "type": "webhook", "url": "http://x:1/"}],
                                        "routes": [{"receiver": "ops", "matchers": ["severity page"]}]})
+
+
+def test_an_alert_inhibited_after_its_page_is_told_resolved(sessions: Any) -> None:
+    n = Notifier(sessions, settings(group_wait="0s", group_interval="1m", group_by=["alertname", "replica"]))
+    kv = alert("KVCacheSaturated", "r1")
+    n.dispatch([kv], at(0))  # paged
+    n.dispatch([kv, alert("ReplicaDown", "r1")], at(30))  # r1 goes down: the KV alert is inhibited
+    sent = n.dispatch([kv, alert("ReplicaDown", "r1")], at(90))
+    kv_bodies = [b for b in sent_bodies(sessions) if b["groupLabels"]["alertname"] == "KVCacheSaturated"]
+    assert [b["status"] for b in kv_bodies] == ["firing", "resolved"], sent
+    assert kv_bodies[-1]["alerts"][0]["labels"]["replica"] == "r1"
+
+
+def test_a_resolve_dropped_while_the_evaluator_was_down_is_still_sent_after_restart(sessions: Any) -> None:
+    Notifier(sessions, settings(group_wait="0s", group_interval="5m")).dispatch([alert("KVCacheSaturated", "r1")], at(0))
+    # the evaluator stops; when it is back an hour later the resolved instance was long dropped:
+    # no alert is current at all, yet the receiver still has an open incident for r1
+    again = Notifier(sessions, settings(group_wait="0s", group_interval="5m"))
+    assert len(again.dispatch([], at(3600))) == 1
+    last = sent_bodies(sessions)[-1]
+    assert last["status"] == "resolved" and last["alerts"][0]["labels"]["replica"] == "r1"
+    assert again.dispatch([], at(3700)) == []  # told once
+
+
+def test_without_send_resolved_a_resolve_does_not_repeat_the_firing_ones(sessions: Any) -> None:
+    cfg = AlertsSettings.model_validate({
+        "receivers": [{"name": "ops", "type": "webhook", "url": "http://127.0.0.1:9/hook", "send_resolved": False}],
+        "route": {"receiver": "ops", "group_wait": "0s", "group_interval": "1m"}})
+    n = Notifier(sessions, cfg)
+    r1, r2 = alert("KVCacheSaturated", "r1"), alert("KVCacheSaturated", "r2")
+    n.dispatch([r1, r2], at(0))
+    assert n.dispatch([alert("KVCacheSaturated", "r1", "resolved"), r2], at(120)) == []
+    assert n.dispatch([r2], at(240)) == []
+    assert len(outbox.log(sessions)) == 1

@@ -88,6 +88,10 @@ def test_kv_saturation_and_ttft_fire_within_for_plus_two_intervals_and_resolve(r
         assert name in resolved and resolved[name] > back, f"{name} did not resolve after the rollback"
         assert resolved[name] > fired[name]
 
+    still = {(name, i.labels.get("replica", i.labels.get("model"))) for name in ("KVCacheSaturated", "TTFTOverSLO")
+             for i in evaluator.states.get(name, {}).values() if i.state != "resolved"}
+    assert not still, f"still pending or firing after the return to steady: {sorted(still)}"
+
     # what the on-call receiver got: Alertmanager payloads, firing then resolved, with links that explain
     posts = [json.loads(r.body) for r in receiver.requests]
     kv = [p for p in posts if p["groupLabels"] == {"alertname": "KVCacheSaturated"}]
@@ -95,7 +99,7 @@ def test_kv_saturation_and_ttft_fire_within_for_plus_two_intervals_and_resolve(r
     assert kv[0]["alerts"][0]["generatorURL"].startswith("http://dash.example:8501/investigate?")
     assert kv[-1]["status"] == "resolved"
     ttft = [p for p in posts if p["groupLabels"] == {"alertname": "TTFTOverSLO"}]
-    assert ttft[0]["alerts"][0]["labels"]["model"] == "tiny-small"
+    assert ttft[0]["alerts"][0]["labels"]["model"] == "tiny-small" and ttft[-1]["status"] == "resolved"
     assert "x its SLO" in ttft[0]["alerts"][0]["annotations"]["summary"]
     assert len({r.key for r in receiver.requests}) == len(receiver.requests)  # nothing delivered twice
 

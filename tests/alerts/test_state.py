@@ -115,13 +115,13 @@ def test_no_data_raises_a_nodata_alert_after_for_and_leaves_real_instances_alone
     rule.eval(0, holds(R1))
     rule.eval(30, holds(R1))
     assert rule.state("r1") == "firing"
-    for t in (45, 60):
+    for t in (45, 60, 75, 90):  # a NoData alert waits at least a minute, even with a shorter `for`
         rule.eval(t, Outcome([], any_data=False))
-    assert rule.state("NoData") == "pending"
-    rule.eval(75, Outcome([], any_data=False))
+        assert rule.state("NoData") == "pending"
+    rule.eval(105, Outcome([], any_data=False))
     assert rule.state("NoData") == "firing"
     assert rule.state("r1") == "firing"  # nothing was said about r1: not resolved behind the user's back
-    rule.eval(90, NOTHING)  # data again: the NoData alert resolves, and so does r1
+    rule.eval(120, NOTHING)  # data again: the NoData alert resolves, and so does r1
     assert rule.state("NoData") == "resolved" and rule.state("r1") == "resolved"
 
 
@@ -139,6 +139,8 @@ def test_error_fires_an_error_alert_with_the_message_and_keep_last_ignores_it() 
     rule = Rule(Timing(for_s=0), error="Error")
     rule.eval(0, holds(R1))
     rule.eval(15, Outcome([], error="SQL failed: Code: 60. Unknown table"))
+    assert rule.state("Error") == "pending"  # one failed query does not page
+    rule.eval(75, Outcome([], error="SQL failed: Code: 60. Unknown table"))
     err = next(i for i in rule.states.values() if i.labels.get(REASON) == "Error")
     assert err.state == "firing" and "Unknown table" in err.annotations["error"]
     assert rule.state("r1") == "firing"

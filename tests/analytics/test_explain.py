@@ -89,3 +89,11 @@ def test_explain_takes_any_timezone_and_refuses_nonsense(rollout) -> None:  # no
         explain(rollout.client, rollout.start, rollout.end, latency="ttfb")
     with pytest.raises(ValueError, match="q must be within"):
         explain(rollout.client, rollout.start, rollout.end, q=1.5)
+
+
+def test_too_little_data_says_so_with_an_empty_but_complete_evidence_table(rollout) -> None:  # noqa: ANN001
+    from datetime import timedelta
+
+    ex = explain(rollout.client, rollout.start - timedelta(hours=3), rollout.start - timedelta(hours=2))
+    assert ex.break_at is None and ex.sentence.startswith("not enough data")
+    assert ex.evidence.empty and {"signal", "score", "moved_at", "resolution_s"} <= set(ex.evidence.columns)

@@ -48,6 +48,7 @@ def upgrade() -> None:
         sa.Column("sent_at", TS, nullable=True),
         sa.Column("digest", sa.String(64), nullable=True),
         sa.Column("sequence", sa.Integer(), nullable=False),
+        sa.Column("sent", sa.JSON(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_alert_groups")),
         sa.UniqueConstraint("receiver", "group_key", name="uq_alert_groups_receiver_group_key"),
     )
