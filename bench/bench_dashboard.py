@@ -36,7 +36,7 @@ from dashboard.serve import Served, free_port, wait_healthy  # noqa: E402
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--no-first-run"]
-PAGES = ["", "latency", "capacity", "traffic", "cost", "investigate", "alerts", "fleet"]
+PAGES = ["", "latency", "capacity", "traffic", "cost", "investigate", "alerts", "sql", "fleet"]
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 REFRESH_S = 10  # the shortest auto-refresh; the cache's TTL is 10 s too, so each refresh queries again
 WATCH = """() => {  // when the script run state changes, by the page's own clock

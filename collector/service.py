@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,8 @@ class Collector:
         self._tasks: list[asyncio.Task[None]] = []
         self.renamed: dict[str, str] = {}
         self._up: dict[str, bool] = {}
+        # more routes on the same HTTP server (e.g. the read-only SQL endpoint of adhoc.endpoint)
+        self.mounts: list[Callable[[web.Application], None]] = []
 
     # ------------------------------------------------------------------ scrapes
     def on_scrape(self, result: ScrapeResult) -> None:
@@ -242,6 +245,8 @@ class Collector:
         app.router.add_post("/v1/requests", self.handle_request_log)
         app.router.add_get("/metrics", self.handle_metrics)
         app.router.add_get("/healthz", self.handle_health)
+        for mount in self.mounts:
+            mount(app)
         return app
 
     # ------------------------------------------------------------------ lifecycle

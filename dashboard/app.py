@@ -36,6 +36,7 @@ PAGE_LIST = [  # (file, title, url path, icon)
     ("cost.py", "Cost", "cost", ":material/payments:"),
     ("investigate.py", "Investigate", "investigate", ":material/troubleshoot:"),
     ("alerts.py", "Alerts", "alerts", ":material/notifications:"),
+    ("sql.py", "SQL", "sql", ":material/terminal:"),
     ("fleet.py", "Fleet", "fleet", ":material/dns:"),
 ]
 # the page is picked from the URL before the login, so that the visitor lands on it after

@@ -95,7 +95,12 @@ def build_collector(settings: Settings, client: Any, *, extra_targets: list[Targ
     except Exception as exc:  # noqa: BLE001 - a store that is away must not stop the collector
         log.warning("could not read the last sample values from ClickHouse (%s): the first counter "
                     "increase of each series after this start is counted from its next sample", exc)
-    return Collector(config, writer, registry)
+    collector = Collector(config, writer, registry)
+    from fleetscope.queryapi import mount_endpoint
+
+    # `fleetscope sql` reaches the store this process holds through it
+    collector.notes = [mount_endpoint(settings, collector)]  # type: ignore[attr-defined]
+    return collector
 
 
 async def run_collector(collector: Collector, progress: Callable[[str], None]) -> bool:
@@ -111,6 +116,8 @@ async def run_collector(collector: Collector, progress: Callable[[str], None]) -
         + (f", gRPC {c.host}:{c.grpc_port}" if c.grpc_port else "")
         + f"; gateway logs POST /v1/requests; own metrics http://{c.host}:{c.http_port}/metrics"
     )
+    for note in getattr(collector, "notes", []):
+        progress(note)
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), timeout=10)

@@ -306,6 +306,33 @@ class DashboardSettings(_Section):
         return self.password is not None or self.oidc
 
 
+class SqlSettings(_Section):
+    """Ad-hoc SQL (``fleetscope sql``, the dashboard's SQL page, the read-only query endpoint)."""
+
+    token: SecretStr | None = Field(
+        default=None, description="bearer token the query endpoint asks for (set it through FLEETSCOPE_SQL_TOKEN)")
+    endpoint: str | None = Field(
+        default=None, description="where `fleetscope sql` reaches a running fleetscope that holds the chDB store "
+                                  "(default: the collector's HTTP address)")
+    max_rows: int = Field(default=10_000, ge=1, le=1_000_000, description="most rows a query returns")
+    timeout_s: float = Field(default=30.0, gt=0, le=3600, description="a query running longer is stopped")
+    max_memory_bytes: int = Field(default=2 * 1024**3, ge=64 * 1024**2, description="memory a query may use")
+
+    @field_validator("token", mode="after")
+    @classmethod
+    def _token_length(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("the SQL endpoint token must be at least 16 characters")
+        return value
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in ("http", "https"):
+            raise ValueError(f"endpoint must be an http:// or https:// URL, got {value!r}")
+        return value
+
+
 class Settings(_Section):
     """The whole configuration. Later sections (fleet, collector, alerts) add fields here."""
 
@@ -318,6 +345,7 @@ class Settings(_Section):
     cost: CostSettings = CostSettings()
     dashboard: DashboardSettings = DashboardSettings()
     alerts: AlertsSettings = AlertsSettings()
+    sql: SqlSettings = SqlSettings()
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -19,6 +19,7 @@ Tables (later issues add theirs through new revisions):
     alert_outbox   notifications to deliver, at least once, each with an idempotency key
     silences       matchers that mute notifications between two times
     alert_evaluations  each rule group's last evaluation: when, how long, and the rules that failed
+    saved_queries  ad-hoc SQL kept by name (the dashboard's SQL page, ``adhoc.saved``)
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ __all__ = [
     "GpuPrice",
     "Lease",
     "Replica",
+    "SavedQuery",
     "Silence",
     "Slo",
     "make_engine",
@@ -252,6 +254,18 @@ class Silence(Base):
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), nullable=False
     )
+
+
+class SavedQuery(_Timestamps, Base):
+    """An ad-hoc query kept by name."""
+
+    __tablename__ = "saved_queries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True, nullable=False)
+    sql: Mapped[str] = mapped_column(Text, nullable=False)
+    description: Mapped[str | None] = mapped_column(Text)
+    created_by: Mapped[str | None] = mapped_column(String(128))
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:

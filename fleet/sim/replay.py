@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fleet.gateway.config import GatewaySpec
-from fleet.gateway.routing import NoReplica, ReplicaState, Router
+from fleet.gateway.routing import NoReplica, ReplicaState, Router, prefix_hash
 from fleet.sim.engine import SimEngine, SimRequest
 from fleet.sim.metrics import Exposition
 from fleet.sim.server import engine_config
@@ -165,6 +165,7 @@ def play(
                 "ts": round(t, 6), "trace_id": trace_id, "request_id": f"sim-{n}", "tenant": plan.tenant,
                 "prompt_tokens": len(plan.prompt), "max_tokens": plan.max_tokens, "stream": plan.stream,
                 "status_code": 200, "outcome": "ok",
+                "prefix_hash": f"{prefix_hash(key):016x}",  # as the gateway logs it: a hash of the first tokens
             }
             try:
                 decision = router.decide(plan.model, plan.tenant, len(plan.prompt), plan.max_tokens, key)

@@ -23,7 +23,7 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--no-first-run"]
 PAGES = {"overview": "Overview", "latency": "Latency", "capacity": "Cache & capacity", "traffic": "Traffic & drift",
-         "cost": "Cost", "investigate": "Investigate", "alerts": "Alerts", "fleet": "Fleet"}
+         "cost": "Cost", "investigate": "Investigate", "alerts": "Alerts", "sql": "SQL", "fleet": "Fleet"}
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing: run scripts/ensure-chromium.sh")

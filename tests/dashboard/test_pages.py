@@ -4,12 +4,16 @@ returns for the same view."""
 
 from __future__ import annotations
 
+import csv
+import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from adhoc.runner import ReadOnlyRunner
+from adhoc.saved import save_query, saved_queries
 from alerts import outbox
 from alerts.model import fingerprint, parse_matchers
 from alerts.state import Instance, Transition
@@ -29,7 +33,7 @@ from tests.conftest import migrated_sessions
 
 ROOT = Path(__file__).resolve().parents[2]
 TITLES = {"overview": "Overview", "latency": "Latency", "capacity": "Cache & capacity", "traffic": "Traffic & drift",
-          "cost": "Cost", "investigate": "Investigate", "alerts": "Alerts", "fleet": "Fleet"}
+          "cost": "Cost", "investigate": "Investigate", "alerts": "Alerts", "sql": "SQL", "fleet": "Fleet"}
 PAGES = list(TITLES)
 
 
@@ -48,6 +52,11 @@ def sessions(sqlite_url: str):  # noqa: ANN201
 @pytest.fixture(scope="module")
 def shift(chdb_dir):  # noqa: ANN001
     return play(chdb_dir, "tenant-shift", seed=1)
+
+
+def on_store(chdb_dir):  # noqa: ANN001, ANN201
+    """The bundled settings, with clickhouse.url on the tests' chDB store (the SQL page's runner opens it)."""
+    return load_settings(ROOT / "fleetscope.yaml", environ={"FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{chdb_dir}"})
 
 
 def window(run_) -> dict[str, str]:  # noqa: ANN001
@@ -69,9 +78,9 @@ def test_the_view_round_trips_through_the_query_string() -> None:
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_every_page_renders_on_an_empty_store(page: str, ch, sessions) -> None:  # noqa: ANN001
+def test_every_page_renders_on_an_empty_store(page: str, ch, sessions, chdb_dir) -> None:  # noqa: ANN001
     clickhouse_runner.apply(ch)
-    use_stores(ch, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+    use_stores(ch, sessions, on_store(chdb_dir))
     at = run(page, range="15m")
     assert not at.exception, at.exception
     assert at.title[0].value == TITLES[page]
@@ -80,8 +89,8 @@ def test_every_page_renders_on_an_empty_store(page: str, ch, sessions) -> None: 
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_every_page_renders_a_simulated_run_with_filters(page: str, shift, sessions) -> None:  # noqa: ANN001
-    use_stores(shift.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+def test_every_page_renders_a_simulated_run_with_filters(page: str, shift, sessions, chdb_dir) -> None:  # noqa: ANN001
+    use_stores(shift.client, sessions, on_store(chdb_dir))
     for params in ({}, {"model": "tiny-large"}, {"tenant": "bigcorp", "route": "model-router:large/least_loaded"}):
         at = run(page, **window(shift), **params)
         assert not at.exception, (params, at.exception)
@@ -329,3 +338,129 @@ def test_a_silence_is_created_from_the_form_and_expired(ch, sessions) -> None:  
     assert not [b for b in at.button if b.key == f"expire_{made.id}"]  # listed with the ended ones, no button
     ended_table = next(t.value for t in at.dataframe if "matchers" in t.value.columns)
     assert list(ended_table["id"]) == [made.id]
+
+
+# --------------------------------------------------------------------------- sql
+
+PER_MINUTE = ("SELECT toStartOfMinute(ts) AS minute, model, count() AS n FROM requests GROUP BY minute, model "
+              "ORDER BY minute, model")
+
+
+@pytest.fixture
+def media(monkeypatch):  # noqa: ANN001, ANN201
+    """The files AppTest's runs hand to download buttons (its media store is dropped after each run)."""
+    from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+    from streamlit.testing.v1 import app_test
+
+    stores: list[MemoryMediaFileStorage] = []
+
+    class Kept(MemoryMediaFileStorage):
+        def __init__(self, endpoint: str) -> None:
+            super().__init__(endpoint)
+            stores.append(self)
+
+    monkeypatch.setattr(app_test, "MemoryMediaFileStorage", Kept)
+
+    def read(url: str) -> bytes:
+        return stores[-1].get_file(url.rsplit("/", 1)[-1]).content
+
+    return read
+
+
+def run_sql(at: AppTest, sql: str, **widgets: object) -> AppTest:
+    at.text_area(key="sql_text").input(sql)
+    for key, value in widgets.items():
+        at.number_input(key=key).set_value(value)
+    return next(b for b in at.get("form_submit_button") if b.label == "Run").click().run()
+
+
+def test_sql_page_runs_a_query_as_the_runner_does(shift, sessions, chdb_dir, media) -> None:  # noqa: ANN001
+    use_stores(shift.client, sessions, on_store(chdb_dir))
+    at = run("sql", **window(shift))
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert "toStartOfHour(ts)" in at.text_area(key="sql_text").value  # the example query, run on the first render
+    at = run_sql(at, PER_MINUTE)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    expected = ReadOnlyRunner(f"chdb:{chdb_dir}", database=shift.client.database).run(PER_MINUTE, max_rows=1000)
+    assert expected.rows and not expected.truncated
+    [table] = [t.value for t in at.dataframe if "minute" in t.value.columns]
+    assert list(table.columns) == ["minute", "model", "n"]
+    assert [tuple(r) for r in table.itertuples(index=False)] == expected.rows  # the value the user sees
+    assert any(c.value.startswith(f"{len(expected.rows):,} rows in ") and c.value.endswith(" ms") for c in at.caption)
+    charts = at.get("vega_lite_chart")
+    assert charts and all('"temporal"' in c.proto.spec and '"utc"' in c.proto.spec for c in charts)
+    [download] = [b for b in at.get("download_button") if b.label == "Download CSV"]
+    lines = list(csv.reader(io.StringIO(media(download.proto.url).decode())))
+    assert lines[0] == ["minute", "model", "n"] and len(lines) - 1 == len(expected.rows)
+    assert at.query_params["q"] == PER_MINUTE  # the query is in the link, to send
+
+    # the row limit cuts the result, and says so
+    at = run_sql(at, PER_MINUTE, sql_limit=3)
+    assert [len(t.value) for t in at.dataframe if "minute" in t.value.columns] == [3]
+    assert any("cut at the row limit (3)" in c.value for c in at.caption)
+
+
+def test_sql_page_refuses_a_write_and_says_why(ch, sessions, chdb_dir) -> None:  # noqa: ANN001
+    clickhouse_runner.apply(ch)
+    ch.insert("requests", [[datetime.now(UTC), "tiny-small"]], column_names=["ts", "model"])
+    use_stores(ch, sessions, on_store(chdb_dir))
+    at = run_sql(run("sql", range="1h"), "DROP TABLE requests")
+    assert not at.exception
+    [error] = [e.value for e in at.error]
+    assert error.startswith("Refused:") and "DROP" in error
+    assert ch.query("SELECT count() FROM requests").result_rows == [(1,)]  # still there, row and all
+    at = run_sql(at, "SELECT no_such_column FROM requests")
+    assert at.error and at.error[0].value.startswith("The query failed:") and "no_such_column" in at.error[0].value
+
+
+def test_sql_page_saves_loads_and_deletes_queries(ch, sessions, chdb_dir) -> None:  # noqa: ANN001
+    clickhouse_runner.apply(ch)
+    save_query(sessions, "hourly", "SELECT toStartOfHour(ts) AS hour, count() AS n FROM requests GROUP BY hour",
+               "requests per hour", "bo")  # elsewhere, e.g. by another user
+    use_stores(ch, sessions, on_store(chdb_dir))
+    at = run("sql", range="1h")
+    assert not at.exception
+    assert at.selectbox(key="sql_saved").options == ["hourly"]
+    at.text_area(key="sql_text").input(PER_MINUTE)
+    at.text_input(key="sql_save_name").input("per minute")
+    at.text_input(key="sql_save_description").input("requests per minute by model")
+    at.text_input(key="sql_save_author").input("ana")
+    at = next(b for b in at.get("form_submit_button") if b.label == "Save query").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    kept = next(q for q in saved_queries(sessions) if q.name == "per minute")
+    assert (kept.name, kept.sql, kept.description, kept.created_by) == (
+        "per minute", PER_MINUTE, "requests per minute by model", "ana")
+    assert at.success and "per minute" in at.success[0].value
+    assert at.selectbox(key="sql_saved").value == "per minute"
+    assert at.text_input(key="sql_save_name").value == ""  # the form is ready for the next one
+
+    # a statement the check refuses is not kept
+    at.text_area(key="sql_text").input("DELETE FROM requests WHERE 1")
+    at.text_input(key="sql_save_name").input("wipe")
+    at = next(b for b in at.get("form_submit_button") if b.label == "Save query").click().run()
+    assert not at.exception
+    assert at.error and at.error[0].value.startswith("Not saved:")
+    assert [q.name for q in saved_queries(sessions)] == ["hourly", "per minute"]
+
+    # loading one puts its text in the editor, runs it and shows its description
+    at = at.selectbox(key="sql_saved").set_value("hourly").run()
+    assert not at.exception and not at.error
+    assert at.text_area(key="sql_text").value.startswith("SELECT toStartOfHour(ts) AS hour, count() AS n")
+    assert any(c.value.startswith("requests per hour — bo") for c in at.caption)
+
+    at = at.button(key="sql_delete").click().run()
+    assert not at.exception and not at.error
+    assert [q.name for q in saved_queries(sessions)] == ["per minute"]
+    assert "Deleted" in at.success[0].value and at.selectbox(key="sql_saved").value is None
+
+
+def test_sql_page_lists_the_tables_and_their_columns(ch, sessions, chdb_dir) -> None:  # noqa: ANN001
+    clickhouse_runner.apply(ch)
+    use_stores(ch, sessions, on_store(chdb_dir))
+    at = run("sql", range="1h")
+    assert not at.exception
+    requests = next(e for e in at.expander if e.label.startswith("**requests** ·"))
+    [columns] = [t.value for t in requests.dataframe]
+    assert list(columns.columns) == ["column", "type", "comment"]
+    assert {"ts", "model", "tenant"} <= set(columns["column"])
+    assert columns.set_index("column").loc["ts", "type"].startswith("DateTime")

@@ -10,8 +10,8 @@ from migrations import metadata_runner
 from storage.metadata import Base, make_engine
 
 EXPECTED = {"gpu_prices", "replicas", "slos", "annotations", "leases", "alert_states", "alert_groups", "alert_outbox",
-            "silences", "alert_evaluations"}
-REVISIONS = ["0001", "0002", "0003", "0004"]
+            "silences", "alert_evaluations", "saved_queries"}
+REVISIONS = ["0001", "0002", "0003", "0004", "0005"]
 
 
 def table_names(url: str) -> set[str]:

@@ -1,0 +1,205 @@
+"""The statement check of ad-hoc SQL: query text -> accepted (one read-only statement) or
+``Refused`` with a message that says what was refused and why.
+
+In:  the text a user typed (CLI, dashboard, HTTP endpoint).
+Out: ``check(sql)`` -> ``Checked`` (the kind of statement and the tables it reads), or raises
+     ``Refused``. The check parses with sqlglot's ClickHouse dialect (no regular expressions on
+     the query itself) and allows exactly one of: ``SELECT`` (with ``WITH``, ``UNION``, joins,
+     subqueries), ``DESCRIBE``, ``SHOW TABLES`` / ``SHOW CREATE TABLE`` / ``SHOW COLUMNS``, and
+     ``EXPLAIN`` of a ``SELECT``. Refused: anything else (DDL, DML, ``SYSTEM``, ``KILL``,
+     ``SET``, ``USE``, access management), more than one statement, a ``SETTINGS`` or
+     ``FORMAT`` clause or ``INTO OUTFILE`` (fleetscope sets the limits and the format), table
+     functions other than ``numbers``/``zeros``/``values``/``generate_series``, functions that
+     reach files, the network, programs or other databases (``file``, ``url``, ``s3``,
+     ``remote``, ``executable``, ``postgresql``, ``mysql``, ...), and ``system`` tables other
+     than the schema ones.
+
+This is the first line of defence; ``adhoc.runner`` runs what passes in a ClickHouse session
+set to ``readonly=1`` with time, row and memory limits the query text cannot change (the last
+line). Both are needed: ``readonly=1`` alone still lets ``SELECT file('/etc/passwd')`` read a
+file and ``INTO OUTFILE`` write one (seen on chDB 26.9).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+__all__ = ["ALLOWED_SYSTEM_TABLES", "Checked", "Refused", "check"]
+
+# table functions that only compute
+ALLOWED_TABLE_FUNCTIONS = frozenset({"numbers", "numbers_mt", "zeros", "zeros_mt", "values", "generate_series",
+                                     "generateseries", "view", "null"})
+# functions (scalar or table) that reach outside the store: files, the network, programs, other databases
+DENIED_FUNCTIONS = frozenset({
+    "file", "filecluster", "url", "urlcluster", "s3", "s3cluster", "gcs", "cosn", "oss", "azureblobstorage",
+    "azureblobstoragecluster", "hdfs", "hdfscluster", "remote", "remotesecure", "cluster", "clusterallreplicas",
+    "executable", "executablepool", "input", "jdbc", "odbc", "mysql", "postgresql", "sqlite", "mongodb", "redis",
+    "iceberg", "icebergs3", "icebergazure", "iceberghdfs", "icebergcluster", "deltalake", "deltalakecluster", "hudi",
+    "hudicluster", "dictionary", "loop", "fuzzjson", "fuzzquery", "mergetreeindex", "mergetreeparts", "prometheusquery",
+    "ytsaurus", "arrowflight", "paimon", "getsetting", "getsettingordefault", "getmacro", "getclientsetting",
+})
+# the system tables a user may read: the schema browser's and harmless generators
+ALLOWED_SYSTEM_TABLES = frozenset({"one", "numbers", "numbers_mt", "zeros", "zeros_mt", "tables", "columns", "functions",
+                                   "table_functions", "data_type_families", "parts", "parts_columns", "databases"})
+_EXPLAIN = re.compile(r"^\s*EXPLAIN(?:\s+(?:AST|SYNTAX|QUERY\s+TREE|PLAN|PIPELINE|ESTIMATE))?\s+(.*)$", re.IGNORECASE | re.DOTALL)
+_SHOW = re.compile(r"^\s*SHOW\s+(?:TABLES|DATABASES|(?:CREATE\s+TABLE|COLUMNS\s+FROM)\s+([A-Za-z_][\w.`]*))\s*;?\s*$",
+                   re.IGNORECASE | re.DOTALL)
+_WORD = re.compile(r"^\s*([A-Za-z]+)(?:\s+([A-Za-z]+))?")
+MAX_CHARS = 100_000
+_REASONS = {"SYSTEM": "controls the server", "KILL": "stops other queries", "GRANT": "changes access",
+            "REVOKE": "changes access", "CREATE": "changes the store", "OPTIMIZE": "rewrites table parts",
+            "ATTACH": "changes the store", "DETACH": "changes the store", "RENAME": "changes the store",
+            "EXCHANGE": "changes the store", "BACKUP": "writes files", "RESTORE": "changes the store",
+            "UNDROP": "changes the store", "WATCH": "never ends", "CHECK": "is an administrative command",
+            "SET": "changes settings", "USE": "changes the session"}
+_WRITES = {"INSERT", "ALTER", "DELETE", "UPDATE", "DROP", "TRUNCATE", "REPLACE", "MOVE"}
+
+
+class Refused(ValueError):
+    """The query is not run; the message says why, in one or two sentences."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    sql: str
+    kind: str  # select | describe | show | explain
+    tables: list[str] = field(default_factory=list)
+
+
+def check(sql: str, database: str | None = None) -> Checked:
+    """Accept one read-only statement or raise ``Refused`` (see the module docstring)."""
+    text = (sql or "").strip()
+    if not text:
+        raise Refused("the query is empty")
+    if len(text) > MAX_CHARS:
+        raise Refused(f"the query is {len(text):,} characters long; the limit is {MAX_CHARS:,}")
+    if re.search(r"\bINTO\s+OUTFILE\b", text, re.IGNORECASE) and _parses_with_outfile(text):
+        raise Refused("INTO OUTFILE writes a file on the server: refused (choose the output with --format/--output)")
+    try:
+        statements = [s for s in sqlglot.parse(text, read="clickhouse", error_level=sqlglot.ErrorLevel.RAISE) if s is not None]
+    except (ParseError, TokenError) as exc:
+        words = _WORD.match(text)
+        word = words.group(1).upper() if words else ""
+        if word in _REASONS or word in _WRITES:  # a statement fleetscope never runs, whether or not sqlglot knows it
+            what = " ".join(w for w in words.groups() if w).upper()
+            raise Refused(f"only SELECT, DESCRIBE, SHOW and EXPLAIN run here; {what} "
+                          f"{_REASONS.get(word, 'changes the store')}") from None
+        first = str(exc).strip().splitlines()[0]
+        raise Refused(f"cannot parse the query as ClickHouse SQL: {first}") from None
+    if len(statements) != 1:
+        kinds = ", ".join(_kind(s) for s in statements)
+        raise Refused(f"one statement per query, got {len(statements)} ({kinds}): remove the extra ';'-separated statements")
+    (tree,) = statements
+    if isinstance(tree, exp.Command):
+        return _command(tree, text, database)
+    if isinstance(tree, exp.Describe):
+        tables = _tables(tree, database)
+        return Checked(text, "describe", tables)
+    if not isinstance(tree, exp.Query):
+        raise Refused(f"only SELECT, DESCRIBE, SHOW and EXPLAIN run here; this is {_kind(tree)}, which "
+                      f"{'changes the store' if _writes(tree) else 'is not a query'}")
+    _clauses(tree)
+    return Checked(text, "select", _tables(tree, database))
+
+
+def _parses_with_outfile(text: str) -> bool:
+    """``INTO OUTFILE`` outside a string literal or comment (sqlglot's tokenizer decides)."""
+    try:
+        tokens = sqlglot.Dialect.get_or_raise("clickhouse").tokenize(text)
+    except (TokenError, ValueError):
+        return True
+    words = [t.text.upper() for t in tokens if t.token_type.name not in ("STRING", "COMMENT")]
+    return any(a == "INTO" and b == "OUTFILE" for a, b in itertools.pairwise(words))
+
+
+def _kind(tree: exp.Expression) -> str:
+    if isinstance(tree, exp.Command):
+        return f"{str(tree.this).upper()}"
+    name = type(tree).__name__.upper()
+    return {"ALTER": "ALTER", "INSERT": "INSERT", "DELETE": "DELETE", "DROP": "DROP", "CREATE": "CREATE", "UPDATE":
+            "UPDATE", "SET": "SET", "USE": "USE", "TRUNCATETABLE": "TRUNCATE", "KILL": "KILL", "GRANT": "GRANT",
+            "REVOKE": "REVOKE"}.get(name, name)
+
+
+def _writes(tree: exp.Expression) -> bool:
+    return isinstance(tree, exp.Insert | exp.Delete | exp.Update | exp.Drop | exp.Create | exp.Alter | exp.TruncateTable
+                      | exp.Merge)
+
+
+def _command(tree: exp.Command, text: str, database: str | None) -> Checked:
+    word = str(tree.this).upper()
+    if word == "EXPLAIN":
+        m = _EXPLAIN.match(text)
+        inner = m.group(1).strip() if m else ""
+        if not re.match(r"^(SELECT|WITH)\b", inner, re.IGNORECASE):
+            raise Refused("EXPLAIN runs here only on a SELECT (EXPLAIN [AST|SYNTAX|PLAN|PIPELINE|ESTIMATE] SELECT ...)")
+        checked = check(inner, database)
+        return Checked(text, "explain", checked.tables)
+    if word == "SHOW":
+        m = _SHOW.match(text)
+        if not m:
+            raise Refused("only SHOW TABLES, SHOW DATABASES, SHOW CREATE TABLE name and SHOW COLUMNS FROM name run here")
+        table = (m.group(1) or "").replace("`", "")
+        if table:
+            _check_table(table.split(".")[-1], table.split(".")[0] if "." in table else "", database)
+        return Checked(text, "show", [table] if table else [])
+    words = _WORD.match(text)
+    what = " ".join(w for w in (words.groups() if words else ()) if w).upper() or word
+    reason = _REASONS.get(word, "is not a query")
+    if word == "CREATE" and words and (words.group(2) or "").upper() in ("USER", "ROLE", "QUOTA", "POLICY", "PROFILE",
+                                                                          "SETTINGS", "ROW"):
+        reason = "changes access"
+    raise Refused(f"only SELECT, DESCRIBE, SHOW and EXPLAIN run here; {what} {reason}")
+
+
+def _clauses(tree: exp.Expression) -> None:
+    for node in tree.walk():
+        if not isinstance(node, exp.Expression):
+            continue
+        if node.args.get("settings"):
+            raise Refused("a SETTINGS clause is not allowed: fleetscope sets the query's limits (time, rows, memory) "
+                          "and read-only mode itself")
+        if node.args.get("format"):
+            raise Refused("a FORMAT clause is not allowed: choose the output format with --format (or the page's download)")
+        if isinstance(node, exp.Func):
+            name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+            if name in DENIED_FUNCTIONS:
+                raise Refused(f"{name}() reaches files, the network, programs or other databases: refused "
+                              "(ad-hoc SQL reads the fleetscope store only)")
+
+
+def _tables(tree: exp.Expression, database: str | None) -> list[str]:
+    _clauses(tree)
+    ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    out: list[str] = []
+    for table in tree.find_all(exp.Table):
+        if isinstance(table.this, exp.Func):
+            name = (table.this.name if isinstance(table.this, exp.Anonymous) else table.this.sql_name()).lower()
+            if name in DENIED_FUNCTIONS or name not in ALLOWED_TABLE_FUNCTIONS:
+                raise Refused(f"the table function {name}() is not allowed: only "
+                              f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS - {'generateseries'}))} run here")
+            continue
+        name, db = table.name, table.db
+        if not db and name in ctes:
+            continue
+        _check_table(name, db, database)
+        out.append(f"{db}.{name}" if db else name)
+    return out
+
+
+def _check_table(name: str, db: str, database: str | None) -> None:
+    if table_catalog := db.lower():
+        if table_catalog == "system":
+            if name.lower() not in ALLOWED_SYSTEM_TABLES:
+                raise Refused(f"system.{name} is not readable here; the system tables allowed are "
+                              f"{', '.join(sorted(ALLOWED_SYSTEM_TABLES))}")
+        elif table_catalog == "information_schema":
+            return
+        elif database is not None and table_catalog != database.lower():
+            raise Refused(f"{db}.{name}: only the fleetscope database ({database}) is readable here")

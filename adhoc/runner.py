@@ -1,0 +1,157 @@
+"""Running ad-hoc SQL read-only: checked text -> rows, under limits the text cannot change.
+
+In:  the store URL (``chdb:PATH`` or ``http(s)://``), ``Limits`` (time, rows, memory), and the
+     user's query text.
+Out: ``Result`` (column names and ClickHouse types, rows, whether the row limit cut it, the time
+     taken), ``schema()`` (tables, their columns, types and comments), or ``Refused`` (the
+     statement check, ``adhoc.guard``) / ``QueryFailed`` (ClickHouse's own refusal or error,
+     first line, e.g. the timeout).
+
+Defence in depth: every query passes ``adhoc.guard.check`` first. Then:
+
+- on chDB it runs on a client of its own whose session was set, before any user text, to the
+  limits and then to ``readonly = 1``; in that mode ClickHouse refuses every later change of a
+  setting, so neither ``SET`` nor a trailing ``SETTINGS readonly = 0`` can undo it;
+- on a ClickHouse server the same settings ride on each request (HTTP parameters, ``readonly``
+  last) and the guard refuses any ``SETTINGS`` clause; ``docs/operations.md`` shows the
+  read-only user and settings profile that make the server enforce it too.
+
+Rows beyond the limit are not read (``result_overflow_mode = 'break'``); the result says it
+was cut.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from adhoc.guard import Checked, Refused, check
+from storage.clickhouse import connect, parse_url
+
+__all__ = ["Limits", "QueryFailed", "ReadOnlyRunner", "Refused", "Result", "TableInfo"]
+
+
+class QueryFailed(RuntimeError):
+    """ClickHouse refused or failed the query (its first line, without the stack)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_s: float = 30.0
+    max_rows: int = 10_000
+    max_memory_bytes: int = 2 * 1024**3
+
+    def settings(self) -> dict[str, Any]:
+        # readonly last: on a server the HTTP parameters are applied in order
+        return {"max_execution_time": max(1, round(self.timeout_s)), "max_result_rows": self.max_rows + 1,
+                "result_overflow_mode": "break", "max_memory_usage": self.max_memory_bytes,
+                "max_ast_elements": 100_000, "readonly": 1}
+
+
+@dataclass
+class Result:
+    columns: list[str]
+    types: list[str]
+    rows: list[tuple]
+    truncated: bool
+    elapsed_s: float
+    kind: str = "select"
+
+    def frame(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.rows, columns=self.columns)
+
+
+@dataclass
+class TableInfo:
+    name: str
+    engine: str
+    comment: str
+    rows: int | None
+    columns: list[tuple[str, str, str]] = field(default_factory=list)  # name, type, comment
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            # clickhouse-connect repeats "Code: N. DB::Exception: " prefixes; keep ClickHouse's sentence
+            while "DB::Exception: " in line:
+                line = line.split("DB::Exception: ", 1)[1]
+            return line[:500]
+    return type(exc).__name__
+
+
+class ReadOnlyRunner:
+    """Runs checked queries read-only against one store; thread-safe (one session per limit set)."""
+
+    def __init__(self, url: str, *, database: str | None = None, limits: Limits | None = None,
+                 connect_timeout_s: float = 10) -> None:
+        self.url = url
+        self.target = parse_url(url)
+        self.database = database or self.target.database or "default"
+        self.limits = limits or Limits()
+        self.connect_timeout_s = connect_timeout_s
+        self._clients: dict[Limits, Any] = {}
+        self._lock = threading.Lock()
+
+    def _client(self, limits: Limits) -> Any:
+        with self._lock:
+            client = self._clients.get(limits)
+            if client is None:
+                if self.target.kind == "chdb":
+                    client = connect(self.url, database=self.database)
+                    for name, value in limits.settings().items():  # readonly = 1 comes last, then nothing changes
+                        client.command(f"SET {name} = {value!r}" if isinstance(value, str) else f"SET {name} = {value}")
+                else:
+                    client = connect(self.url, database=self.database, connect_timeout_s=self.connect_timeout_s,
+                                     query_timeout_s=limits.timeout_s + 10)
+                self._clients[limits] = client
+            return client
+
+    def limits_for(self, max_rows: int | None = None, timeout_s: float | None = None) -> Limits:
+        """The runner's limits, lowered (never raised) by a caller's own."""
+        rows = self.limits.max_rows if max_rows is None else max(1, min(int(max_rows), self.limits.max_rows))
+        timeout = self.limits.timeout_s if timeout_s is None else max(1.0, min(float(timeout_s), self.limits.timeout_s))
+        return Limits(timeout, rows, self.limits.max_memory_bytes)
+
+    def run(self, sql: str, *, max_rows: int | None = None, timeout_s: float | None = None) -> Result:
+        checked: Checked = check(sql, self.database)
+        limits = self.limits_for(max_rows, timeout_s)
+        client = self._client(limits)
+        began = time.perf_counter()
+        try:
+            settings = None if self.target.kind == "chdb" else limits.settings()
+            answer = client.query(checked.sql, settings=settings)
+        except Exception as exc:  # noqa: BLE001 - ClickHouse's refusal, timeout, memory limit, bad SQL: said as is
+            raise QueryFailed(_first_line(exc)) from None
+        elapsed = time.perf_counter() - began
+        rows = [tuple(r) for r in answer.result_rows]
+        truncated = len(rows) > limits.max_rows
+        return Result(list(answer.column_names), [t.name for t in answer.column_types], rows[:limits.max_rows],
+                      truncated, elapsed, checked.kind)
+
+    def schema(self) -> list[TableInfo]:
+        """The store's tables and views with their columns (types and comments)."""
+        tables = self.run("SELECT name, engine, comment, total_rows FROM system.tables WHERE database = currentDatabase() "
+                          "AND NOT startsWith(name, '.inner') ORDER BY name", max_rows=10_000)
+        columns = self.run("SELECT table, name, type, comment FROM system.columns WHERE database = currentDatabase() "
+                           "ORDER BY table, position", max_rows=10_000)
+        by_table: dict[str, list[tuple[str, str, str]]] = {}
+        for table, name, kind, comment in columns.rows:
+            by_table.setdefault(table, []).append((name, kind, comment))
+        return [TableInfo(name, engine, comment, None if total is None else int(total), by_table.get(name, []))
+                for name, engine, comment, total in tables.rows]
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                try:
+                    client.close()
+                except Exception:  # noqa: BLE001, S110 - closing is best effort
+                    pass
+            self._clients.clear()
