@@ -5,13 +5,14 @@ In:  ``POST /api/v1/query`` with ``{"sql": "...", "max_rows": 1000, "timeout_s":
 Out: ``200 {"columns": [{"name", "type"}], "rows": [[...]], "row_count", "truncated",
      "elapsed_s", "kind"}``; ``400 {"error": "..."}`` for a refused statement or bad request;
      ``422 {"error": "..."}`` when ClickHouse refused or failed the query (timeout, memory,
-     unknown column); ``401`` without the right token; ``413`` for a body over 1 MiB.
+     unknown column); ``401`` without the right token (``403`` for a foreign ``Host`` when no
+     token is configured); ``413`` for a body over 1 MiB; ``415`` unless it is JSON.
      ``GET /api/v1/schema`` answers ``{"tables": [{"name", "engine", "comment", "rows",
      "columns": [{"name", "type", "comment"}]}]}``.
 
-``routes(runner, token)`` adds these to any aiohttp application (the collector's HTTP server
-serves them next to OTLP: ``fleetscope collect`` and ``fleetscope up`` hold the chDB store, so
-``fleetscope sql`` reaches it here); ``fleetscope sql serve`` runs them alone. Queries run in a
+``routes(app, runner, token)`` adds these to any aiohttp application (the collector's HTTP
+server serves them next to OTLP: ``fleetscope collect`` holds the chDB store, so
+``fleetscope sql`` reaches it here); ``fleetscope sql --serve`` runs them alone. Queries run in a
 worker thread, so a slow one does not stop the server. Notebooks can use it too::
 
     requests.post("http://127.0.0.1:4318/api/v1/query", json={"sql": "SELECT 1"}).json()
@@ -41,17 +42,30 @@ def _error(status: int, message: str, **headers: str) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=headers or None)
 
 
-def routes(app: web.Application, runner: ReadOnlyRunner, token: str | None) -> None:
-    """Serve the query and schema endpoints on ``app`` (with ``token``: only to its bearer)."""
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+def routes(app: web.Application, runner: ReadOnlyRunner, token: str | None, *,
+           hosts: tuple[str, ...] = ()) -> None:
+    """Serve the query and schema endpoints on ``app`` (with ``token``: only to its bearer).
+
+    Without a token (loopback only) a request must name a loopback host (or one of ``hosts``) in
+    its ``Host`` header, so a web page cannot reach it through DNS rebinding; and queries must be
+    sent as ``application/json``, which a cross-site form cannot do without asking first."""
+    known = {h.lower() for h in (*LOOPBACK_NAMES, *hosts)}
 
     def allowed(request: web.Request) -> bool:
         if not token:
-            return True
+            host = (request.host or "").lower()
+            name = host[1:].split("]")[0] if host.startswith("[") else host.rsplit(":", 1)[0]
+            return name in known
         given = request.headers.get("Authorization", "")
         scheme, _, value = given.partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
 
     def refused_auth() -> web.Response:
+        if not token:
+            return _error(403, "this endpoint answers requests addressed to this machine's loopback name only")
         return _error(401, "this endpoint needs a token: send Authorization: Bearer <sql.token>",
                       **{"WWW-Authenticate": 'Bearer realm="fleetscope"'})
 
@@ -60,6 +74,8 @@ def routes(app: web.Application, runner: ReadOnlyRunner, token: str | None) -> N
             return refused_auth()
         if request.content_length is not None and request.content_length > MAX_BODY:
             return _error(413, f"the request body is over {MAX_BODY:,} bytes")
+        if request.content_type != "application/json":
+            return _error(415, 'send the query as application/json: {"sql": "SELECT ..."}')
         try:
             body = json.loads(await request.read() or b"{}")
         except (ValueError, UnicodeDecodeError):
@@ -69,8 +85,8 @@ def routes(app: web.Application, runner: ReadOnlyRunner, token: str | None) -> N
         try:
             max_rows = None if body.get("max_rows") is None else int(body["max_rows"])
             timeout_s = None if body.get("timeout_s") is None else float(body["timeout_s"])
-        except (TypeError, ValueError):
-            return _error(400, "max_rows and timeout_s must be numbers")
+        except (TypeError, ValueError, OverflowError):
+            return _error(400, "max_rows and timeout_s must be finite numbers")
         loop = asyncio.get_running_loop()
         try:
             result = await loop.run_in_executor(None, lambda: runner.run(body["sql"], max_rows=max_rows,

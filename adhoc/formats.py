@@ -40,7 +40,9 @@ def jsonable(value: Any) -> Any:
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
-    return value
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    return str(value)  # IP addresses and other ClickHouse types: their text
 
 
 def _text(value: Any) -> str:
@@ -63,6 +65,16 @@ def _footer(result: Result) -> str:
     return f"({n:,} row{'s' if n != 1 else ''}, {result.elapsed_s:.3f} s{cut})"
 
 
+def unique_names(names: list[str]) -> list[str]:
+    """Column names made unique (``n``, ``n_2``, ...): JSON objects and Parquet need them so."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return out
+
+
 def render(result: Result, fmt: str, *, max_width: int = 60) -> bytes:
     if fmt == "csv":
         out = io.StringIO()
@@ -71,15 +83,22 @@ def render(result: Result, fmt: str, *, max_width: int = 60) -> bytes:
         writer.writerows([_text(v) for v in row] for row in result.rows)
         return out.getvalue().encode()
     if fmt == "json":
-        body = {"columns": [{"name": n, "type": t} for n, t in zip(result.columns, result.types, strict=True)],
-                "rows": [{n: jsonable(v) for n, v in zip(result.columns, row, strict=True)} for row in result.rows],
+        names = unique_names(result.columns)
+        body = {"columns": [{"name": n, "type": t} for n, t in zip(names, result.types, strict=True)],
+                "rows": [{n: jsonable(v) for n, v in zip(names, row, strict=True)} for row in result.rows],
                 "row_count": len(result.rows), "truncated": result.truncated, "elapsed_s": round(result.elapsed_s, 6)}
         return (json.dumps(body, ensure_ascii=False) + "\n").encode()
     if fmt == "parquet":
+        import pandas as pd
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_pandas(result.frame(), preserve_index=False)
+        frame = pd.DataFrame(result.rows, columns=unique_names(result.columns))
+        for column in frame.columns:  # types Arrow has no mapping for (IP addresses, ...): their text
+            if frame[column].dtype == object and not frame[column].map(
+                    lambda v: v is None or isinstance(v, str | bytes | int | float | bool | datetime | date)).all():
+                frame[column] = frame[column].map(lambda v: None if v is None else str(jsonable(v)))
+        table = pa.Table.from_pandas(frame, preserve_index=False)
         sink = io.BytesIO()
         pq.write_table(table, sink)
         return sink.getvalue()

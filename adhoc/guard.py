@@ -11,8 +11,9 @@ Out: ``check(sql)`` -> ``Checked`` (the kind of statement and the tables it read
      ``FORMAT`` clause or ``INTO OUTFILE`` (fleetscope sets the limits and the format), table
      functions other than ``numbers``/``zeros``/``values``/``generate_series``, functions that
      reach files, the network, programs or other databases (``file``, ``url``, ``s3``,
-     ``remote``, ``executable``, ``postgresql``, ``mysql``, ...), and ``system`` tables other
-     than the schema ones.
+     ``remote``, ``executable``, ``postgresql``, ``mysql``, ``dictGet``, ``joinGet``, ...;
+     also after ``IN`` and under ``DESCRIBE``), tables of other databases, ``system`` tables
+     other than a few harmless ones and ``information_schema`` (they list every database).
 
 This is the first line of defence; ``adhoc.runner`` runs what passes in a ClickHouse session
 set to ``readonly=1`` with time, row and memory limits the query text cannot change (the last
@@ -45,10 +46,13 @@ DENIED_FUNCTIONS = frozenset({
     "ytsaurus", "arrowflight", "paimon", "getsetting", "getsettingordefault", "getmacro", "getclientsetting",
 })
 # the system tables a user may read: the schema browser's and harmless generators
-ALLOWED_SYSTEM_TABLES = frozenset({"one", "numbers", "numbers_mt", "zeros", "zeros_mt", "tables", "columns", "functions",
-                                   "table_functions", "data_type_families", "parts", "parts_columns", "databases"})
+# (the schema browser reads system.tables/columns itself, for this database only: ``ReadOnlyRunner.schema``)
+ALLOWED_SYSTEM_TABLES = frozenset({"one", "numbers", "numbers_mt", "zeros", "zeros_mt", "functions", "table_functions",
+                                   "data_type_families"})
+# function families that read dictionaries, join tables or server settings by name
+DENIED_PREFIXES = ("dict", "joinget", "getserversetting", "getsetting", "getmacro")
 _EXPLAIN = re.compile(r"^\s*EXPLAIN(?:\s+(?:AST|SYNTAX|QUERY\s+TREE|PLAN|PIPELINE|ESTIMATE))?\s+(.*)$", re.IGNORECASE | re.DOTALL)
-_SHOW = re.compile(r"^\s*SHOW\s+(?:TABLES|DATABASES|(?:CREATE\s+TABLE|COLUMNS\s+FROM)\s+([A-Za-z_][\w.`]*))\s*;?\s*$",
+_SHOW = re.compile(r"^\s*SHOW\s+(?:TABLES|(?:CREATE\s+TABLE|COLUMNS\s+FROM)\s+([A-Za-z_][\w.`]*))\s*;?\s*$",
                    re.IGNORECASE | re.DOTALL)
 _WORD = re.compile(r"^\s*([A-Za-z]+)(?:\s+([A-Za-z]+))?")
 MAX_CHARS = 100_000
@@ -74,6 +78,13 @@ class Checked:
 
 def check(sql: str, database: str | None = None) -> Checked:
     """Accept one read-only statement or raise ``Refused`` (see the module docstring)."""
+    try:
+        return _check(sql, database)
+    except RecursionError:
+        raise Refused("the query is nested too deeply to check") from None
+
+
+def _check(sql: str, database: str | None) -> Checked:
     text = (sql or "").strip()
     if not text:
         raise Refused("the query is empty")
@@ -99,12 +110,14 @@ def check(sql: str, database: str | None = None) -> Checked:
     if isinstance(tree, exp.Command):
         return _command(tree, text, database)
     if isinstance(tree, exp.Describe):
+        target = tree.this
+        if not isinstance(target, exp.Table | exp.Subquery) or isinstance(target.this, exp.Func):
+            raise Refused("DESCRIBE runs here on a table of the store or a (SELECT ...), not on a table function")
         tables = _tables(tree, database)
         return Checked(text, "describe", tables)
     if not isinstance(tree, exp.Query):
         raise Refused(f"only SELECT, DESCRIBE, SHOW and EXPLAIN run here; this is {_kind(tree)}, which "
                       f"{'changes the store' if _writes(tree) else 'is not a query'}")
-    _clauses(tree)
     return Checked(text, "select", _tables(tree, database))
 
 
@@ -144,7 +157,7 @@ def _command(tree: exp.Command, text: str, database: str | None) -> Checked:
     if word == "SHOW":
         m = _SHOW.match(text)
         if not m:
-            raise Refused("only SHOW TABLES, SHOW DATABASES, SHOW CREATE TABLE name and SHOW COLUMNS FROM name run here")
+            raise Refused("only SHOW TABLES, SHOW CREATE TABLE name and SHOW COLUMNS FROM name run here")
         table = (m.group(1) or "").replace("`", "")
         if table:
             _check_table(table.split(".")[-1], table.split(".")[0] if "." in table else "", database)
@@ -158,29 +171,51 @@ def _command(tree: exp.Command, text: str, database: str | None) -> Checked:
     raise Refused(f"only SELECT, DESCRIBE, SHOW and EXPLAIN run here; {what} {reason}")
 
 
-def _clauses(tree: exp.Expression) -> None:
+def _clauses(tree: exp.Expression, database: str | None = None) -> None:
     for node in tree.walk():
         if not isinstance(node, exp.Expression):
             continue
-        if node.args.get("settings"):
-            raise Refused("a SETTINGS clause is not allowed: fleetscope sets the query's limits (time, rows, memory) "
-                          "and read-only mode itself")
-        if node.args.get("format"):
-            raise Refused("a FORMAT clause is not allowed: choose the output format with --format (or the page's download)")
+        if isinstance(node, exp.Query):  # (formatDateTime and friends carry a "format" argument too)
+            if node.args.get("settings"):
+                raise Refused("a SETTINGS clause is not allowed: fleetscope sets the query's limits (time, rows, "
+                              "memory) and read-only mode itself")
+            if node.args.get("format"):
+                raise Refused("a FORMAT clause is not allowed: choose the output format with --format (or the page's "
+                              "download)")
         if isinstance(node, exp.Func):
-            name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
-            if name in DENIED_FUNCTIONS:
-                raise Refused(f"{name}() reaches files, the network, programs or other databases: refused "
-                              "(ad-hoc SQL reads the fleetscope store only)")
+            name = _func_name(node)
+            if name in DENIED_FUNCTIONS or name.startswith(DENIED_PREFIXES):
+                raise Refused(f"{name}() reaches files, the network, programs, other databases or the server's "
+                              "configuration: refused (ad-hoc SQL reads the fleetscope store only)")
+        if isinstance(node, exp.In) and node.args.get("field") is not None:
+            _in_target(node.args["field"], database)
+
+
+def _func_name(node: exp.Func) -> str:
+    return (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+
+
+def _in_target(target: exp.Expression, database: str | None) -> None:
+    """``x IN db.table`` / ``x IN tablefunction(...)``: ClickHouse reads that table."""
+    if isinstance(target, exp.Func):
+        name = _func_name(target)
+        if name not in ALLOWED_TABLE_FUNCTIONS:
+            raise Refused(f"IN {name}(...) reads through a table function: only "
+                          f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS - {'generateseries'}))} run here")
+        return
+    if isinstance(target, exp.Column):
+        parts = [p.name for p in target.parts]
+        if len(parts) >= 2:
+            _check_table(parts[-1], parts[-2], database)
 
 
 def _tables(tree: exp.Expression, database: str | None) -> list[str]:
-    _clauses(tree)
+    _clauses(tree, database)
     ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
     out: list[str] = []
     for table in tree.find_all(exp.Table):
         if isinstance(table.this, exp.Func):
-            name = (table.this.name if isinstance(table.this, exp.Anonymous) else table.this.sql_name()).lower()
+            name = _func_name(table.this)
             if name in DENIED_FUNCTIONS or name not in ALLOWED_TABLE_FUNCTIONS:
                 raise Refused(f"the table function {name}() is not allowed: only "
                               f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS - {'generateseries'}))} run here")
@@ -199,7 +234,5 @@ def _check_table(name: str, db: str, database: str | None) -> None:
             if name.lower() not in ALLOWED_SYSTEM_TABLES:
                 raise Refused(f"system.{name} is not readable here; the system tables allowed are "
                               f"{', '.join(sorted(ALLOWED_SYSTEM_TABLES))}")
-        elif table_catalog == "information_schema":
-            return
         elif database is not None and table_catalog != database.lower():
             raise Refused(f"{db}.{name}: only the fleetscope database ({database}) is readable here")

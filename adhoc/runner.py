@@ -14,7 +14,8 @@ Defence in depth: every query passes ``adhoc.guard.check`` first. Then:
   setting, so neither ``SET`` nor a trailing ``SETTINGS readonly = 0`` can undo it;
 - on a ClickHouse server the same settings ride on each request (HTTP parameters, ``readonly``
   last) and the guard refuses any ``SETTINGS`` clause; ``docs/operations.md`` shows the
-  read-only user and settings profile that make the server enforce it too.
+  read-only user and settings profile that make the server enforce it too (then
+  ``sql.server_enforces_readonly`` stops sending ``readonly``, which such a profile fixes).
 
 Rows beyond the limit are not read (``result_overflow_mode = 'break'``); the result says it
 was cut.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +33,8 @@ from adhoc.guard import Checked, Refused, check
 from storage.clickhouse import connect, parse_url
 
 __all__ = ["Limits", "QueryFailed", "ReadOnlyRunner", "Refused", "Result", "TableInfo"]
+
+MAX_SESSIONS = 8  # sessions kept per runner, one per limit set in use
 
 
 class QueryFailed(RuntimeError):
@@ -43,11 +47,14 @@ class Limits:
     max_rows: int = 10_000
     max_memory_bytes: int = 2 * 1024**3
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self, readonly: bool = True) -> dict[str, Any]:
         # readonly last: on a server the HTTP parameters are applied in order
-        return {"max_execution_time": max(1, round(self.timeout_s)), "max_result_rows": self.max_rows + 1,
-                "result_overflow_mode": "break", "max_memory_usage": self.max_memory_bytes,
-                "max_ast_elements": 100_000, "readonly": 1}
+        out: dict[str, Any] = {"max_execution_time": max(1, round(self.timeout_s)), "max_result_rows": self.max_rows + 1,
+                               "result_overflow_mode": "break", "max_memory_usage": self.max_memory_bytes,
+                               "max_ast_elements": 100_000}
+        if readonly:
+            out["readonly"] = 1
+        return out
 
 
 @dataclass
@@ -90,19 +97,26 @@ class ReadOnlyRunner:
     """Runs checked queries read-only against one store; thread-safe (one session per limit set)."""
 
     def __init__(self, url: str, *, database: str | None = None, limits: Limits | None = None,
-                 connect_timeout_s: float = 10) -> None:
+                 connect_timeout_s: float = 10, server_enforces_readonly: bool = False) -> None:
         self.url = url
+        # a server user whose settings profile fixes readonly (docs/operations.md): it is not sent
+        self.server_enforces_readonly = server_enforces_readonly
         self.target = parse_url(url)
         self.database = database or self.target.database or "default"
         self.limits = limits or Limits()
         self.connect_timeout_s = connect_timeout_s
-        self._clients: dict[Limits, Any] = {}
+        self._clients: OrderedDict[Limits, Any] = OrderedDict()  # a few sessions, the least used closed
         self._lock = threading.Lock()
 
     def _client(self, limits: Limits) -> Any:
         with self._lock:
             client = self._clients.get(limits)
-            if client is None:
+            if client is not None:
+                self._clients.move_to_end(limits)
+            else:
+                while len(self._clients) >= MAX_SESSIONS:
+                    _, old = self._clients.popitem(last=False)
+                    _close(old)
                 if self.target.kind == "chdb":
                     client = connect(self.url, database=self.database)
                     for name, value in limits.settings().items():  # readonly = 1 comes last, then nothing changes
@@ -114,33 +128,37 @@ class ReadOnlyRunner:
             return client
 
     def limits_for(self, max_rows: int | None = None, timeout_s: float | None = None) -> Limits:
-        """The runner's limits, lowered (never raised) by a caller's own."""
+        """The runner's limits, lowered (never raised) by a caller's own (whole seconds)."""
         rows = self.limits.max_rows if max_rows is None else max(1, min(int(max_rows), self.limits.max_rows))
-        timeout = self.limits.timeout_s if timeout_s is None else max(1.0, min(float(timeout_s), self.limits.timeout_s))
-        return Limits(timeout, rows, self.limits.max_memory_bytes)
+        timeout = self.limits.timeout_s if timeout_s is None else max(1, min(round(timeout_s), self.limits.timeout_s))
+        return Limits(float(timeout), rows, self.limits.max_memory_bytes)
 
     def run(self, sql: str, *, max_rows: int | None = None, timeout_s: float | None = None) -> Result:
         checked: Checked = check(sql, self.database)
-        limits = self.limits_for(max_rows, timeout_s)
+        return self._run(checked.sql, checked.kind, self.limits_for(max_rows, timeout_s))
+
+    def _run(self, sql: str, kind: str, limits: Limits) -> Result:
         client = self._client(limits)
         began = time.perf_counter()
         try:
-            settings = None if self.target.kind == "chdb" else limits.settings()
-            answer = client.query(checked.sql, settings=settings)
+            settings = None if self.target.kind == "chdb" else limits.settings(not self.server_enforces_readonly)
+            answer = client.query(sql, settings=settings)
         except Exception as exc:  # noqa: BLE001 - ClickHouse's refusal, timeout, memory limit, bad SQL: said as is
             raise QueryFailed(_first_line(exc)) from None
         elapsed = time.perf_counter() - began
         rows = [tuple(r) for r in answer.result_rows]
         truncated = len(rows) > limits.max_rows
         return Result(list(answer.column_names), [t.name for t in answer.column_types], rows[:limits.max_rows],
-                      truncated, elapsed, checked.kind)
+                      truncated, elapsed, kind)
 
     def schema(self) -> list[TableInfo]:
         """The store's tables and views with their columns (types and comments)."""
-        tables = self.run("SELECT name, engine, comment, total_rows FROM system.tables WHERE database = currentDatabase() "
-                          "AND NOT startsWith(name, '.inner') ORDER BY name", max_rows=10_000)
-        columns = self.run("SELECT table, name, type, comment FROM system.columns WHERE database = currentDatabase() "
-                           "ORDER BY table, position", max_rows=10_000)
+        # fixed queries, this database only (users' own queries may not read system.tables/columns)
+        limits = self.limits_for(10_000)
+        tables = self._run("SELECT name, engine, comment, total_rows FROM system.tables WHERE database = currentDatabase() "
+                           "AND NOT startsWith(name, '.inner') ORDER BY name", "select", limits)
+        columns = self._run("SELECT table, name, type, comment FROM system.columns WHERE database = currentDatabase() "
+                            "ORDER BY table, position", "select", limits)
         by_table: dict[str, list[tuple[str, str, str]]] = {}
         for table, name, kind, comment in columns.rows:
             by_table.setdefault(table, []).append((name, kind, comment))
@@ -150,8 +168,12 @@ class ReadOnlyRunner:
     def close(self) -> None:
         with self._lock:
             for client in self._clients.values():
-                try:
-                    client.close()
-                except Exception:  # noqa: BLE001, S110 - closing is best effort
-                    pass
+                _close(client)
             self._clients.clear()
+
+
+def _close(client: Any) -> None:
+    try:
+        client.close()
+    except Exception:  # noqa: BLE001, S110 - closing is best effort
+        pass

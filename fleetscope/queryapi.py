@@ -14,7 +14,8 @@ from typing import Any
 from adhoc.runner import Limits, QueryFailed, ReadOnlyRunner, Refused, Result
 from fleetscope.settings import Settings
 
-__all__ = ["EndpointUnavailable", "endpoint_url", "is_loopback", "mount_endpoint", "remote_query", "runner"]
+__all__ = ["EndpointUnavailable", "endpoint_url", "is_loopback", "mount_endpoint", "remote_query", "remote_schema",
+           "runner"]
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -33,7 +34,8 @@ def limits(settings: Settings) -> Limits:
 
 def runner(settings: Settings) -> ReadOnlyRunner:
     ch = settings.clickhouse
-    return ReadOnlyRunner(ch.url, limits=limits(settings), connect_timeout_s=ch.connect_timeout_s)
+    return ReadOnlyRunner(ch.url, limits=limits(settings), connect_timeout_s=ch.connect_timeout_s,
+                          server_enforces_readonly=settings.sql.server_enforces_readonly)
 
 
 def endpoint_url(settings: Settings) -> str:
@@ -41,6 +43,7 @@ def endpoint_url(settings: Settings) -> str:
         return settings.sql.endpoint.rstrip("/")
     host = settings.collector.listen_host
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
     return f"http://{host}:{settings.collector.otlp_http_port}"
 
 
@@ -54,33 +57,51 @@ def mount_endpoint(settings: Settings, collector: Any) -> str:
         return (f"SQL endpoint not served: the collector listens on {host}, beyond loopback, and no sql.token is set "
                 "(FLEETSCOPE_SQL_TOKEN)")
     shared = runner(settings)
-    collector.mounts.append(lambda app: routes(app, shared, token))
+    collector.mounts.append(lambda app: routes(app, shared, token, hosts=(host,)))
     return f"read-only SQL at {endpoint_url(settings)}{QUERY_PATH}" + (" (token required)" if token else "")
 
 
-def remote_query(url: str, token: str | None, sql: str, *, max_rows: int | None = None,
-                 timeout_s: float | None = None) -> Result:
-    """Run ``sql`` through a running process's endpoint; the same errors as a local run."""
+def _post_or_get(url: str, token: str | None, path: str, body: dict | None, timeout_s: float) -> Any:
     import httpx
 
-    from adhoc.endpoint import QUERY_PATH
-
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    body = {"sql": sql, "max_rows": max_rows, "timeout_s": timeout_s}
     try:
-        response = httpx.post(f"{url}{QUERY_PATH}", json=body, headers=headers, timeout=(timeout_s or 30) + 15)
+        if body is None:
+            response = httpx.get(f"{url}{path}", headers=headers, timeout=timeout_s)
+        else:
+            response = httpx.post(f"{url}{path}", json=body, headers=headers, timeout=timeout_s)
     except httpx.HTTPError as exc:
-        raise EndpointUnavailable(f"its query endpoint {url}{QUERY_PATH} did not answer ({type(exc).__name__}: {exc})") from None
+        raise EndpointUnavailable(f"its query endpoint {url}{path} did not answer ({type(exc).__name__}: {exc})") from None
     try:
         data = response.json()
     except ValueError:
-        raise EndpointUnavailable(f"{url}{QUERY_PATH} answered HTTP {response.status_code}, not fleetscope's JSON") from None
+        raise EndpointUnavailable(f"{url}{path} answered HTTP {response.status_code}, not fleetscope's JSON") from None
     if response.status_code == 401:
         raise EndpointUnavailable(f"{url} wants a token: set sql.token (FLEETSCOPE_SQL_TOKEN) to the one it was given")
     if response.status_code == 400:
         raise Refused(str(data.get("error", "")).removeprefix("refused: "))
     if response.status_code != 200:
         raise QueryFailed(str(data.get("error", f"HTTP {response.status_code}")))
+    return data
+
+
+def remote_schema(url: str, token: str | None) -> Result:
+    """The schema from a running process's endpoint, as rows (table, column, type, comment)."""
+    from adhoc.endpoint import SCHEMA_PATH
+
+    data = _post_or_get(url, token, SCHEMA_PATH, None, 30)
+    rows = [(t["name"], c["name"], c["type"], c["comment"]) for t in data["tables"] for c in t["columns"]]
+    return Result(["table", "column", "type", "comment"], ["String"] * 4, rows, False, 0.0, "select")
+
+
+def remote_query(url: str, token: str | None, sql: str, *, max_rows: int | None = None,
+                 timeout_s: float | None = None) -> Result:
+    """Run ``sql`` through a running process's endpoint; the same errors as a local run, and the
+    values as JSON carries them (times as ISO 8601 text)."""
+    from adhoc.endpoint import QUERY_PATH
+
+    body = {"sql": sql, "max_rows": max_rows, "timeout_s": timeout_s}
+    data = _post_or_get(url, token, QUERY_PATH, body, (timeout_s or 30) + 15)
     return Result([c["name"] for c in data["columns"]], [c["type"] for c in data["columns"]],
                   [tuple(r) for r in data["rows"]], bool(data["truncated"]), float(data["elapsed_s"]),
                   data.get("kind", "select"))

@@ -317,6 +317,9 @@ class SqlSettings(_Section):
     max_rows: int = Field(default=10_000, ge=1, le=1_000_000, description="most rows a query returns")
     timeout_s: float = Field(default=30.0, gt=0, le=3600, description="a query running longer is stopped")
     max_memory_bytes: int = Field(default=2 * 1024**3, ge=64 * 1024**2, description="memory a query may use")
+    server_enforces_readonly: bool = Field(
+        default=False, description="the ClickHouse server user's settings profile fixes readonly (docs/operations.md): "
+                                   "fleetscope then does not send readonly=1, which such a profile refuses to change")
 
     @field_validator("token", mode="after")
     @classmethod

@@ -63,7 +63,13 @@ def sql(
     """
     from adhoc.formats import FORMATS, render
     from adhoc.runner import QueryFailed, Refused
-    from fleetscope.queryapi import EndpointUnavailable, endpoint_url, remote_query, runner
+    from fleetscope.queryapi import (
+        EndpointUnavailable,
+        endpoint_url,
+        remote_query,
+        remote_schema,
+        runner,
+    )
     from storage.errors import StoreError, StoreUnavailable
 
     settings = settings_or_exit(config)
@@ -74,34 +80,41 @@ def sql(
         return
     if fmt == "parquet" and output is None and sys.stdout.isatty():
         fail("parquet is binary: give --output FILE (or redirect stdout)", code=2)
-    text = _schema_query() if schema else _read_query(query, file)
+    text = "" if schema else _read_query(query, file)
     token = settings.sql.token.get_secret_value() if settings.sql.token else None
+
+    def remote(url: str):  # noqa: ANN202
+        if schema:
+            return remote_schema(url, token)
+        return remote_query(url, token, text, max_rows=limit, timeout_s=timeout)
+
     local = None
     try:
         if endpoint is None:
             local = runner(settings)
             try:
-                result = local.run(text, max_rows=limit, timeout_s=timeout)
+                result = _schema_rows(local) if schema else local.run(text, max_rows=limit, timeout_s=timeout)
             except StoreUnavailable as exc:
                 if "held by another process" not in str(exc):
                     raise
-                url = endpoint_url(settings)
                 try:
-                    result = remote_query(url, token, text, max_rows=limit, timeout_s=timeout)
+                    result = remote(endpoint_url(settings))
                 except EndpointUnavailable as down:
                     fail(f"{exc.args[0].split(' (')[0]}, and {down}")
         else:
-            result = remote_query(endpoint.rstrip("/"), token, text, max_rows=limit, timeout_s=timeout)
+            result = remote(endpoint.rstrip("/"))
+        data = render(result, fmt)
     except Refused as exc:
         fail(f"refused: {exc}", code=2)
     except QueryFailed as exc:
         fail(f"the query failed: {exc}")
     except (StoreError, EndpointUnavailable) as exc:
         fail(str(exc))
+    except (TypeError, ValueError) as exc:  # a value the format cannot hold
+        fail(f"cannot write the result as {fmt}: {exc}")
     finally:
         if local is not None:
             local.close()
-    data = render(result, fmt)
     if output is not None:
         try:
             output.write_bytes(data)
@@ -116,9 +129,11 @@ def sql(
             typer.echo(f"note: cut at the row limit ({len(result.rows):,} rows): add LIMIT or raise --limit", err=True)
 
 
-def _schema_query() -> str:
-    return ("SELECT table, name AS column, type, comment FROM system.columns WHERE database = currentDatabase() "
-            "AND NOT startsWith(table, '.inner') ORDER BY table, position")
+def _schema_rows(local):  # noqa: ANN001, ANN202
+    from adhoc.runner import Result
+
+    rows = [(t.name, c, k, m) for t in local.schema() for c, k, m in t.columns]
+    return Result(["table", "column", "type", "comment"], ["String"] * 4, rows, False, 0.0, "select")
 
 
 def _serve(settings, host: str, port: int) -> None:  # noqa: ANN001
@@ -138,7 +153,7 @@ def _serve(settings, host: str, port: int) -> None:  # noqa: ANN001
 
     async def main() -> None:
         app = web.Application(client_max_size=1024 * 1024)
-        routes(app, shared, token)
+        routes(app, shared, token, hosts=(host,))
         web_runner = web.AppRunner(app, access_log=None)
         await web_runner.setup()
         await web.TCPSite(web_runner, host, port).start()

@@ -5,7 +5,7 @@ metadata DB through ``storage.catalog``, which checks them."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import altair as alt
 import pandas as pd
@@ -135,7 +135,9 @@ with st.form("annotate", clear_on_submit=True):
             st.error(f"Not added: {exc}")
         else:
             st.success(f"Added “{title}”.")
-marks = annotations(sessions, v.start, v.end)
+# up to now, not to the window's end (a relative window ends on its grain, up to 10 s back):
+# a mark just added must be listed at once
+marks = annotations(sessions, v.start, max(v.end, datetime.now(UTC)) + timedelta(seconds=1))
 if not marks:
     st.caption("No annotations in this window.")
 for mark in marks:

@@ -51,10 +51,28 @@ HOSTILE = [
     ("SELECT 1; SELECT 2", "one statement per query"),
     ("SELECT * FROM system.users", "system.users is not readable"),
     ("SELECT query FROM system.query_log", "system.query_log"),
-    ("SELECT * FROM information_schema.tables t JOIN system.processes p ON 1", "system.processes"),
+    ("SELECT * FROM information_schema.tables t JOIN system.processes p ON 1", "only the fleetscope database"),
     ("SELECT getSetting('readonly')", "getsetting()"),
     ("", "the query is empty"),
     ("SELEKT * FROM requests", "cannot parse"),
+    ("DESCRIBE file('/etc/passwd', 'TSVWithNames')", "not on a table function"),
+    ("DESC url('http://169.254.169.254/latest/meta-data/', 'JSONEachRow')", "not on a table function"),
+    ("SELECT 1 WHERE ('a', 'b') IN otherdb.secrets", "only the fleetscope database"),
+    ("SELECT 'default' IN system.users", "system.users is not readable"),
+    ("SELECT 1 IN merge('system', '^users$')", "IN merge(...) reads through a table function"),
+    ("SELECT joinGet('otherdb.j', 'v', 1)", "joinget()"),
+    ("SELECT dictGet('otherdb.d', 'a', toUInt64(1))", "dictget()"),
+    ("SELECT getServerSetting('path')", "getserversetting()"),
+    ("SELECT * FROM jdbc('jdbc:mysql://x/db', 't')", "jdbc()"),
+    ("SELECT * FROM hdfs('hdfs://x/f', 'CSV', 'a String')", "hdfs()"),
+    ("SELECT * FROM information_schema.tables", "only the fleetscope database"),
+    ("SELECT name FROM system.tables", "system.tables is not readable"),
+    ("SHOW DATABASES", "only SHOW TABLES"),
+    ("SELECT 1 /* harmless */ ; /* and now */ DROP TABLE samples", "one statement per query"),
+    ("SELECT * FROM FILE('/etc/passwd', 'LineAsString')", "file() reaches files"),
+    ("WITH (SELECT 1) AS x SELECT * FROM (SELECT * FROM url('http://127.0.0.1:9/', 'CSV', 'a String'))", "url()"),
+    ("SELECT * FROM requests AS r JOIN s3('http://127.0.0.1:9/b/k.csv') AS x ON 1", "s3()"),
+    ("SELECT " + "(" * 3000 + "1" + ")" * 3000, "nested too deeply"),
 ]
 
 
@@ -93,9 +111,10 @@ def test_readonly_is_the_last_line_even_for_what_the_parser_lets_through(inciden
     """The session itself refuses writes and setting changes, whatever text reaches it."""
     runner = incident.runner(timeout_s=5)
     client = runner._client(runner.limits)  # the read-only session, driven directly (the guard skipped)
-    for sql in ("INSERT INTO requests (model) VALUES ('x')", "SET readonly = 0", "SELECT 1 SETTINGS readonly = 0",
-                "CREATE TABLE evil (x UInt8) ENGINE = Memory"):
-        with pytest.raises(Exception, match="readonly|READONLY"):
+    for sql in ("INSERT INTO requests (model) VALUES ('x')", "SET max_execution_time = 0",
+                "SELECT 1 SETTINGS max_result_rows = 0", "CREATE TABLE evil (x UInt8) ENGINE = Memory",
+                "SELECT * FROM file('/etc/passwd', 'LineAsString')"):
+        with pytest.raises(Exception, match=r"Code: 164\b"):  # ClickHouse's READONLY error, not the query echoed
             client.query(sql)
     assert incident.runner().run("SELECT count() AS n FROM requests").rows[0][0] > 0
 
@@ -104,5 +123,7 @@ def test_read_only_statements_pass_the_check() -> None:
     for sql in ("SELECT 1", "WITH a AS (SELECT 1 AS x) SELECT x FROM a", "SELECT 1 UNION ALL SELECT 2",
                 "DESCRIBE TABLE requests", "SHOW TABLES", "SHOW CREATE TABLE samples", "EXPLAIN SELECT 1",
                 "SELECT 'INTO OUTFILE; DROP TABLE x' AS text", "SELECT * FROM numbers(3)",
-                "SELECT name FROM system.tables WHERE database = currentDatabase()"):
+                "SELECT formatDateTime(now(), '%Y-%m-%d') AS day", "SELECT number IN (1, 2) FROM numbers(3)",
+                "SELECT model FROM requests WHERE model IN (SELECT model FROM requests_1h)", "DESCRIBE (SELECT 1)",
+                "SELECT name FROM system.functions LIMIT 3"):
         assert check(sql, "default").kind in ("select", "describe", "show", "explain")

@@ -58,6 +58,17 @@ def test_parquet_opens_with_pandas(result, tmp_path: Path) -> None:  # noqa: ANN
     assert frame["n"].sum() == sum(r[3] for r in result.rows)
 
 
+def test_values_json_and_arrow_have_no_type_for_become_text_and_repeated_names_stay_apart(incident, tmp_path: Path) -> None:  # noqa: ANN001, E501
+    odd = incident.runner().run("SELECT toIPv4('10.0.0.1') AS ip, number, number FROM numbers(2)")
+    body = json.loads(render(odd, "json"))
+    assert [c["name"] for c in body["columns"]] == ["ip", "number", "number_2"]
+    assert body["rows"][1] == {"ip": "10.0.0.1", "number": 1, "number_2": 1}
+    path = tmp_path / "odd.parquet"
+    path.write_bytes(render(odd, "parquet"))
+    assert pd.read_parquet(path).to_dict("records") == [{"ip": "10.0.0.1", "number": 0, "number_2": 0},
+                                                       {"ip": "10.0.0.1", "number": 1, "number_2": 1}]
+
+
 def test_the_table_says_how_many_rows_and_when_the_limit_cut_it(incident) -> None:  # noqa: ANN001
     cut = incident.runner().run("SELECT number FROM numbers(50)", max_rows=7)
     text = render(cut, "table").decode()
@@ -65,8 +76,8 @@ def test_the_table_says_how_many_rows_and_when_the_limit_cut_it(incident) -> Non
 
 
 @pytest.fixture
-def endpoint(incident):  # noqa: ANN001, ANN201
-    """The endpoint on a real aiohttp server on a free port, with a token."""
+def serve(incident):  # noqa: ANN001, ANN201
+    """Serve the endpoint on a real aiohttp server on a free port: ``serve(token) -> base URL``."""
     import asyncio
     import socket
     import threading
@@ -75,33 +86,71 @@ def endpoint(incident):  # noqa: ANN001, ANN201
 
     from adhoc.endpoint import routes
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    loop = asyncio.new_event_loop()
-    app = web.Application()
-    routes(app, incident.runner(timeout_s=3), "t0ken-t0ken-t0ken-t0ken")
-    runner = web.AppRunner(app)
+    started = []
 
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-        loop.run_forever()
+    def start(token: str | None) -> str:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        loop = asyncio.new_event_loop()
+        app = web.Application()
+        routes(app, incident.runner(timeout_s=3), token)
+        runner = web.AppRunner(app)
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            httpx.get(url, timeout=1)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    yield url
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(runner.setup())
+            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+            loop.run_forever()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                httpx.get(url, timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        started.append((loop, runner, thread))
+        return url
+
+    yield start
+    for loop, runner, thread in started:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+
+
+@pytest.fixture
+def endpoint(serve) -> str:  # noqa: ANN001
+    return serve("t0ken-t0ken-t0ken-t0ken")
+
+
+def test_without_a_token_only_loopback_json_requests_are_answered(serve) -> None:  # noqa: ANN001
+    url = serve(None)
+    assert httpx.post(f"{url}/api/v1/query", json={"sql": "SELECT 1 AS one"}).json()["rows"] == [[1]]
+    # a page elsewhere: DNS rebinding sends its own Host; a form posts text/plain
+    rebound = httpx.post(f"{url}/api/v1/query", json={"sql": "SELECT 1"}, headers={"Host": "evil.example:80"})
+    assert rebound.status_code == 403
+    form = httpx.post(f"{url}/api/v1/query", content=b'{"sql": "SELECT 1"}', headers={"Content-Type": "text/plain"})
+    assert form.status_code == 415
+
+
+def test_beyond_loopback_without_a_token_the_endpoint_is_not_served() -> None:
+    from fleetscope.queryapi import mount_endpoint
+    from fleetscope.settings import load_settings
+
+    class Collector:
+        mounts: list = []
+
+    bare = Collector()
+    line = mount_endpoint(load_settings(None, environ={"FLEETSCOPE_COLLECTOR_LISTEN_HOST": "0.0.0.0"}), bare)
+    assert bare.mounts == [] and "not served" in line and "FLEETSCOPE_SQL_TOKEN" in line
+    guarded = Collector()
+    guarded.mounts = []
+    env = {"FLEETSCOPE_COLLECTOR_LISTEN_HOST": "0.0.0.0", "FLEETSCOPE_SQL_TOKEN": "x" * 20}
+    assert "token required" in mount_endpoint(load_settings(None, environ=env), guarded) and len(guarded.mounts) == 1
 
 
 def test_the_endpoint_refuses_requests_without_the_token(endpoint: str) -> None:
@@ -123,7 +172,7 @@ def test_the_endpoint_answers_json_and_refuses_what_is_not_read_only(endpoint: s
     assert refused.status_code == 400 and refused.json()["error"].startswith("refused: ")
     slow = httpx.post(f"{endpoint}/api/v1/query", json={"sql": "SELECT count() FROM system.numbers"}, headers=auth)
     assert slow.status_code == 422 and "Timeout exceeded" in slow.json()["error"]
-    bad = httpx.post(f"{endpoint}/api/v1/query", content=b"not json", headers=auth)
+    bad = httpx.post(f"{endpoint}/api/v1/query", content=b"not json", headers={**auth, "Content-Type": "application/json"})
     assert bad.status_code == 400 and "JSON" in bad.json()["error"]
     assert incident.snapshot() == before
     schema = httpx.get(f"{endpoint}/api/v1/schema", headers=auth).json()
