@@ -16,7 +16,11 @@ from sqlalchemy import delete, select
 from adhoc.guard import check
 from storage.metadata import SavedQuery
 
-__all__ = ["Saved", "delete_query", "save_query", "saved_queries"]
+__all__ = ["EXAMPLE_QUERY", "Saved", "delete_query", "save_query", "saved_queries"]
+
+# what the SQL page's editor opens with: it has a time column, so the page draws its chart
+EXAMPLE_QUERY = ("SELECT toStartOfHour(ts) AS hour, model, count() AS requests\n"
+                 "FROM requests\nGROUP BY hour, model\nORDER BY hour")
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,14 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from adhoc.formats import jsonable, render
 from adhoc.runner import Limits, QueryFailed, ReadOnlyRunner, Refused, Result, TableInfo
-from adhoc.saved import delete_query, save_query, saved_queries
+from adhoc.saved import EXAMPLE_QUERY, delete_query, save_query, saved_queries
 from dashboard.context import page_context
 from dashboard.marks import TS_TIP, time_x
 from dashboard.view import FILTER_KEYS
 from fleetscope.queryapi import limits as sql_limits
 from storage.errors import StoreError
 
-DEFAULT_SQL = ("SELECT toStartOfHour(ts) AS hour, model, count() AS requests\n"
-               "FROM requests\nGROUP BY hour, model\nORDER BY hour")
+DEFAULT_SQL = EXAMPLE_QUERY
 DEFAULT_LIMIT = 1000
 URL_MAX_CHARS = 2000  # a longer query stays out of the link (browsers and proxies cut long URLs)
 SCHEMA_TTL_S = 60
@@ -50,9 +49,11 @@ def _store(sessions: Any) -> str:
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def _runner(url: str, database: str | None, limits: tuple[float, int, int], connect_timeout_s: float) -> ReadOnlyRunner:
+def _runner(url: str, database: str | None, limits: tuple[float, int, int], connect_timeout_s: float,
+            server_enforces_readonly: bool = False) -> ReadOnlyRunner:
     """One runner per store (thread-safe; it keeps its read-only ClickHouse sessions open)."""
-    return ReadOnlyRunner(url, database=database, limits=Limits(*limits), connect_timeout_s=connect_timeout_s)
+    return ReadOnlyRunner(url, database=database, limits=Limits(*limits), connect_timeout_s=connect_timeout_s,
+                          server_enforces_readonly=server_enforces_readonly)
 
 
 @st.cache_data(ttl=SCHEMA_TTL_S, show_spinner=False, max_entries=16)
@@ -208,7 +209,8 @@ if any(getattr(ctx.view.filters, key) for key in FILTER_KEYS):
 st.html("<style>.st-key-sql_text textarea { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }</style>")
 
 runner = _runner(settings.clickhouse.url, getattr(client, "database", None),
-                 (limits.timeout_s, limits.max_rows, limits.max_memory_bytes), settings.clickhouse.connect_timeout_s)
+                 (limits.timeout_s, limits.max_rows, limits.max_memory_bytes), settings.clickhouse.connect_timeout_s,
+                 settings.sql.server_enforces_readonly)
 schema_key = f"{settings.clickhouse.url}|{runner.database}"
 
 # before the widgets are drawn: the only time their values may be set
