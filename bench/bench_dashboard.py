@@ -134,6 +134,7 @@ def main() -> None:
         root = args.store or args.keep or Path(tmp)
         env = {"FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{root / 'ch'}", "FLEETSCOPE_METADATA_URL": f"sqlite:///{root / 'm.db'}"}
         if args.store is None:
+            root.mkdir(parents=True, exist_ok=True)
             print(f"seeding {args.days:g} days of {args.replicas} replicas into {root} ...", flush=True)
             t = time.perf_counter()
             seed(root, env, args.replicas, args.days)
