@@ -85,6 +85,7 @@ class Evaluator:
         self.holder = holder_id()
         self.lease_ttl_s = max(10.0, 3 * min([g.interval_s for g in groups], default=15.0))  # a killed holder's lease lapses after this
         self._held = False
+        self._lease_lock = threading.Lock()
 
     # -- one evaluation -------------------------------------------------------------------------
 
@@ -180,6 +181,10 @@ class Evaluator:
         delivers, so evaluators on standby (several processes on a ClickHouse server) page once."""
         from storage.leases import acquire
 
+        with self._lease_lock:  # groups run in two threads: the lease changes hands once, states load once
+            return self._holding(acquire)
+
+    def _holding(self, acquire) -> bool:  # noqa: ANN001
         try:
             held = acquire(self.sessions.kw["bind"], LEASE, self.holder, self.lease_ttl_s)
         except Exception as exc:  # noqa: BLE001 - the metadata DB is down: nobody can save state either

@@ -123,6 +123,8 @@ def run(
 
     settings = settings_or_exit(config)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.log_level != "DEBUG":  # not a line per job run: the evaluator logs the state changes itself
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
         groups = rule_groups(settings.alerts)
     except YamlConfigError as exc:
