@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from alerts.model import Matcher, parse_matchers
 from alerts.receivers import ReceiverConfig
-from alerts.rules import parse_duration
+from alerts.rules import Duration
 
 __all__ = ["AlertsSettings", "InhibitRule", "Route", "rule_groups"]
 
@@ -43,17 +43,12 @@ class Route(BaseModel):
     matchers: list[Matcher] = Field(default_factory=list, description="alerts this route takes (all must match)")
     group_by: list[str] = Field(default_factory=lambda: ["alertname"],
                                 description="labels that make a group; ['...'] groups by every label")
-    group_wait_s: float = Field(default=30.0, alias="group_wait")
-    group_interval_s: float = Field(default=300.0, alias="group_interval")
-    repeat_interval_s: float = Field(default=4 * 3600.0, alias="repeat_interval")
+    group_wait_s: Duration = Field(default=30.0, alias="group_wait")
+    group_interval_s: Duration = Field(default=300.0, alias="group_interval")
+    repeat_interval_s: Duration = Field(default=4 * 3600.0, alias="repeat_interval")
     continue_: bool = Field(default=False, alias="continue", description="also try the routes after this one")
 
     _m = field_validator("matchers", mode="before")(classmethod(lambda cls, v: _matchers(v)))
-
-    @field_validator("group_wait_s", "group_interval_s", "repeat_interval_s", mode="before")
-    @classmethod
-    def _duration(cls, v: object) -> float:
-        return parse_duration(v)  # type: ignore[arg-type]
 
     def takes(self, labels: dict[str, str]) -> bool:
         return all(m.matches(labels) for m in self.matchers)

@@ -29,14 +29,22 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from alerts.signals import Expr, parse_expr
 from fleet.yamlfile import YamlConfigError, describe_validation_error, read_yaml
 
-__all__ = ["OPS", "Rule", "RuleFile", "RuleGroup", "load_rules", "parse_duration", "render"]
+__all__ = ["OPS", "Duration", "Rule", "RuleFile", "RuleGroup", "load_rules", "parse_duration", "render"]
 
 PACK = Path(__file__).resolve().parent / "packs" / "builtin.yaml"
 OPS = {">": float.__gt__, ">=": float.__ge__, "<": float.__lt__, "<=": float.__le__, "==": float.__eq__,
@@ -63,6 +71,10 @@ def parse_duration(value: str | float) -> float:
     if not _DURATION.match(text):
         raise ValueError(f"not a duration: {text!r} (write e.g. 30s, 5m, 1h30m, 3d)")
     return sum(float(n) * _UNIT[u] for n, u in _PART.findall(text))
+
+
+# a duration field: "90s", "5m", "1h30m" or a number of seconds, held as seconds
+Duration = Annotated[float, BeforeValidator(lambda v: parse_duration(v))]
 
 
 def _check_template(text: str) -> str:
@@ -118,8 +130,8 @@ class Rule(BaseModel):
     expr: str = Field(min_length=1)
     op: Literal[">", ">=", "<", "<=", "==", "!="] = ">"
     threshold: float = 0.0
-    for_s: float = Field(default=0.0, alias="for")
-    keep_firing_for_s: float = Field(default=0.0, alias="keep_firing_for")
+    for_s: Duration = Field(default=0.0, alias="for")
+    keep_firing_for_s: Duration = Field(default=0.0, alias="keep_firing_for")
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     no_data: Literal["NoData", "OK", "KeepLast", "Error"] = "NoData"
@@ -132,11 +144,6 @@ class Rule(BaseModel):
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_:.-]*$", v):
             raise ValueError(f"rule name {v!r}: use letters, digits, _ : . - (no spaces)")
         return v
-
-    @field_validator("for_s", "keep_firing_for_s", mode="before")
-    @classmethod
-    def _duration(cls, v: object) -> float:
-        return parse_duration(v)  # type: ignore[arg-type]
 
     @field_validator("threshold", mode="before")
     @classmethod
@@ -185,13 +192,12 @@ class RuleGroup(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1, max_length=200)
-    interval_s: float = Field(default=15.0, alias="interval")
+    interval_s: Duration = Field(default=15.0, alias="interval")
     rules: list[Rule] = Field(min_length=1)
 
-    @field_validator("interval_s", mode="before")
+    @field_validator("interval_s")
     @classmethod
-    def _interval(cls, v: object) -> float:
-        seconds = parse_duration(v)  # type: ignore[arg-type]
+    def _interval(cls, seconds: float) -> float:
         if seconds < 1:
             raise ValueError("interval must be at least 1s")
         return seconds

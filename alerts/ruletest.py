@@ -45,7 +45,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from alerts.rules import PACK, RuleFile, load_rules, merge, parse_duration
+from alerts.rules import PACK, Duration, RuleFile, load_rules, merge
 from fleet.yamlfile import YamlConfigError, describe_validation_error, read_yaml
 
 __all__ = ["CaseResult", "expand_values", "load_tests", "run_tests"]
@@ -123,14 +123,9 @@ class ExpAlert(BaseModel):
 
 class AlertTest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    eval_time_s: float = Field(alias="eval_time")
+    eval_time_s: Duration = Field(alias="eval_time")
     alertname: str
     exp_alerts: list[ExpAlert] = Field(default_factory=list)
-
-    @field_validator("eval_time_s", mode="before")
-    @classmethod
-    def _t(cls, v: object) -> float:
-        return parse_duration(v)  # type: ignore[arg-type]
 
 
 class SloInput(BaseModel):
@@ -146,27 +141,17 @@ class SloInput(BaseModel):
 class Case(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = ""
-    interval_s: float = Field(default=5.0, alias="interval")
+    interval_s: Duration = Field(default=5.0, alias="interval")
     input_series: list[InputSeries] = Field(default_factory=list)
     slo_targets: list[SloInput] = Field(default_factory=list)
     alert_rule_test: list[AlertTest] = Field(min_length=1)
-
-    @field_validator("interval_s", mode="before")
-    @classmethod
-    def _i(cls, v: object) -> float:
-        return parse_duration(v)  # type: ignore[arg-type]
 
 
 class TestFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     rule_files: list[str] = Field(min_length=1)
-    evaluation_interval_s: float = Field(default=15.0, alias="evaluation_interval")
+    evaluation_interval_s: Duration = Field(default=15.0, alias="evaluation_interval")
     tests: list[Case] = Field(min_length=1)
-
-    @field_validator("evaluation_interval_s", mode="before")
-    @classmethod
-    def _e(cls, v: object) -> float:
-        return parse_duration(v)  # type: ignore[arg-type]
 
 
 @dataclass
