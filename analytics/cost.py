@@ -39,7 +39,7 @@ import pandas as pd
 from analytics.counters import series_latest
 from analytics.filters import Filters
 from analytics.frames import query_df
-from analytics.metrics import counter_increase
+from analytics.metrics import counter_increases
 from analytics.requests import request_totals
 from analytics.tiers import Retention, coverage, param_time, plan
 
@@ -132,10 +132,14 @@ def gpu_spend(
 
 
 def _engine_tokens(client, start, end, by, kw) -> pd.DataFrame:  # noqa: ANN001
-    frames = []
-    for name, metric in (("prompt_tokens", PROMPT), ("cached_tokens", CACHED), ("completion_tokens", OUTPUT)):
-        frames.append(counter_increase(client, metric, start, end, by, **kw).set_index(by)["increase"].rename(name))
-    return pd.concat(frames, axis=1).fillna(0.0).reset_index().rename(columns={"index": by})
+    names = {PROMPT: "prompt_tokens", CACHED: "cached_tokens", OUTPUT: "completion_tokens"}
+    found = counter_increases(client, list(names), start, end, by, **kw)  # one query for the three counters
+    if found.empty:
+        return pd.DataFrame(columns=[by, *names.values()])
+    wide = found.pivot_table(index=by, columns="metric", values="increase", aggfunc="sum")
+    wide = wide.reindex(columns=list(names)).rename(columns=names).fillna(0.0)
+    wide.columns.name = None
+    return wide.reset_index()
 
 
 def _price_list(df: pd.DataFrame, weights: TokenWeights) -> pd.DataFrame:

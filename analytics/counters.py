@@ -36,9 +36,13 @@ GROUPS = {"replica": "s.replica", "model": "s.model", "instance": "s.instance", 
           "fleet": "'(fleet)'"}
 
 
-def series_latest(metric_param: str | None = None) -> str:
-    """``SERIES_LATEST``, restricted to ``metric = {<metric_param>:String}`` when given."""
-    return SERIES_LATEST.format(where=f"WHERE series.metric = {{{metric_param}:String}}" if metric_param else "")
+def series_latest(metric_param: str | None = None, *, many: bool = False) -> str:
+    """``SERIES_LATEST``, restricted to ``metric = {<metric_param>:String}`` when given (with
+    ``many``: ``metric IN {<metric_param>:Array(String)}``)."""
+    if not metric_param:
+        return SERIES_LATEST.format(where="")
+    kind = "IN {{{}:Array(String)}}" if many else "= {{{}:String}}"
+    return SERIES_LATEST.format(where=f"WHERE series.metric {kind.format(metric_param)}")
 
 
 def increase(

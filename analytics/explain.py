@@ -62,8 +62,9 @@ from analytics.saturation import KV, PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES, R
 from analytics.tiers import param_time
 from analytics.timeseries import (
     auto_step,
-    counter_rate_over_time,
+    counter_rates_over_time,
     gauge_over_time,
+    gauges_over_time,
     histogram_quantiles_over_time,
 )
 
@@ -144,16 +145,19 @@ def _grid(start: datetime, end: datetime, step: int) -> pd.DatetimeIndex:
 def _capacity(client, start, end, step: int, filters) -> pd.DataFrame:  # noqa: ANN001
     kw = {"step": step, "filters": filters}
     grid = pd.DataFrame(index=_grid(start, end, step))
-    kv = gauge_over_time(client, KV, start, end, "replica", **kw)
+    # one query each for the gauges per replica, the fleet's queue and the counters
+    per_replica = gauges_over_time(client, [KV, RUNNING], start, end, "replica", **kw)
+    kv = per_replica[per_replica["metric"] == KV]
     if len(kv):
         per = kv.groupby("ts").agg(kv_avg=("avg", "mean"), kv_peak=("max", "max"))
         grid = grid.join(per)
     waiting = gauge_over_time(client, WAITING, start, end, "fleet", agg="sum", **kw)
     grid = grid.join(waiting.set_index("ts")["avg"].rename("waiting"))
-    up = gauge_over_time(client, RUNNING, start, end, "replica", **kw)
+    up = per_replica[per_replica["metric"] == RUNNING]
     grid = grid.join(up.groupby("ts").size().rename("replicas_up"))
+    rates = counter_rates_over_time(client, [PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES], start, end, "fleet", **kw)
     for name, metric in (("preemptions", PREEMPTIONS), ("hits", PREFIX_HITS), ("queries", PREFIX_QUERIES)):
-        r = counter_rate_over_time(client, metric, start, end, "fleet", **kw)
+        r = rates[rates["metric"] == metric]
         grid = grid.join(r.set_index("ts")["increase"].rename(name))
     grid["prefix_hit_rate"] = grid["hits"] / grid["queries"].where(grid["queries"] > 0)
     grid.index.name = "ts"

@@ -33,7 +33,8 @@ from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.tiers import Plan, Retention, coverage, param_time, plan
 
-__all__ = ["LOOKBACK", "bucket_quantile", "bucket_share_below", "counter_increase", "gauge_summary", "histogram_buckets", "histogram_quantile", "series_increase"]
+__all__ = ["LOOKBACK", "bucket_quantile", "bucket_share_below", "counter_increase", "counter_increases",
+           "gauge_summaries", "gauge_summary", "histogram_buckets", "histogram_quantile", "series_increase"]
 
 LOOKBACK = timedelta(minutes=15)  # how far before a window its "previous sample" is looked for
 # per-series aggregation follows the tables' sort key (metric, fingerprint, ts): stream it
@@ -51,10 +52,10 @@ def _check_by(by: str) -> None:
         raise ValueError(f"by must be one of {', '.join(GROUPS)}")
 
 
-def _params(metric: str, p: Plan) -> dict[str, object]:
+def _params(metrics: str | list[str] | tuple[str, ...], p: Plan) -> dict[str, object]:
     lookback = max(LOOKBACK, p.tier.resolution)
-    return {"metric": metric, "start": param_time(p.start), "end": param_time(p.end),
-            "lookback_start": param_time(p.start - lookback)}
+    return {"metrics": [metrics] if isinstance(metrics, str) else list(metrics), "start": param_time(p.start),
+            "end": param_time(p.end), "lookback_start": param_time(p.start - lookback)}
 
 
 def _series_filter(filters: Filters | None, params: dict[str, object]) -> tuple[str, dict[str, object]]:
@@ -64,7 +65,7 @@ def _series_filter(filters: Filters | None, params: dict[str, object]) -> tuple[
 
 
 def series_increase(p: Plan) -> str:
-    """SQL: ``[fingerprint, increase]`` of every series of ``{metric}`` over the plan's window."""
+    """SQL: ``[fingerprint, increase]`` of every series of the ``{metrics}`` over the plan's window."""
     if p.tier.rollup:
         window = f"""
             SELECT fingerprint, argMax(value_last.2, value_last.1) AS last_v,
@@ -93,11 +94,12 @@ def series_increase(p: Plan) -> str:
 
 
 def _where(alias: str = "v.") -> str:
-    return f"{alias}metric = {{metric:String}} AND {alias}ts >= {{start:DateTime64(3)}} AND {alias}ts < {{end:DateTime64(3)}}"
+    return (f"{alias}metric IN {{metrics:Array(String)}} AND {alias}ts >= {{start:DateTime64(3)}} "
+            f"AND {alias}ts < {{end:DateTime64(3)}}")
 
 
 def _before(alias: str = "v.") -> str:
-    return (f"{alias}metric = {{metric:String}} AND {alias}ts >= {{lookback_start:DateTime64(3)}} "
+    return (f"{alias}metric IN {{metrics:Array(String)}} AND {alias}ts >= {{lookback_start:DateTime64(3)}} "
             f"AND {alias}ts < {{start:DateTime64(3)}}")
 
 
@@ -114,19 +116,43 @@ def counter_increase(
     filters: Filters | None = None,
 ) -> pd.DataFrame:
     """Reset-aware increase of counter ``metric`` per ``by`` over ``[start, end)``."""
+    df = counter_increases(client, [metric], start, end, by, tier=tier, retention=retention, now=now, filters=filters)
+    return _one(df)
+
+
+def counter_increases(
+    client,
+    metrics: list[str] | tuple[str, ...],
+    start: datetime,
+    end: datetime,
+    by: str = "replica",
+    *,
+    tier: str | None = None,
+    retention: Retention | None = None,
+    now: datetime | None = None,
+    filters: Filters | None = None,
+) -> pd.DataFrame:
+    """``counter_increase`` of several counters in one query: ``[metric, by, increase]``."""
     _check_by(by)
     p = _plan(client, start, end, tier, retention, now)
-    series_where, params = _series_filter(filters, _params(metric, p))
+    series_where, params = _series_filter(filters, _params(metrics, p))
     sql = f"""
-        SELECT {GROUPS[by]} AS {by}, sum(v.increase) AS increase
+        SELECT s.metric AS metric, {GROUPS[by]} AS {by}, sum(v.increase) AS increase
         FROM ({series_increase(p)}) AS v
-        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
+        INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
         WHERE {series_where}
-        GROUP BY {by} ORDER BY {by}
+        GROUP BY metric, {by} ORDER BY metric, {by}
     """
     df = query_df(client, sql, parameters=params, settings=SETTINGS)
     df.attrs["plan"] = p
     return df
+
+
+def _one(df: pd.DataFrame) -> pd.DataFrame:
+    """A one-metric answer of the ``*s`` functions without its ``metric`` column."""
+    out = df.drop(columns=["metric"]).reset_index(drop=True)
+    out.attrs["plan"] = df.attrs["plan"]
+    return out
 
 
 def gauge_summary(
@@ -142,9 +168,26 @@ def gauge_summary(
     filters: Filters | None = None,
 ) -> pd.DataFrame:
     """min / max / avg / last of gauge ``metric`` per ``by`` over ``[start, end)``."""
+    df = gauge_summaries(client, [metric], start, end, by, tier=tier, retention=retention, now=now, filters=filters)
+    return _one(df)
+
+
+def gauge_summaries(
+    client,
+    metrics: list[str] | tuple[str, ...],
+    start: datetime,
+    end: datetime,
+    by: str = "replica",
+    *,
+    tier: str | None = None,
+    retention: Retention | None = None,
+    now: datetime | None = None,
+    filters: Filters | None = None,
+) -> pd.DataFrame:
+    """``gauge_summary`` of several gauges in one query: ``[metric, by, min, max, avg, last]``."""
     _check_by(by)
     p = _plan(client, start, end, tier, retention, now)
-    series_where, params = _series_filter(filters, _params(metric, p))
+    series_where, params = _series_filter(filters, _params(metrics, p))
     if p.tier.rollup:
         per_series = f"""
             SELECT v.fingerprint AS fingerprint, min(v.value_min) AS lo, max(v.value_max) AS hi,
@@ -159,12 +202,12 @@ def gauge_summary(
             FROM samples AS v WHERE {_where()} GROUP BY v.fingerprint"""
     group = GROUPS[by]
     sql = f"""
-        SELECT {group} AS {by}, min(v.lo) AS min, max(v.hi) AS max,
+        SELECT s.metric AS metric, {group} AS {by}, min(v.lo) AS min, max(v.hi) AS max,
                if(sum(v.n) > 0, sum(v.total) / sum(v.n), nan) AS avg, avg(v.last) AS last
         FROM ({per_series}) AS v
-        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
+        INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
         WHERE v.n > 0 AND {series_where}
-        GROUP BY {by} ORDER BY {by}
+        GROUP BY metric, {by} ORDER BY metric, {by}
     """
     df = query_df(client, sql, parameters=params, settings=SETTINGS)
     df.attrs["plan"] = p
@@ -216,7 +259,7 @@ def histogram_buckets(
     sql = f"""
         SELECT {GROUPS[by]} AS {by}, s.le AS le, sum(v.increase) AS count
         FROM ({series_increase(p)}) AS v
-        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
+        INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
         WHERE NOT isNaN(s.le) AND {series_where}
         GROUP BY {by}, le ORDER BY {by}, le
     """

@@ -25,9 +25,9 @@ from datetime import datetime
 import pandas as pd
 
 from analytics.filters import Filters
-from analytics.metrics import counter_increase, gauge_summary, histogram_quantile
+from analytics.metrics import counter_increases, gauge_summaries, histogram_quantile
 from analytics.tiers import Retention
-from analytics.timeseries import counter_rate_over_time, gauge_over_time
+from analytics.timeseries import counter_rates_over_time, gauge_over_time, gauges_over_time
 
 __all__ = [
     "KV",
@@ -50,6 +50,9 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 ITERATION = "vllm:iteration_tokens_total"
 TTFT = "vllm:time_to_first_token_seconds"
+# the counters ``saturation`` reads, by the column they become
+COUNTERS = {"preemptions": PREEMPTIONS, "hits": PREFIX_HITS, "queries": PREFIX_QUERIES, "it_sum": f"{ITERATION}_sum",
+            "it_n": f"{ITERATION}_count"}
 
 
 @dataclass(frozen=True)
@@ -73,35 +76,33 @@ def saturation(
     """Saturation indicators per ``by`` over ``[start, end)``."""
     kw = _kw(tier, retention, now, filters)
     seconds = (end - start).total_seconds()
-    kv = gauge_summary(client, KV, start, end, by, **kw)
-    out = kv[[by, "avg", "max"]].rename(columns={"avg": "kv_avg", "max": "kv_max"})
-    for name, metric in (("waiting", WAITING), ("running", RUNNING)):
-        g = gauge_summary(client, metric, start, end, by, **kw)
-        out = out.merge(g[[by, "avg", "max"]].rename(columns={"avg": f"{name}_avg", "max": f"{name}_max"}), on=by, how="outer")
-    pre = counter_increase(client, PREEMPTIONS, start, end, by, **kw)
-    hits = counter_increase(client, PREFIX_HITS, start, end, by, **kw).rename(columns={"increase": "hits"})
-    queries = counter_increase(client, PREFIX_QUERIES, start, end, by, **kw).rename(columns={"increase": "queries"})
-    it_sum = counter_increase(client, f"{ITERATION}_sum", start, end, by, **kw).rename(columns={"increase": "it_sum"})
-    it_n = counter_increase(client, f"{ITERATION}_count", start, end, by, **kw).rename(columns={"increase": "it_n"})
-    out = out.merge(pre.rename(columns={"increase": "preemptions"}), on=by, how="left")
-    for frame in (hits, queries, it_sum, it_n):
-        out = out.merge(frame, on=by, how="left")
+    # one query for the gauges and one for the counters (not one per metric: a page shows all of them)
+    gauges = gauge_summaries(client, [KV, WAITING, RUNNING], start, end, by, **kw)
+    counters = counter_increases(client, list(COUNTERS.values()), start, end, by, **kw)
+    out = pd.DataFrame({by: pd.Series(sorted(set(gauges[by])), dtype=object)})
+    for name, metric in (("kv", KV), ("waiting", WAITING), ("running", RUNNING)):
+        g = gauges[gauges["metric"] == metric]
+        out = out.merge(g[[by, "avg", "max"]].rename(columns={"avg": f"{name}_avg", "max": f"{name}_max"}), on=by, how="left")
+    for name, metric in COUNTERS.items():
+        c = counters[counters["metric"] == metric]
+        out = out.merge(c[[by, "increase"]].rename(columns={"increase": name}), on=by, how="left")
     out["preemptions_per_s"] = out["preemptions"].fillna(0) / seconds
     out["prefix_hit_rate"] = (out["hits"] / out["queries"]).where(out["queries"] > 0)
     out["iteration_tokens_avg"] = (out["it_sum"] / out["it_n"]).where(out["it_n"] > 0)
     if by == "replica":
         out["replicas"] = 1
     else:  # the pool's gauges above are per-replica averages (every sample weighs the same)
-        out["replicas"] = out[by].map(_replicas_per_model(client, start, end, kw)).fillna(0).astype(int)
+        running = gauge_summaries(client, [RUNNING], start, end, "replica", **kw) if len(out) else gauges.iloc[:0]
+        out["replicas"] = out[by].map(_replicas_per_model(client, running)).fillna(0).astype(int)
     columns = [by, "kv_avg", "kv_max", "waiting_avg", "waiting_max", "running_avg", "running_max", "preemptions_per_s",
                "prefix_hit_rate", "iteration_tokens_avg", "replicas"]
     out = out[columns].sort_values(by, ignore_index=True)
-    out.attrs.update(plan=kv.attrs.get("plan"), unapplied=filters.unapplied("samples") if filters else [])
+    out.attrs.update(plan=gauges.attrs.get("plan"), unapplied=filters.unapplied("samples") if filters else [])
     return out
 
 
-def _replicas_per_model(client, start: datetime, end: datetime, kw: dict) -> dict[str, int]:  # noqa: ANN001
-    up = gauge_summary(client, RUNNING, start, end, "replica", **kw)
+def _replicas_per_model(client, up: pd.DataFrame) -> dict[str, int]:  # noqa: ANN001
+    """Model -> replicas among ``up`` (``gauge_summaries`` of RUNNING per replica)."""
     if up.empty:
         return {}
     models = _replica_models(client, up["replica"].tolist())
@@ -127,30 +128,30 @@ def saturation_over_time(
     """Per step and ``by``: kv_avg, kv_max, waiting, running (per replica), preemptions_per_s,
     prefix_hit_rate, replicas_up."""
     kw = _kw(tier, retention, now, filters)
-    kv = gauge_over_time(client, KV, start, end, by, step=step, **kw)
-    step = kv.attrs["step"]
+    gauges = gauges_over_time(client, [KV, WAITING, RUNNING], start, end, by, step=step, **kw)
+    step = gauges.attrs["step"]
     keys = ["ts", by]
-    out = kv[keys + ["avg", "max"]].rename(columns={"avg": "kv_avg", "max": "kv_max"})
-    for name, metric in (("waiting", WAITING), ("running", RUNNING)):
-        g = gauge_over_time(client, metric, start, end, by, step=step, **kw)
-        out = out.merge(g[keys + ["avg"]].rename(columns={"avg": name}), on=keys, how="outer")
-    rates = {}
+    out = gauges[keys].drop_duplicates().sort_values(keys, ignore_index=True)
+    for metric, columns in ((KV, {"avg": "kv_avg", "max": "kv_max"}), (WAITING, {"avg": "waiting"}),
+                            (RUNNING, {"avg": "running"})):
+        g = gauges[gauges["metric"] == metric]
+        out = out.merge(g[keys + list(columns)].rename(columns=columns), on=keys, how="left")
+    rates = counter_rates_over_time(client, [PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES], start, end, by, step=step, **kw)
     for name, metric in (("preemptions", PREEMPTIONS), ("hits", PREFIX_HITS), ("queries", PREFIX_QUERIES)):
-        r = counter_rate_over_time(client, metric, start, end, by, step=step, **kw)
-        rates[name] = r[keys + ["increase"]].rename(columns={"increase": name})
-        out = out.merge(rates[name], on=keys, how="left")
+        r = rates[rates["metric"] == metric]
+        out = out.merge(r[keys + ["increase"]].rename(columns={"increase": name}), on=keys, how="left")
     out["preemptions_per_s"] = out["preemptions"].fillna(0) / step
     out["prefix_hit_rate"] = (out["hits"] / out["queries"]).where(out["queries"] > 0)
-    up = gauge_over_time(client, RUNNING, start, end, "replica", step=step, **kw)
     if by == "replica":
         out["replicas_up"] = 1
     else:
+        up = gauge_over_time(client, RUNNING, start, end, "replica", step=step, **kw)
         models = _replica_models(client, sorted(set(up["replica"]))) if len(up) else {}
         up["model"] = up["replica"].map(models)
         counts = up.groupby(["ts", "model"]).size().rename("replicas_up").reset_index()
         out = out.merge(counts, on=keys, how="left")
     out = out.drop(columns=["preemptions", "hits", "queries"]).sort_values(keys, ignore_index=True)
-    out.attrs.update(step=step, plan=kv.attrs["plan"], unapplied=kv.attrs["unapplied"])
+    out.attrs.update(step=step, plan=gauges.attrs["plan"], unapplied=gauges.attrs["unapplied"])
     return out
 
 

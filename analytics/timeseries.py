@@ -33,9 +33,18 @@ from analytics.frames import query_df
 from analytics.metrics import LOOKBACK, SETTINGS
 from analytics.tiers import Plan, Retention, align, coverage, param_time, plan
 
-__all__ = ["auto_step", "bucket_quantiles", "counter_rate_over_time", "gauge_over_time", "histogram_heatmap_over_time",
-           "histogram_quantiles_over_time",
-           "step_increase"]
+__all__ = [
+    "auto_step",
+    "bucket_quantiles",
+    "counter_rate_over_time",
+    "counter_rates_over_time",
+    "gauge_over_time",
+    "gauges_over_time",
+    "histogram_heatmap_over_time",
+    "histogram_quantiles_over_time",
+    "histogram_steps_and_window",
+    "step_increase",
+]
 
 
 def auto_step(start: datetime, end: datetime, p: Plan | None = None, points: int = 120, minimum: float = 1.0) -> int:
@@ -69,9 +78,10 @@ def _step(p: Plan, step: float | None) -> tuple[Plan, int]:
     return Plan(p.tier, start, end), value
 
 
-def _params(metric: str, p: Plan, step: int, filters: Filters | None) -> tuple[str, dict[str, object]]:
+def _params(metrics: str | list[str] | tuple[str, ...], p: Plan, step: int,
+            filters: Filters | None) -> tuple[str, dict[str, object]]:
     lookback = max(LOOKBACK, p.tier.resolution, timedelta(seconds=step))
-    params: dict[str, object] = {"metric": metric, "start": param_time(p.start), "end": param_time(p.end),
+    params: dict[str, object] = {"metrics": [metrics] if isinstance(metrics, str) else list(metrics), "start": param_time(p.start), "end": param_time(p.end),
                                  "lookback_start": param_time(p.start - lookback)}
     condition, extra = filters.series() if filters else ("", {})
     params.update(extra)
@@ -79,7 +89,7 @@ def _params(metric: str, p: Plan, step: int, filters: Filters | None) -> tuple[s
 
 
 def step_increase(p: Plan, step: int) -> str:
-    """SQL: ``[fingerprint, ts, increase]`` of every series of ``{metric}`` per step of the window.
+    """SQL: ``[fingerprint, ts, increase]`` of every series of the ``{metrics}`` per step of the window.
 
     Each step's increase is its last value minus the previous step's last value (the step
     before the window, found up to the lookback, is the first one's base) plus the reset marks
@@ -91,7 +101,7 @@ def step_increase(p: Plan, step: int) -> str:
                    argMax(value_last.2, value_last.1) AS last_v, argMin(value_first.2, value_first.1) AS first_v,
                    argMin(value_first.3, value_first.1) AS first_reset, sum(resets) AS resets
             FROM {p.samples}
-            WHERE metric = {{metric:String}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+            WHERE metric IN {{metrics:Array(String)}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
                   AND NOT isNaN(value_last.2)
             GROUP BY fingerprint, t"""
     else:
@@ -99,7 +109,7 @@ def step_increase(p: Plan, step: int) -> str:
             SELECT fingerprint, toDateTime64({bucket}, 3, 'UTC') AS t, argMax(value, ts) AS last_v,
                    argMin(value, ts) AS first_v, argMin(reset, ts) AS first_reset, sum(reset) AS resets
             FROM samples
-            WHERE metric = {{metric:String}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+            WHERE metric IN {{metrics:Array(String)}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
                   AND NOT isNaN(value)
             GROUP BY fingerprint, t"""
     return f"""
@@ -127,15 +137,32 @@ def counter_rate_over_time(
     now: datetime | None = None,
 ) -> pd.DataFrame:
     """Per step: the reset-aware increase of counter ``metric`` per ``by``, and its rate per second."""
+    return _one(counter_rates_over_time(client, [metric], start, end, by, step=step, filters=filters, tier=tier,
+                                        retention=retention, now=now))
+
+
+def counter_rates_over_time(
+    client, metrics: list[str] | tuple[str, ...], start: datetime, end: datetime, by: str = "model", *,  # noqa: ANN001
+    step: float | None = None, filters: Filters | None = None, tier: str | None = None,
+    retention: Retention | None = None, now: datetime | None = None,
+) -> pd.DataFrame:
+    """``counter_rate_over_time`` of several counters in one query: ``[metric, ts, by, increase, rate]``."""
     p, s = _step(_plan(client, start, end, tier, retention, now), step)
-    where, params = _params(metric, p, s, filters)
+    where, params = _params(metrics, p, s, filters)
     sql = f"""
-        SELECT v.ts AS ts, {GROUPS[by]} AS {by}, sum(v.increase) AS increase, increase / {s} AS rate
+        SELECT s.metric AS metric, v.ts AS ts, {GROUPS[by]} AS {by}, sum(v.increase) AS increase, increase / {s} AS rate
         FROM ({step_increase(p, s)}) AS v
-        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
+        INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
         WHERE {where}
-        GROUP BY ts, {by} ORDER BY ts, {by}"""
+        GROUP BY metric, ts, {by} ORDER BY metric, ts, {by}"""
     return _finish(query_df(client, sql, parameters=params, settings=SETTINGS), p, s, filters)
+
+
+def _one(df: pd.DataFrame) -> pd.DataFrame:
+    """A one-metric answer of the ``*s`` functions without its ``metric`` column."""
+    out = df.drop(columns=["metric"]).reset_index(drop=True)
+    out.attrs.update(df.attrs)
+    return out
 
 
 def gauge_over_time(
@@ -144,30 +171,40 @@ def gauge_over_time(
     retention: Retention | None = None, now: datetime | None = None,
 ) -> pd.DataFrame:
     """Per step: gauge ``metric``'s level per ``by`` (``agg`` of the series' means; max; min)."""
+    return _one(gauges_over_time(client, [metric], start, end, by, agg=agg, step=step, filters=filters, tier=tier,
+                                 retention=retention, now=now))
+
+
+def gauges_over_time(
+    client, metrics: list[str] | tuple[str, ...], start: datetime, end: datetime, by: str = "replica", *,  # noqa: ANN001
+    agg: str = "avg", step: float | None = None, filters: Filters | None = None, tier: str | None = None,
+    retention: Retention | None = None, now: datetime | None = None,
+) -> pd.DataFrame:
+    """``gauge_over_time`` of several gauges in one query: ``[metric, ts, by, avg, max, min]``."""
     if agg not in ("avg", "sum"):
         raise ValueError("agg must be 'avg' or 'sum'")
     p, s = _step(_plan(client, start, end, tier, retention, now), step)
-    where, params = _params(metric, p, s, filters)
+    where, params = _params(metrics, p, s, filters)
     bucket = f"toDateTime64(toStartOfInterval(ts, INTERVAL {s} SECOND), 3, 'UTC')"
     if p.tier.rollup:
         inner = f"""
             SELECT fingerprint, {bucket} AS t, sum(value_sum) / sum(value_count) AS mean,
                    max(value_max) AS hi, min(value_min) AS lo
-            FROM {p.samples} WHERE metric = {{metric:String}} AND ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+            FROM {p.samples} WHERE metric IN {{metrics:Array(String)}} AND ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
                   AND value_count > 0
             GROUP BY fingerprint, t"""
     else:
         inner = f"""
             SELECT fingerprint, {bucket} AS t, avg(value) AS mean, max(value) AS hi, min(value) AS lo
-            FROM samples WHERE metric = {{metric:String}} AND ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+            FROM samples WHERE metric IN {{metrics:Array(String)}} AND ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
                   AND isFinite(value)
             GROUP BY fingerprint, t"""
     sql = f"""
-        SELECT v.t AS ts, {GROUPS[by]} AS {by}, {agg}(v.mean) AS avg, max(v.hi) AS max, min(v.lo) AS min
+        SELECT s.metric AS metric, v.t AS ts, {GROUPS[by]} AS {by}, {agg}(v.mean) AS avg, max(v.hi) AS max, min(v.lo) AS min
         FROM ({inner}) AS v
-        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
+        INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
         WHERE {where}
-        GROUP BY ts, {by} ORDER BY ts, {by}"""
+        GROUP BY metric, ts, {by} ORDER BY metric, ts, {by}"""
     return _finish(query_df(client, sql, parameters=params, settings=SETTINGS), p, s, filters)
 
 
@@ -204,7 +241,7 @@ def _bucket_increases(client, metric: str, p: Plan, s: int, by: str, filters: Fi
     sql = f"""
         SELECT v.ts AS ts, {GROUPS[by]} AS {by}, s.le AS le, sum(v.increase) AS count
         FROM ({step_increase(p, s)}) AS v
-        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
+        INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
         WHERE NOT isNaN(s.le) AND {where}
         GROUP BY ts, {by}, le ORDER BY ts, {by}, le"""
     return query_df(client, sql, parameters=params, settings=SETTINGS)
@@ -235,15 +272,43 @@ def histogram_heatmap_over_time(
 def histogram_quantiles_over_time(
     client, metric: str, levels: list[float] | tuple[float, ...], start: datetime, end: datetime,  # noqa: ANN001
     by: str = "model", *, step: float | None = None, filters: Filters | None = None, tier: str | None = None,
-    retention: Retention | None = None, now: datetime | None = None,
+    retention: Retention | None = None, now: datetime | None = None, total: bool = False,
 ) -> pd.DataFrame:
-    """Per step and ``by``: the ``levels`` quantiles of histogram family ``metric``."""
+    """Per step and ``by``: the ``levels`` quantiles of histogram family ``metric``. With ``total``
+    also those of all the groups together, as rows whose ``by`` is ``(fleet)`` (what ``by="fleet"``
+    answers, from the same query)."""
+    return histogram_steps_and_window(client, metric, levels, start, end, by, step=step, filters=filters, tier=tier,
+                                      retention=retention, now=now, total=total)[0]
+
+
+def histogram_steps_and_window(
+    client, metric: str, levels: list[float] | tuple[float, ...], start: datetime, end: datetime,  # noqa: ANN001
+    by: str = "model", *, step: float | None = None, filters: Filters | None = None, tier: str | None = None,
+    retention: Retention | None = None, now: datetime | None = None, total: bool = False,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``histogram_quantiles_over_time`` and, from the same bucket increases summed over the
+    steps, the quantiles over the whole window: ``[by, q, value, count]`` (the window widened to
+    whole steps, ``.attrs["plan"]``: what ``analytics.metrics.histogram_quantile`` answers for
+    that window). A page that draws the line and shows the number reads the buckets once."""
     p, s = _step(_plan(client, start, end, tier, retention, now), step)
     buckets = _bucket_increases(client, metric, p, s, by, filters)
     columns = ["ts", by, "q", "value", "count"]
     if buckets.empty:
-        return _finish(pd.DataFrame(columns=columns), p, s, filters)
+        empty = _finish(pd.DataFrame(columns=columns), p, s, filters)
+        return empty, _finish(pd.DataFrame(columns=columns[1:]), p, s, filters)
     wide = buckets.pivot_table(index=["ts", by], columns="le", values="count", aggfunc="sum", fill_value=0.0)
+    if total and by != "fleet":
+        fleet = wide.groupby(level="ts").sum()
+        fleet.index = pd.MultiIndex.from_arrays([fleet.index, ["(fleet)"] * len(fleet)], names=["ts", by])
+        wide = pd.concat([wide, fleet])
+    window = wide.groupby(level=by, sort=False).sum()
+    return (_finish(_quantile_rows(wide, levels)[columns], p, s, filters),
+            _finish(_quantile_rows(window, levels)[columns[1:]], p, s, filters))
+
+
+def _quantile_rows(wide: pd.DataFrame, levels: list[float] | tuple[float, ...]) -> pd.DataFrame:
+    """Long rows (the index's columns, ``q``, ``value``, ``count``) of the cumulative bucket counts
+    in ``wide`` (one column per upper bound)."""
     bounds = wide.columns.to_numpy(float)
     matrix = wide.to_numpy(float)
     frames = []
@@ -253,4 +318,4 @@ def histogram_quantiles_over_time(
         frame["value"] = bucket_quantiles(float(q), bounds, matrix)
         frame["count"] = matrix[:, -1]
         frames.append(frame)
-    return _finish(pd.concat(frames, ignore_index=True)[columns], p, s, filters)
+    return pd.concat(frames, ignore_index=True)

@@ -134,6 +134,7 @@ def page_context(title: str) -> Context:
     from clickhouse_connect.driver.exceptions import DatabaseError
 
     from analytics.dimensions import dimension_values
+    from dashboard.cache import cached
     from storage.errors import StoreError
 
     view = read_view(current_params())
@@ -141,7 +142,7 @@ def page_context(title: str) -> Context:
         st.warning(problem)
     try:
         client, sessions, settings = _stores()
-        choices = dimension_values(client, view.start, view.end)
+        choices = cached(dimension_values, client, view.start, view.end)
     except StoreError as exc:
         st.error(f"The store cannot be read: {exc}")
         st.stop()

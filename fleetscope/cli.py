@@ -132,8 +132,11 @@ def dashboard(
     if config is not None:
         env["FLEETSCOPE_CONFIG"] = str(Path(config).resolve())
     typer.echo(f"dashboard on http://{host}:{port} (store {settings.clickhouse.url}); Ctrl-C stops it", err=True)
-    command = [sys.executable, "-m", "streamlit", "run", str(app_path), "--server.address", host, "--server.port",
-               str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
+    # dashboard.launch: streamlit with the pages' imports done before the first viewer; no file
+    # watcher (without the watchdog package it polls every module file the app imports) and no magic
+    command = [sys.executable, "-m", "dashboard.launch", "run", str(app_path), "--server.address", host, "--server.port",
+               str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
+               "--server.fileWatcherType", "none", "--server.runOnSave", "false", "--runner.magicEnabled", "false"]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, command, env)  # streamlit takes this process over: signals reach it, nothing lingers

@@ -16,12 +16,10 @@ from streamlit.errors import StreamlitPageNotFoundError
 from alerts.store import load_states
 from analytics.cost import cost_per_token
 from analytics.health import scrape_health, silent_targets
-from analytics.latency import latency_over_time
-from analytics.metrics import histogram_quantile
 from analytics.requests import request_totals
 from analytics.saturation import KV, saturation
 from analytics.slo import slo_attainment
-from analytics.timeseries import gauge_over_time, histogram_quantiles_over_time
+from analytics.timeseries import gauge_over_time, histogram_steps_and_window
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain, shown
 from dashboard.marks import TS_TIP, time_x, with_annotations
@@ -63,17 +61,21 @@ if sat.empty:
     st.columns(4)[0].metric("Firing alerts", alerts_firing, help=alerts_help)
     link_to_alerts(alerts_firing)
     st.stop()
-ttft = cached(histogram_quantile, client, "vllm:time_to_first_token_seconds", 0.99, v.start, v.end, "fleet", filters=v.filters)
-itl = cached(histogram_quantile, client, "vllm:inter_token_latency_seconds", 0.99, v.start, v.end, "fleet", filters=v.filters)
+# p99 TTFT: per step by model (the chart below), for the fleet (the sparkline) and over the window, from one
+# query; p99 ITL: per step and over the window
+ttft_steps, ttft_window = cached(histogram_steps_and_window, client, "vllm:time_to_first_token_seconds", (0.99,), v.start,
+                                 v.end, "model", filters=v.filters, total=True)
+itl_steps, itl_window = cached(histogram_steps_and_window, client, "vllm:inter_token_latency_seconds", (0.99,), v.start,
+                               v.end, "fleet", filters=v.filters)
+ttft = ttft_window[ttft_window["model"] == "(fleet)"].rename(columns={"value": "quantile"})
+itl = itl_window.rename(columns={"value": "quantile"})
 by_source = cached(request_totals, client, v.start, v.end, by=["source"], source=None, filters=v.filters)
 by_source = by_source.set_index("source") if "source" in by_source else by_source
 # the gateway logs every request it routes; engine spans are the fallback (not both: the same requests)
 requests = by_source.loc[["gateway"]] if "gateway" in by_source.index else by_source.loc[[s for s in by_source.index if s == "otlp"]]
 prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
-ttft_line = cached(histogram_quantiles_over_time, client, "vllm:time_to_first_token_seconds", (0.99,), v.start, v.end,
-                   "fleet", filters=v.filters)["value"].dropna().round(4).tolist()
-itl_line = cached(histogram_quantiles_over_time, client, "vllm:inter_token_latency_seconds", (0.99,), v.start, v.end,
-                  "fleet", filters=v.filters)["value"].dropna().round(5).tolist()
+ttft_line = ttft_steps.loc[ttft_steps["model"] == "(fleet)", "value"].dropna().round(4).tolist()
+itl_line = itl_steps["value"].dropna().round(5).tolist()
 kv_line = cached(gauge_over_time, client, KV, v.start, v.end, "fleet", filters=v.filters)["avg"].dropna().round(3).tolist()
 cols = st.columns(5)
 down = int((~health["up"]).sum()) if len(health) else 0
@@ -85,7 +87,7 @@ with cols[1]:
 cols[2].metric("Requests/s", f"{float(requests['requests'].sum()) / seconds:.2f}" if len(requests) else "–",
                help="From the request log (weighted rows)")
 cols[3].metric("p99 TTFT", shown(ttft["quantile"].iloc[0], "{:.3f} s") if len(ttft) else "–", chart_data=ttft_line or None,
-               chart_type="line", help="over the window; the line: per step")
+               chart_type="line", help="over the window (widened to whole steps of the line); the line: per step")
 cols[4].metric("p99 ITL", shown(itl["quantile"].iloc[0], "{:.1f} ms", 1000) if len(itl) else "–", chart_data=itl_line or None,
                chart_type="line")
 cols = st.columns(4)
@@ -100,8 +102,7 @@ try:
                         f"{shown(cost['idle_share'], '{:.0%}')} of it idle")
 except KeyError as exc:
     cols[3].metric("Cost per hour", "–", help=str(exc).strip("'\""))
-series = cached(latency_over_time, client, "ttft", v.start, v.end, levels=(0.99,), filters=v.filters,
-                sources=("engine histograms",))
+series = ttft_steps[ttft_steps["model"] != "(fleet)"]
 if len(series):
     st.subheader("p99 TTFT by model")
     chart = alt.Chart(plain(series.dropna(subset=["value"]))).mark_line(point=False).encode(

@@ -106,3 +106,66 @@ def test_counter_rates_add_up_across_the_restart(run) -> None:  # noqa: ANN001
         assert frame["increase"].sum() == pytest.approx(values.loc[replica, "increase"])
         assert (frame["increase"] >= 0).all()
     assert steps.set_index("replica").loc["small-1", "increase"].sum() > 0  # it restarted and served again
+
+
+def test_one_query_for_many_metrics_answers_as_one_query_each(run) -> None:  # noqa: ANN001
+    """What a page reads in one query (several counters, several gauges, a histogram with the
+    fleet's line beside the models') is what it would read metric by metric."""
+    from analytics.metrics import counter_increases, gauge_summaries, gauge_summary
+    from analytics.timeseries import (
+        counter_rates_over_time,
+        gauge_over_time,
+        gauges_over_time,
+        histogram_quantiles_over_time,
+    )
+
+    start, end = run.start.replace(second=0), run.end.replace(second=0)
+    counters = ["vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total"]
+    gauges = ["vllm:kv_cache_usage_perc", "vllm:num_requests_running"]
+    for tier in ("raw", "1m"):
+        many = counter_increases(run.client, counters, start, end, "replica", tier=tier)
+        for metric in counters:
+            one = counter_increase(run.client, metric, start, end, "replica", tier=tier)
+            got = many[many["metric"] == metric].set_index("replica")["increase"]
+            assert got.to_dict() == pytest.approx(one.set_index("replica")["increase"].to_dict()) and len(one)
+        many = gauge_summaries(run.client, gauges, start, end, "model", tier=tier)
+        for metric in gauges:
+            one = gauge_summary(run.client, metric, start, end, "model", tier=tier).set_index("model")
+            got = many[many["metric"] == metric].drop(columns="metric").set_index("model")
+            assert np.allclose(got.to_numpy(float), one.to_numpy(float), equal_nan=True) and len(one)
+        rates = counter_rates_over_time(run.client, counters, start, end, "model", step=60, tier=tier)
+        levels = gauges_over_time(run.client, gauges, start, end, "model", step=60, tier=tier)
+        for metric in counters:
+            one = counter_rate_over_time(run.client, metric, start, end, "model", step=60, tier=tier)
+            got = rates[rates["metric"] == metric].drop(columns="metric").reset_index(drop=True)
+            assert got[["increase", "rate"]].to_numpy() == pytest.approx(one[["increase", "rate"]].to_numpy())
+        for metric in gauges:
+            one = gauge_over_time(run.client, metric, start, end, "model", step=60, tier=tier)
+            got = levels[levels["metric"] == metric].drop(columns="metric").reset_index(drop=True)
+            assert list(got["ts"]) == list(one["ts"]) and got["avg"].to_numpy() == pytest.approx(one["avg"].to_numpy())
+    with_fleet = histogram_quantiles_over_time(run.client, TTFT, (0.5, 0.99), start, end, "model", step=60, total=True)
+    fleet = histogram_quantiles_over_time(run.client, TTFT, (0.5, 0.99), start, end, "fleet", step=60)
+    got = with_fleet[with_fleet["model"] == "(fleet)"].reset_index(drop=True)
+    assert len(got) == len(fleet) > 0 and list(got["ts"]) == list(fleet["ts"])
+    assert np.allclose(got[["value", "count"]].to_numpy(float), fleet[["value", "count"]].to_numpy(float), equal_nan=True)
+    models = with_fleet[with_fleet["model"] != "(fleet)"].reset_index(drop=True)
+    alone = histogram_quantiles_over_time(run.client, TTFT, (0.5, 0.99), start, end, "model", step=60)
+    assert np.allclose(models[["value", "count"]].to_numpy(float), alone[["value", "count"]].to_numpy(float), equal_nan=True)
+
+
+def test_the_window_from_the_steps_is_the_one_window_quantile(run) -> None:  # noqa: ANN001
+    from analytics.timeseries import histogram_steps_and_window
+
+    start, end = run.start.replace(second=0) + timedelta(seconds=20), run.end.replace(second=0)  # not on a step
+    for tier in ("raw", "1m"):
+        steps, window = histogram_steps_and_window(run.client, TTFT, (0.5, 0.99), start, end, "model", step=120,
+                                                   tier=tier, total=True)
+        p = window.attrs["plan"]
+        assert p.start <= start and p.end >= end and (p.start, p.end) == (steps.attrs["plan"].start, steps.attrs["plan"].end)
+        for q in (0.5, 0.99):
+            got = window[window["q"] == q].set_index("model")
+            for by in ("model", "fleet"):
+                want = histogram_quantile(run.client, TTFT, q, p.start, p.end, by, tier=tier).set_index(by)
+                assert len(want) and set(want.index) <= set(got.index)
+                for key, row in want.iterrows():
+                    assert got.loc[key, "value"] == pytest.approx(row["quantile"]) and got.loc[key, "count"] == pytest.approx(row["count"])

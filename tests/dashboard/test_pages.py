@@ -23,6 +23,7 @@ from analytics.drift import drift
 from analytics.explain import explain
 from analytics.metrics import histogram_quantile
 from analytics.saturation import scale_out
+from analytics.timeseries import histogram_steps_and_window
 from dashboard.context import use_stores
 from dashboard.view import read_view, view_params
 from fleetscope.settings import load_settings
@@ -102,7 +103,11 @@ def test_overview_shows_the_analytics_numbers(shift, sessions) -> None:  # noqa:
     at = run("overview", **window(shift))
     metrics = {m.label: m.value for m in at.metric}
     view = read_view(window(shift))
-    p99 = histogram_quantile(shift.client, "vllm:time_to_first_token_seconds", 0.99, view.start, view.end, "fleet")
+    # over the window the sparkline's steps cover (the view widened to whole steps)
+    covered = histogram_steps_and_window(shift.client, "vllm:time_to_first_token_seconds", (0.99,), view.start, view.end,
+                                         "fleet")[1].attrs["plan"]
+    assert covered.start <= view.start and covered.end >= view.end
+    p99 = histogram_quantile(shift.client, "vllm:time_to_first_token_seconds", 0.99, covered.start, covered.end, "fleet")
     assert metrics["p99 TTFT"] == f"{p99['quantile'].iloc[0]:.3f} s"
     assert metrics["Replicas reporting"] == "3"
     fleet = cost_per_token(shift.client, view.start, view.end, gpu_prices(sessions)).set_index("model").loc["(fleet)"]
