@@ -34,7 +34,7 @@ from analytics.frames import query_df
 from analytics.tiers import Plan, Retention, coverage, param_time, plan
 
 __all__ = ["LOOKBACK", "bucket_quantile", "bucket_share_below", "counter_increase", "counter_increases",
-           "gauge_summaries", "gauge_summary", "histogram_buckets", "histogram_quantile", "series_increase"]
+           "gauge_summaries", "gauge_summary", "one_metric", "histogram_buckets", "histogram_quantile", "series_increase"]
 
 LOOKBACK = timedelta(minutes=15)  # how far before a window its "previous sample" is looked for
 # per-series aggregation follows the tables' sort key (metric, fingerprint, ts): stream it
@@ -117,7 +117,7 @@ def counter_increase(
 ) -> pd.DataFrame:
     """Reset-aware increase of counter ``metric`` per ``by`` over ``[start, end)``."""
     df = counter_increases(client, [metric], start, end, by, tier=tier, retention=retention, now=now, filters=filters)
-    return _one(df)
+    return one_metric(df)
 
 
 def counter_increases(
@@ -148,10 +148,11 @@ def counter_increases(
     return df
 
 
-def _one(df: pd.DataFrame) -> pd.DataFrame:
-    """A one-metric answer of the ``*s`` functions without its ``metric`` column."""
+def one_metric(df: pd.DataFrame) -> pd.DataFrame:
+    """A one-metric answer of the many-metric functions (here and in ``analytics.timeseries``)
+    without its ``metric`` column, its ``.attrs`` kept."""
     out = df.drop(columns=["metric"]).reset_index(drop=True)
-    out.attrs["plan"] = df.attrs["plan"]
+    out.attrs.update(df.attrs)
     return out
 
 
@@ -169,7 +170,7 @@ def gauge_summary(
 ) -> pd.DataFrame:
     """min / max / avg / last of gauge ``metric`` per ``by`` over ``[start, end)``."""
     df = gauge_summaries(client, [metric], start, end, by, tier=tier, retention=retention, now=now, filters=filters)
-    return _one(df)
+    return one_metric(df)
 
 
 def gauge_summaries(

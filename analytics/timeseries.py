@@ -30,7 +30,7 @@ import pandas as pd
 from analytics.counters import GROUPS, series_latest
 from analytics.filters import Filters
 from analytics.frames import query_df
-from analytics.metrics import LOOKBACK, SETTINGS
+from analytics.metrics import LOOKBACK, SETTINGS, one_metric
 from analytics.tiers import Plan, Retention, align, coverage, param_time, plan
 
 __all__ = [
@@ -137,7 +137,7 @@ def counter_rate_over_time(
     now: datetime | None = None,
 ) -> pd.DataFrame:
     """Per step: the reset-aware increase of counter ``metric`` per ``by``, and its rate per second."""
-    return _one(counter_rates_over_time(client, [metric], start, end, by, step=step, filters=filters, tier=tier,
+    return one_metric(counter_rates_over_time(client, [metric], start, end, by, step=step, filters=filters, tier=tier,
                                         retention=retention, now=now))
 
 
@@ -158,20 +158,13 @@ def counter_rates_over_time(
     return _finish(query_df(client, sql, parameters=params, settings=SETTINGS), p, s, filters)
 
 
-def _one(df: pd.DataFrame) -> pd.DataFrame:
-    """A one-metric answer of the ``*s`` functions without its ``metric`` column."""
-    out = df.drop(columns=["metric"]).reset_index(drop=True)
-    out.attrs.update(df.attrs)
-    return out
-
-
 def gauge_over_time(
     client, metric: str, start: datetime, end: datetime, by: str = "replica", *, agg: str = "avg",  # noqa: ANN001
     step: float | None = None, filters: Filters | None = None, tier: str | None = None,
     retention: Retention | None = None, now: datetime | None = None,
 ) -> pd.DataFrame:
     """Per step: gauge ``metric``'s level per ``by`` (``agg`` of the series' means; max; min)."""
-    return _one(gauges_over_time(client, [metric], start, end, by, agg=agg, step=step, filters=filters, tier=tier,
+    return one_metric(gauges_over_time(client, [metric], start, end, by, agg=agg, step=step, filters=filters, tier=tier,
                                  retention=retention, now=now))
 
 
