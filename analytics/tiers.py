@@ -1,14 +1,16 @@
-"""Which table answers a time range: raw, 1-minute or 1-hour rollups.
+"""Which table answers a time range: raw, 1-minute, 1-hour or (samples) 6-hour rollups.
 
 In:  a query window ``[start, end)``, the current time, the retention of each tier
      (``Retention``, from the ``clickhouse.retention`` settings: ``for_queries()``) and,
      when a client is at hand, where each tier's data begins (``coverage``).
 Out: a ``Plan``: the tier, its tables (``samples``/``requests``, ``samples_1m``/``requests_1m``,
-     ``samples_1h``/``requests_1h``) and the window aligned to the tier's resolution.
+     ``samples_1h``/``requests_1h``, ``samples_6h``) and the window aligned to the tier's resolution.
 
 Rule (after SigNoz, DESIGN.md section 6): the finest tier whose span limit covers the window
 and whose retention (and data, when known) still holds its start: raw up to ``raw_max_span``
-(6 h by default), 1 min up to ``minute_max_span`` (7 days), 1 h beyond. The data check
+(6 h by default), 1 min up to ``minute_max_span`` (7 days), 1 h up to ``hour_max_span`` (15 days),
+6 h beyond (samples only: the request log's 1-hour rollup is small; a 6-hour tier that does not
+hold the start yet, in a store migrated recently, gives way to the 1-hour one). The data check
 matters where a tier begins later than its retention says: a store migrated recently, or
 synthetic history (``fleetscope bench seed``) written at 1-minute resolution for its last day
 only; raw rows that begin within a minute of the start still hold it. A rollup window is widened to whole buckets
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-__all__ = ["HOUR", "MINUTE", "RAW", "TIERS", "Plan", "Retention", "Tier", "align", "coverage", "param_time", "plan"]
+__all__ = ["HOUR", "MINUTE", "RAW", "SIX_HOURS", "TIERS", "Plan", "Retention", "Tier", "align", "coverage", "param_time", "plan"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,9 @@ class Tier:
 RAW = Tier("raw", "samples", "requests", timedelta(0))
 MINUTE = Tier("1m", "samples_1m", "requests_1m", timedelta(minutes=1))
 HOUR = Tier("1h", "samples_1h", "requests_1h", timedelta(hours=1))
-TIERS = {t.name: t for t in (RAW, MINUTE, HOUR)}
+# samples only: the request log keeps no 6-hour rollup (``plan`` never picks this tier for it)
+SIX_HOURS = Tier("6h", "samples_6h", "requests_1h", timedelta(hours=6))
+TIERS = {t.name: t for t in (RAW, MINUTE, HOUR, SIX_HOURS)}
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Retention:
     hour_days: float = 730
     raw_max_span: timedelta = timedelta(hours=6)
     minute_max_span: timedelta = timedelta(days=7)
+    hour_max_span: timedelta = timedelta(days=15)
 
     def keeps(self, days: float, start: datetime, now: datetime) -> bool:
         return days <= 0 or start >= now - timedelta(days=days)
@@ -100,6 +105,8 @@ def coverage(client, kind: str = "samples") -> dict[str, datetime | None]:  # no
         return hit[1]
     found: dict[str, datetime | None] = {}
     for tier in TIERS.values():
+        if kind == "requests" and tier is SIX_HOURS:
+            continue
         table = tier.samples if kind == "samples" else tier.requests
         rows, earliest = client.query(f"SELECT count(), min(ts) FROM {table}").result_rows[0]
         found[tier.name] = _utc(earliest) if rows else None
@@ -146,8 +153,9 @@ def plan(
     if kind not in ("samples", "requests"):
         raise ValueError("kind must be 'samples' or 'requests'")
     if tier is not None:
-        if tier not in TIERS:
-            raise ValueError(f"unknown tier {tier!r}; one of {', '.join(TIERS)}")
+        if tier not in TIERS or (kind == "requests" and TIERS[tier] is SIX_HOURS):
+            names = [n for n, t in TIERS.items() if kind == "samples" or t is not SIX_HOURS]
+            raise ValueError(f"unknown tier {tier!r} for {kind}; one of {', '.join(names)}")
         chosen = TIERS[tier]
     else:
         now = _utc(now) if now is not None else datetime.now(UTC)
@@ -172,6 +180,8 @@ def plan(
             candidates.append(RAW)
         if span <= r.minute_max_span and r.keeps(r.minute_days, start, now):
             candidates.append(MINUTE)
+        if kind == "samples" and span > r.hour_max_span and holds(SIX_HOURS.name):
+            candidates.append(SIX_HOURS)  # preferred to the 1-hour tier: 6x fewer rows, still 60+ steps
         candidates.append(HOUR)
         # the finest that holds the start; else the finest with data unless a coarser one has
         # rows from an earlier bucket (older history kept at a coarser resolution): in a store

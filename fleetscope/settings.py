@@ -68,12 +68,16 @@ class RetentionSettings(_Section):
     raw_days: float = Field(default=7, ge=0, description="raw samples and scrapes")
     requests_days: float = Field(default=30, ge=0, description="the raw (sampled) request log")
     minute_days: float = Field(default=90, ge=0, description="1-minute rollups (samples_1m, requests_1m)")
-    hour_days: float = Field(default=730, ge=0, description="1-hour rollups (samples_1h, requests_1h)")
+    hour_days: float = Field(default=730, ge=0, description="1-hour and 6-hour rollups (samples_1h, requests_1h, samples_6h)")
     raw_max_span_hours: float = Field(
         default=6, gt=0, description="queries over windows up to this long read raw rows (while retained)"
     )
     minute_max_span_days: float = Field(
         default=7, gt=0, description="longer windows up to this long read the 1-minute rollups; beyond, 1-hour"
+    )
+    hour_max_span_days: float = Field(
+        default=15, gt=0, description="longer windows up to this long read the 1-hour rollups; beyond, the 6-hour "
+        "rollup of the samples (kept as long as hour_days)"
     )
 
     @model_validator(mode="after")
@@ -99,6 +103,7 @@ class RetentionSettings(_Section):
             raw_days=self.raw_days, requests_days=self.requests_days, minute_days=self.minute_days,
             hour_days=self.hour_days, raw_max_span=timedelta(hours=self.raw_max_span_hours),
             minute_max_span=timedelta(days=self.minute_max_span_days),
+            hour_max_span=timedelta(days=self.hour_max_span_days),
         )
 
 

@@ -25,7 +25,7 @@ class Days:
     raw: float = 7  # samples and scrapes
     requests: float = 30  # the raw request log
     minute: float = 90  # samples_1m, requests_1m
-    hour: float = 730  # samples_1h, requests_1h
+    hour: float = 730  # samples_1h, requests_1h, samples_6h
 
 
 # table -> (Days field, TTL time expression)
@@ -37,6 +37,7 @@ TABLES: dict[str, tuple[str, str]] = {
     "requests_1m": ("minute", "ts"),
     "samples_1h": ("hour", "ts"),
     "requests_1h": ("hour", "ts"),
+    "samples_6h": ("hour", "ts"),
 }
 _TTL = re.compile(r"\bTTL\s+(.+?)\s+SETTINGS\b", re.DOTALL)
 

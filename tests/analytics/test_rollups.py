@@ -275,3 +275,23 @@ def test_an_unmarked_restart_never_gives_a_negative_increase(ch) -> None:  # noq
         df = counter_increase(ch, "vllm:prompt_tokens_total", start - timedelta(minutes=1) if tier != "1h" else start,
                               start + timedelta(hours=1), tier=tier)
         assert df["increase"].tolist() == [70.0], tier  # from zero to 70 after the restart
+
+
+def test_the_6_hour_tier_answers_as_the_1_hour_tier_it_is_fed_from(history) -> None:  # noqa: ANN001
+    """samples_6h is filled from samples_1h (a cascade of views): over whole 6-hour buckets it
+    gives the 1-hour tier's counter increases, gauge summaries and histogram quantiles."""
+    from analytics.tiers import align
+
+    client, h = history
+    start, end = align(h.start, h.end, timedelta(hours=6))
+    for metric in ("vllm:generation_tokens_total", f"{TTFT}_count"):
+        six = counter_increase(client, metric, start, end, by="replica", tier="6h")
+        assert six.attrs["plan"].tier.name == "6h" and len(six) == len(h.kv) > 1
+        hour = counter_increase(client, metric, start, end, by="replica", tier="1h")
+        assert _by_replica(six, "increase") == pytest.approx(_by_replica(hour, "increase"), rel=1e-9)
+    six = gauge_summary(client, "vllm:kv_cache_usage_perc", start, end, by="replica", tier="6h").set_index("replica")
+    hour = gauge_summary(client, "vllm:kv_cache_usage_perc", start, end, by="replica", tier="1h").set_index("replica")
+    assert six.to_numpy() == pytest.approx(hour.to_numpy(), rel=1e-9)
+    six = histogram_quantile(client, TTFT, 0.99, start, end, by="model", tier="6h").set_index("model")
+    hour = histogram_quantile(client, TTFT, 0.99, start, end, by="model", tier="1h").set_index("model")
+    assert len(six) and six.to_numpy() == pytest.approx(hour.to_numpy(), rel=1e-9)

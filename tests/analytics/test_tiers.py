@@ -1,4 +1,5 @@
-"""Table routing by time range: raw for short recent windows, 1 min for days, 1 h beyond."""
+"""Table routing by time range: raw for short recent windows, 1 min for days, 1 h for weeks and,
+for engine metrics, 6 h beyond."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ NOW = datetime(2026, 11, 29, 12, 0, 30, tzinfo=UTC)
         (timedelta(days=2), timedelta(0), "samples", "1m"),
         (timedelta(days=7), timedelta(0), "samples", "1m"),
         (timedelta(days=8), timedelta(0), "samples", "1h"),
-        (timedelta(days=30), timedelta(0), "samples", "1h"),
+        (timedelta(days=15), timedelta(0), "samples", "1h"),
+        (timedelta(days=30), timedelta(0), "samples", "6h"),
+        (timedelta(days=30), timedelta(0), "requests", "1h"),  # the request log has no 6-hour tier
         # short, but older than the raw retention (7 days): the 1 min rollup still has it
         (timedelta(hours=1), timedelta(days=10), "samples", "1m"),
         # older than the 1 min retention (90 days): only the hourly tier has it
@@ -63,6 +66,9 @@ def test_forcing_a_tier_and_bad_windows() -> None:
     assert plan(NOW - timedelta(days=30), NOW, now=NOW, tier="raw").tier.name == "raw"
     with pytest.raises(ValueError, match="unknown tier"):
         plan(NOW - timedelta(hours=1), NOW, tier="5m")
+    assert plan(NOW - timedelta(hours=1), NOW, tier="6h").samples == "samples_6h"
+    with pytest.raises(ValueError, match="unknown tier '6h' for requests"):
+        plan(NOW - timedelta(hours=1), NOW, tier="6h", kind="requests")
     with pytest.raises(ValueError, match="empty window"):
         plan(NOW, NOW - timedelta(hours=1))
     naive = plan(datetime(2026, 11, 29, 11), datetime(2026, 11, 29, 12), now=NOW)
@@ -76,6 +82,10 @@ def test_a_tier_whose_rows_begin_after_the_window_start_is_passed_over() -> None
     assert plan(NOW - timedelta(hours=12), NOW, now=NOW, data=data).tier.name == "1m"
     assert plan(NOW - timedelta(hours=2), NOW, now=NOW, data=data).tier.name == "1m"
     assert plan(NOW - timedelta(minutes=10), NOW, now=NOW, data=data).tier.name == "raw"
+    # a 6-hour tier younger than the history (a store migrated to it recently) gives way to 1 h
+    month = NOW - timedelta(days=30)
+    assert plan(month, NOW, now=NOW, data={**data, "6h": NOW - timedelta(days=2)}).tier.name == "1h"
+    assert plan(month, NOW, now=NOW, data={**data, "6h": NOW - timedelta(days=31)}).tier.name == "6h"
     # a store younger than the window: the finest tier the span allows, not a coarser one
     young = {"raw": NOW - timedelta(minutes=5), "1m": NOW - timedelta(minutes=5), "1h": NOW - timedelta(minutes=30)}
     assert plan(NOW - timedelta(minutes=15), NOW, now=NOW, data=young).tier.name == "raw"
@@ -100,4 +110,6 @@ def test_coverage_reads_where_each_tier_begins(ch) -> None:  # noqa: ANN001
     t = datetime(2026, 11, 29, 10, 17, 5, tzinfo=UTC)
     ch.insert_df("samples", pd.DataFrame({"metric": ["m"], "fingerprint": [1], "ts": [t], "value": [1.0]}))
     found = coverage(ch, "samples")
-    assert found == {"raw": t, "1m": t.replace(second=0), "1h": t.replace(minute=0, second=0)}
+    # the 6-hour tier is fed through the 1-hour one (a cascade of views)
+    assert found == {"raw": t, "1m": t.replace(second=0), "1h": t.replace(minute=0, second=0),
+                     "6h": t.replace(hour=6, minute=0, second=0)}

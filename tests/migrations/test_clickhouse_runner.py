@@ -111,27 +111,28 @@ def test_cluster_rendering_parses_and_uses_replicated_and_distributed_tables(ch)
     distributed = [s for s in creates if "Distributed('prod'" in s]
     assert {s.split()[5] for s in distributed} == {
         "series", "samples", "scrapes", "requests", "samples_1m", "samples_1h", "requests_1m", "requests_1h",
-        "alert_events",
+        "alert_events", "samples_6h",
     }
     # sharded on the series fingerprint / the request id, as DESIGN.md section 6 says
     keys = {s.split()[5]: s.rsplit(",", 1)[1].strip()[:-1] for s in distributed}
-    assert keys["samples"] == keys["series"] == keys["samples_1m"] == "fingerprint"
+    assert keys["samples"] == keys["series"] == keys["samples_1m"] == keys["samples_6h"] == "fingerprint"
     assert keys["requests"] == "cityHash64(request_id)"
     # every DDL statement is distributed to the cluster
     assert all("ON CLUSTER 'prod'" in s for s in statements if s.startswith(("CREATE", "ALTER")))
-    # the rollup views run on each shard: from its local raw table into its local rollup
+    # the rollup views run on each shard: from its local raw table (the 6-hour one: from its local
+    # 1-hour rollup) into its local rollup
     views = [s for s in statements if s.startswith("CREATE MATERIALIZED VIEW")]
-    assert len(views) == 4
+    assert len(views) == 5
     for view in views:
-        assert " TO samples_1" in view or " TO requests_1" in view
         target = view.split(" TO ", 1)[1].split()[0]
-        assert target.endswith("_local")
-        assert "FROM samples_local" in view or "FROM requests_local" in view
+        assert target.endswith("_local") and target.startswith(("samples_1", "requests_1", "samples_6h"))
+        source = "samples_1h_local" if target == "samples_6h_local" else f"{target.split('_')[0]}_local"
+        assert f"FROM {source}" in view
     ttl = retention.statements(retention.Days(), "prod")
     assert len(ttl) == len(retention.TABLES) and all("_local ON CLUSTER 'prod' MODIFY TTL" in s for s in ttl)
     for statement in statements + ttl:  # real ClickHouse parser; no cluster needed for EXPLAIN AST
         ast = ch.query(f"EXPLAIN AST {statement}").result_rows
-        assert ast and ast[0][0].startswith(("CreateQuery", "AlterQuery"))
+        assert ast and ast[0][0].startswith(("CreateQuery", "AlterQuery", "InsertQuery"))
 
 
 def test_engine_template_keeps_engine_arguments() -> None:
