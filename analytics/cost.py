@@ -41,7 +41,7 @@ from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.metrics import counter_increases
 from analytics.requests import request_totals
-from analytics.tiers import Retention, coverage, param_time, plan
+from analytics.tiers import HOUR, SIX_HOURS, Retention, coverage, param_time, plan
 
 __all__ = ["FLEET", "UP_METRIC", "ReferencePrice", "TokenWeights", "compare_reference", "cost_by_tenant",
            "cost_per_token", "gpu_hours", "gpu_spend"]
@@ -84,7 +84,9 @@ def gpu_hours(
     """Seconds up and busy, and GPU-hours, per replica over ``[start, end)``."""
     p = plan(start, end, now=now, retention=retention, kind="samples", tier=tier,
              data=coverage(client, "samples") if tier is None else None)
-    bucket, width = ("toStartOfHour(ts)", 3600) if p.tier.name == "1h" else ("toStartOfMinute(ts)", 60)
+    if p.tier is SIX_HOURS:  # uptime counts whole buckets: hours are close enough, 6 hours are not
+        p = plan(start, end, now=now, retention=retention, kind="samples", tier=HOUR.name)
+    bucket, width = ("toStartOfHour(ts)", 3600) if p.tier is HOUR else ("toStartOfMinute(ts)", 60)
     peak = "max(value_max)" if p.tier.rollup else "max(value)"
     condition, params = filters.series() if filters else ("", {})
     sql = f"""

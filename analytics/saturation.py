@@ -144,6 +144,8 @@ def saturation_over_time(
     out["prefix_hit_rate"] = (out["hits"] / out["queries"]).where(out["queries"] > 0)
     if by == "replica":
         out["replicas_up"] = 1
+    elif out.empty:  # nothing reported (e.g. a filter that matches no replica): nothing to count
+        out["replicas_up"] = pd.Series(dtype=int)
     else:
         up = gauge_over_time(client, RUNNING, start, end, "replica", step=step, **kw)
         models = _replica_models(client, sorted(set(up["replica"]))) if len(up) else {}

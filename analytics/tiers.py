@@ -143,7 +143,7 @@ def plan(
     """The table and aligned window that answer ``[start, end)``.
 
     ``kind`` is ``samples`` (metrics) or ``requests`` (the request log: its raw table has its
-    own retention). ``tier`` forces one (``raw``, ``1m``, ``1h``), e.g. to compare them.
+    own retention). ``tier`` forces one (``raw``, ``1m``, ``1h``, for samples ``6h``), e.g. to compare them.
     ``data`` (from ``coverage``) says where each tier's rows begin: a tier that begins after
     ``start`` is passed over for a coarser one that holds the start.
     """

@@ -282,7 +282,9 @@ def histogram_steps_and_window(
     """``histogram_quantiles_over_time`` and, from the same bucket increases summed over the
     steps, the quantiles over the whole window: ``[by, q, value, count]`` (the window widened to
     whole steps, ``.attrs["plan"]``: what ``analytics.metrics.histogram_quantile`` answers for
-    that window). A page that draws the line and shows the number reads the buckets once."""
+    that window, but for a series whose previous sample lies between its 15-minute lookback
+    and one step before the window, or an unmarked restart: the steps count those per step). A
+    page that draws the line and shows the number reads the buckets once."""
     p, s = _step(_plan(client, start, end, tier, retention, now), step)
     buckets = _bucket_increases(client, metric, p, s, by, filters)
     columns = ["ts", by, "q", "value", "count"]

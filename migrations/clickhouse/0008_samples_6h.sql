@@ -17,6 +17,29 @@ ALTER TABLE {{local:samples_6h}} {{on_cluster}} COMMENT COLUMN ts 'start of the 
 
 {{distributed:samples_6h:fingerprint}};
 
+-- The history the 1-hour rollup already holds, before the view below takes what comes next
+-- (emptied first, so that a migration interrupted after this insert and run again does not
+-- count the history twice; on a cluster, rows inserted while this runs may be counted twice
+-- or not at all for their 6 hours: migrate while the collectors are stopped).
+TRUNCATE TABLE IF EXISTS {{local:samples_6h}} {{on_cluster}};
+
+INSERT INTO samples_6h
+SELECT
+    metric,
+    fingerprint,
+    toStartOfInterval(hour_ts, INTERVAL 6 HOUR) AS ts,
+    sum(resets) AS resets,
+    min(value_min) AS value_min,
+    max(value_max) AS value_max,
+    sum(value_sum) AS value_sum,
+    sum(value_count) AS value_count,
+    min(value_first) AS value_first,
+    max(value_last) AS value_last
+FROM (SELECT metric, fingerprint, ts AS hour_ts, resets, value_min, value_max, value_sum, value_count, value_first,
+             value_last FROM samples_1h)
+GROUP BY metric, fingerprint, ts
+SETTINGS max_bytes_before_external_group_by = 2000000000;
+
 CREATE MATERIALIZED VIEW IF NOT EXISTS samples_6h_mv {{on_cluster}} TO {{local:samples_6h}} AS
 SELECT
     metric,
@@ -31,22 +54,4 @@ SELECT
     max(value_last) AS value_last
 FROM (SELECT metric, fingerprint, ts AS hour_ts, resets, value_min, value_max, value_sum, value_count, value_first,
              value_last FROM {{local:samples_1h}})
-GROUP BY metric, fingerprint, ts;
-
--- The history the 1-hour rollup already holds, up to the current hour (the view above takes
--- what comes from now on; a late insert for an earlier hour reaches both).
-INSERT INTO samples_6h
-SELECT
-    metric,
-    fingerprint,
-    toStartOfInterval(hour_ts, INTERVAL 6 HOUR) AS ts,
-    sum(resets) AS resets,
-    min(value_min) AS value_min,
-    max(value_max) AS value_max,
-    sum(value_sum) AS value_sum,
-    sum(value_count) AS value_count,
-    min(value_first) AS value_first,
-    max(value_last) AS value_last
-FROM (SELECT metric, fingerprint, ts AS hour_ts, resets, value_min, value_max, value_sum, value_count, value_first,
-             value_last FROM samples_1h WHERE ts < toStartOfHour(now()))
 GROUP BY metric, fingerprint, ts;

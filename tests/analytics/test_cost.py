@@ -170,9 +170,11 @@ def test_spend_without_request_rows_is_unattributed(ch, prices, tmp_path) -> Non
     assert round(df["spend"].sum(), 2) == 5.60
 
 
-def test_the_hourly_tier_agrees_on_the_total(ch, prices, tmp_path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("tier", ["1h", "6h"])
+def test_the_hourly_tiers_agree_on_the_total(ch, prices, tmp_path, tier) -> None:  # noqa: ANN001
     fleet(ch, tmp_path)
-    df = cost_per_token(ch, *WINDOW, prices, tier="1h").set_index("model")
+    df = cost_per_token(ch, *WINDOW, prices, tier=tier).set_index("model")
+    # the 6-hour tier's tokens; its uptime is counted in hours (6-hour buckets would count 6 h per replica)
     assert round(df.loc["(fleet)", "spend"], 2) == 5.60
     assert (df.loc["m-b", "prompt_tokens"], df.loc["m-b", "completion_tokens"]) == (400_000, 100_000)
 

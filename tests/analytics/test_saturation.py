@@ -79,3 +79,12 @@ def test_headroom_is_the_distance_to_the_kv_target(run) -> None:  # noqa: ANN001
     assert room.loc["tiny-small", "kv_recent"] == pytest.approx(kv)
     assert room.loc["tiny-small", "headroom"] == pytest.approx(1 - kv / 0.8)
     assert room.loc["tiny-small", "headroom"] < room.loc["tiny-large", "headroom"]
+
+
+def test_a_filter_that_matches_nothing_gives_empty_answers(run) -> None:  # noqa: ANN001
+    steady, _incident = windows(run)
+    nobody = Filters(model="no-such-model")
+    for by in ("model", "replica"):
+        assert saturation(run.client, *steady, by, filters=nobody).empty
+        steps = saturation_over_time(run.client, *steady, by, step=60, filters=nobody)
+        assert steps.empty and {"ts", by, "kv_avg", "replicas_up"} <= set(steps.columns)

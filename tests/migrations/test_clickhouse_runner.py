@@ -132,7 +132,7 @@ def test_cluster_rendering_parses_and_uses_replicated_and_distributed_tables(ch)
     assert len(ttl) == len(retention.TABLES) and all("_local ON CLUSTER 'prod' MODIFY TTL" in s for s in ttl)
     for statement in statements + ttl:  # real ClickHouse parser; no cluster needed for EXPLAIN AST
         ast = ch.query(f"EXPLAIN AST {statement}").result_rows
-        assert ast and ast[0][0].startswith(("CreateQuery", "AlterQuery", "InsertQuery"))
+        assert ast and ast[0][0].startswith(("CreateQuery", "AlterQuery", "InsertQuery", "TruncateQuery"))
 
 
 def test_engine_template_keeps_engine_arguments() -> None:
@@ -140,3 +140,39 @@ def test_engine_template_keeps_engine_arguments() -> None:
     assert "ENGINE = ReplacingMergeTree(v)" in single
     (cluster,) = runner.render("CREATE TABLE t (v UInt8) ENGINE = {{engine:ReplacingMergeTree(v)}} ORDER BY v;", "c1")
     assert "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}', v)" in cluster
+
+
+def test_the_6_hour_rollup_takes_the_history_once_and_then_follows(ch, tmp_path: Path) -> None:
+    """0008 on a store with history: the 6-hour rollup gets every hour already rolled up (the
+    current one too), a re-run after an interruption does not count it twice, and what is
+    written afterwards reaches it through the view."""
+    from datetime import UTC, datetime, timedelta
+
+    import pandas as pd
+
+    before = [m for m in runner.discover() if m.version < 8]
+    (six,) = [m for m in runner.discover() if m.version == 8]
+    d = tmp_path / "m"
+    d.mkdir()
+    for m in before:
+        shutil.copy(m.path, d / m.filename)
+    runner.apply(ch, directory=d)
+    now = datetime.now(UTC).replace(microsecond=0)
+    old = [now - timedelta(days=3), now - timedelta(minutes=2)]  # long ago, and in the current hour
+
+    def write(times: list[datetime], value: float) -> None:
+        ch.insert_df("samples", pd.DataFrame({"metric": ["m"] * len(times), "fingerprint": [7] * len(times),
+                                              "ts": times, "value": [value] * len(times)}))
+
+    def totals(table: str) -> tuple[int, float]:
+        return tuple(ch.query(f"SELECT sum(value_count), sum(value_sum) FROM {table}").result_rows[0])
+
+    write(old, 2.0)
+    shutil.copy(six.path, d / six.filename)
+    assert [m.filename for m in runner.apply(ch, directory=d)] == [six.filename]
+    assert totals("samples_6h") == totals("samples_1h") == (2, 4.0)
+    for statement in runner.render(six.sql):  # interrupted after its insert and run again
+        ch.command(statement)
+    assert totals("samples_6h") == (2, 4.0)
+    write([now - timedelta(minutes=1)], 3.0)
+    assert totals("samples_6h") == totals("samples_1h") == (3, 7.0)
