@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -231,8 +232,22 @@ def _split_in_rows(client, where: str, params: dict, expr: str, a0: pd.Timestamp
 DIMENSION_SQL = {"tenant": "tenant", "model": "model", "route": "route", "context_bucket": CONTEXT_BUCKET}
 
 
+def _remembered(split: Callable[..., pd.Timestamp | None]) -> Callable[..., pd.Timestamp | None]:
+    """``_split_in_rows`` that reads the same rows once per ``explain`` (the second pass, with an
+    earlier baseline end, looks at the same window near the break)."""
+    seen: dict[str, pd.Timestamp | None] = {}
+
+    def call(client, where: str, params: dict, expr: str, a0, a1, rise: bool = True) -> pd.Timestamp | None:  # noqa: ANN001
+        key = repr((where, sorted(params.items()), expr, a0, a1, rise))
+        if key not in seen:
+            seen[key] = split(client, where, params, expr, a0, a1, rise)
+        return seen[key]
+    return call
+
+
 def _mix_evidence(mix: pd.DataFrame, dims: pd.DataFrame, break_at, step: int, long_tokens: float,  # noqa: ANN001
-                  client, where: str, params: dict, window: tuple) -> list[dict]:  # noqa: ANN001
+                  client, where: str, params: dict, window: tuple,  # noqa: ANN001
+                  split: Callable[..., pd.Timestamp | None] = _split_in_rows) -> list[dict]:
     rows = []
     totals = mix[mix["dimension"] == "tenant"].groupby("ts")["requests"].sum()
     for dim, label in [("long", "long-context share"), *MIX_DIMENSIONS.items()]:
@@ -252,7 +267,7 @@ def _mix_evidence(mix: pd.DataFrame, dims: pd.DataFrame, break_at, step: int, lo
         else:
             expr, extra = f"{DIMENSION_SQL[dim]} = {{m_value:String}}", {"m_value": str(top["value"])}
         up = float(top["after_share"]) >= float(top["baseline_share"])
-        moved = _split_in_rows(client, where, {**params, **extra}, expr, *window, rise=up)
+        moved = split(client, where, {**params, **extra}, expr, *window, rise=up)
         resolution = 0.0
         if moved is None:  # too few rows near the break: the per-step shares
             per_step = mix[(mix["dimension"] == dim) & (mix["value"] == top["value"])].set_index("ts")["requests"]
@@ -499,11 +514,12 @@ def explain(
         long_tokens = LONG_FACTOR * median_tokens
         mix = _mix(client, baseline_start, after_end, coarse, source, filters, long_tokens)
         window = (pd.Timestamp(baseline_start), break_ts + pd.Timedelta(seconds=3 * coarse))
+        split = _remembered(_split_in_rows)
 
         def request_evidence(baseline_end) -> list[dict]:  # noqa: ANN001
             ex.dimensions = _dimensions(client, where, params, (baseline_end, break_ts), column, slow, long_tokens)
             ex.strata = _strata(client, where, params, (baseline_end, break_ts), column, q, (median_tokens, long_tokens))
-            return (_mix_evidence(mix, ex.dimensions, break_ts, step_s, long_tokens, client, where, params, window)
+            return (_mix_evidence(mix, ex.dimensions, break_ts, step_s, long_tokens, client, where, params, window, split)
                     + _rate_evidence(mix, break_ts, pd.Timestamp(after_end), coarse))
 
         ex.evidence = _rank(rows + request_evidence(break_ts))

@@ -9,7 +9,9 @@ Out: one long DataFrame ``[ts, source, by, q, value, count]`` with both views, l
        t-digest on rollups), which honour tenant and route filters too. Per replica only on the
        raw tier (the request rollups are kept without replica).
      ``count`` is the step's observations (histograms) or weighted requests (request log).
-     ``.attrs``: ``plan`` (per source), ``step``, ``unapplied`` (filters a source ignored).
+     ``.attrs``: ``plan`` (per source), ``step``, ``unapplied`` (filters a source ignored),
+     ``heatmap``: ``analytics.timeseries.histogram_heatmap_over_time`` of the family, from the
+     same query as its quantiles (empty without the engine histograms).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pandas as pd
 from analytics.filters import Filters
 from analytics.requests import request_quantiles, request_totals
 from analytics.tiers import Retention
-from analytics.timeseries import _plan, _step, histogram_quantiles_over_time
+from analytics.timeseries import _plan, _step, histograms
 
 __all__ = ["LATENCIES", "LEVELS", "SOURCES", "latency_over_time"]
 
@@ -65,9 +67,11 @@ def latency_over_time(
     columns = ["ts", "source", by, "q", "value", "count"]
     _p, step_s = _step(_plan(client, start, end, tier, retention, now), step)
     frames, plans, unapplied = [], {}, {}
+    heatmap = pd.DataFrame(columns=["ts", "low", "high", "count"])
     if "engine histograms" in sources:
-        hist = histogram_quantiles_over_time(client, family, levels, start, end, by, step=step_s, filters=filters,
-                                             tier=tier, retention=retention, now=now)
+        found = histograms(client, [family], levels, start, end, by, step=step_s, filters=filters, tier=tier,
+                           retention=retention, now=now)[family]
+        hist, heatmap = found.steps, found.heatmap
         hist["source"] = "engine histograms"
         frames.append(hist[columns])
         plans["engine histograms"], unapplied["engine histograms"] = hist.attrs["plan"], hist.attrs["unapplied"]
@@ -85,5 +89,5 @@ def latency_over_time(
     frames = [f for f in frames if len(f)]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     df = df.sort_values(["source", "ts", by, "q"], ignore_index=True)
-    df.attrs.update(plan=plans, step=step_s, unapplied=unapplied)
+    df.attrs.update(plan=plans, step=step_s, unapplied=unapplied, heatmap=heatmap)
     return df

@@ -33,8 +33,19 @@ from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.tiers import Plan, Retention, coverage, param_time, plan
 
-__all__ = ["LOOKBACK", "bucket_quantile", "bucket_share_below", "counter_increase", "counter_increases",
-           "gauge_summaries", "gauge_summary", "one_metric", "histogram_buckets", "histogram_quantile", "series_increase"]
+__all__ = [
+    "LOOKBACK",
+    "bucket_quantile",
+    "bucket_share_below",
+    "counter_increase",
+    "counter_increases",
+    "gauge_summaries",
+    "gauge_summary",
+    "histogram_buckets",
+    "histogram_quantile",
+    "one_metric",
+    "series_increase",
+]
 
 LOOKBACK = timedelta(minutes=15)  # how far before a window its "previous sample" is looked for
 # per-series aggregation follows the tables' sort key (metric, fingerprint, ts): stream it
@@ -185,7 +196,8 @@ def gauge_summaries(
     now: datetime | None = None,
     filters: Filters | None = None,
 ) -> pd.DataFrame:
-    """``gauge_summary`` of several gauges in one query: ``[metric, by, min, max, avg, last]``."""
+    """``gauge_summary`` of several gauges in one query: ``[metric, by, min, max, avg, last,
+    replicas]`` (``replicas``: how many replicas reported the gauge)."""
     _check_by(by)
     p = _plan(client, start, end, tier, retention, now)
     series_where, params = _series_filter(filters, _params(metrics, p))
@@ -204,7 +216,8 @@ def gauge_summaries(
     group = GROUPS[by]
     sql = f"""
         SELECT s.metric AS metric, {group} AS {by}, min(v.lo) AS min, max(v.hi) AS max,
-               if(sum(v.n) > 0, sum(v.total) / sum(v.n), nan) AS avg, avg(v.last) AS last
+               if(sum(v.n) > 0, sum(v.total) / sum(v.n), nan) AS avg, avg(v.last) AS last,
+               uniqExact(s.replica) AS replicas
         FROM ({per_series}) AS v
         INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
         WHERE v.n > 0 AND {series_where}

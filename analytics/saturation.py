@@ -8,6 +8,7 @@ Out: - ``saturation``: one row per ``by``: ``kv_avg``, ``kv_max`` (``vllm:kv_cac
        ``prefix_hit_rate`` (prefix-cache hits / queries, tokens), ``iteration_tokens_avg`` (tokens
        per engine step), ``replicas`` (that reported in the window);
      - ``saturation_over_time``: the same per step (``ts`` column), plus ``replicas_up``;
+       ``kv_over_time``: its gauges alone (one query; the per-replica heatmap);
      - ``headroom``: per model pool over the window's most recent quarter: ``kv_recent``,
        ``waiting_per_replica``, ``ttft_p99_recent`` against ``ttft_p99_before`` (the rest of the
        window), ``headroom`` (1 - kv_recent / kv_target, below 0 when past the target);
@@ -27,7 +28,7 @@ import pandas as pd
 from analytics.filters import Filters
 from analytics.metrics import counter_increases, gauge_summaries, histogram_quantile
 from analytics.tiers import Retention
-from analytics.timeseries import counter_rates_over_time, gauge_over_time, gauges_over_time
+from analytics.timeseries import counter_rates_over_time, gauges_over_time
 
 __all__ = [
     "KV",
@@ -36,6 +37,7 @@ __all__ = [
     "WAITING",
     "Targets",
     "headroom",
+    "kv_over_time",
     "recommend",
     "saturation",
     "saturation_over_time",
@@ -89,11 +91,10 @@ def saturation(
     out["preemptions_per_s"] = out["preemptions"].fillna(0) / seconds
     out["prefix_hit_rate"] = (out["hits"] / out["queries"]).where(out["queries"] > 0)
     out["iteration_tokens_avg"] = (out["it_sum"] / out["it_n"]).where(out["it_n"] > 0)
-    if by == "replica":
-        out["replicas"] = 1
-    else:  # the pool's gauges above are per-replica averages (every sample weighs the same)
-        running = gauge_summaries(client, [RUNNING], start, end, "replica", **kw) if len(out) else gauges.iloc[:0]
-        out["replicas"] = out[by].map(_replicas_per_model(client, running)).fillna(0).astype(int)
+    # the pool's gauges above are per-replica averages (every sample weighs the same); a replica
+    # counts where it reported requests running
+    running = gauges[gauges["metric"] == RUNNING].set_index(by)["replicas"]
+    out["replicas"] = out[by].map(running).fillna(0).astype(int)
     columns = [by, "kv_avg", "kv_max", "waiting_avg", "waiting_max", "running_avg", "running_max", "preemptions_per_s",
                "prefix_hit_rate", "iteration_tokens_avg", "replicas"]
     out = out[columns].sort_values(by, ignore_index=True)
@@ -101,23 +102,24 @@ def saturation(
     return out
 
 
-def _replicas_per_model(client, up: pd.DataFrame) -> dict[str, int]:  # noqa: ANN001
-    """Model -> replicas among ``up`` (``gauge_summaries`` of RUNNING per replica)."""
-    if up.empty:
-        return {}
-    models = _replica_models(client, up["replica"].tolist())
-    counts: dict[str, int] = {}
-    for replica in up["replica"]:
-        model = models.get(replica, "")
-        counts[model] = counts.get(model, 0) + 1
-    return counts
-
-
-def _replica_models(client, replicas: list[str]) -> dict[str, str]:  # noqa: ANN001
-    rows = client.query(
-        "SELECT replica, argMax(model, last_seen) FROM series WHERE metric = {m:String} AND replica IN {r:Array(String)} "
-        "GROUP BY replica", parameters={"m": RUNNING, "r": replicas}).result_rows
-    return dict(rows)
+def kv_over_time(
+    client, start: datetime, end: datetime, by: str = "replica", *, step: float | None = None,  # noqa: ANN001
+    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
+    now: datetime | None = None,
+) -> pd.DataFrame:
+    """Per step and ``by``, from one query of the gauges: kv_avg, kv_max, waiting, running (per
+    replica), replicas_up."""
+    gauges = gauges_over_time(client, [KV, WAITING, RUNNING], start, end, by, step=step,
+                              **_kw(tier, retention, now, filters))
+    keys = ["ts", by]
+    out = gauges[keys].drop_duplicates().sort_values(keys, ignore_index=True)
+    for metric, columns in ((KV, {"avg": "kv_avg", "max": "kv_max"}), (WAITING, {"avg": "waiting"}),
+                            (RUNNING, {"avg": "running", "replicas": "replicas_up"})):
+        g = gauges[gauges["metric"] == metric]
+        out = out.merge(g[keys + list(columns)].rename(columns=columns), on=keys, how="left")
+    out["replicas_up"] = out["replicas_up"].fillna(0).astype(int)
+    out.attrs.update(step=gauges.attrs["step"], plan=gauges.attrs["plan"], unapplied=gauges.attrs["unapplied"])
+    return out
 
 
 def saturation_over_time(
@@ -125,35 +127,21 @@ def saturation_over_time(
     filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
     now: datetime | None = None,
 ) -> pd.DataFrame:
-    """Per step and ``by``: kv_avg, kv_max, waiting, running (per replica), preemptions_per_s,
-    prefix_hit_rate, replicas_up."""
+    """Per step and ``by``: ``kv_over_time``'s columns, preemptions_per_s, prefix_hit_rate
+    (two queries)."""
     kw = _kw(tier, retention, now, filters)
-    gauges = gauges_over_time(client, [KV, WAITING, RUNNING], start, end, by, step=step, **kw)
-    step = gauges.attrs["step"]
+    out = kv_over_time(client, start, end, by, step=step, **kw)
+    attrs = dict(out.attrs)
+    step = attrs["step"]
     keys = ["ts", by]
-    out = gauges[keys].drop_duplicates().sort_values(keys, ignore_index=True)
-    for metric, columns in ((KV, {"avg": "kv_avg", "max": "kv_max"}), (WAITING, {"avg": "waiting"}),
-                            (RUNNING, {"avg": "running"})):
-        g = gauges[gauges["metric"] == metric]
-        out = out.merge(g[keys + list(columns)].rename(columns=columns), on=keys, how="left")
     rates = counter_rates_over_time(client, [PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES], start, end, by, step=step, **kw)
     for name, metric in (("preemptions", PREEMPTIONS), ("hits", PREFIX_HITS), ("queries", PREFIX_QUERIES)):
         r = rates[rates["metric"] == metric]
         out = out.merge(r[keys + ["increase"]].rename(columns={"increase": name}), on=keys, how="left")
     out["preemptions_per_s"] = out["preemptions"].fillna(0) / step
     out["prefix_hit_rate"] = (out["hits"] / out["queries"]).where(out["queries"] > 0)
-    if by == "replica":
-        out["replicas_up"] = 1
-    elif out.empty:  # nothing reported (e.g. a filter that matches no replica): nothing to count
-        out["replicas_up"] = pd.Series(dtype=int)
-    else:
-        up = gauge_over_time(client, RUNNING, start, end, "replica", step=step, **kw)
-        models = _replica_models(client, sorted(set(up["replica"]))) if len(up) else {}
-        up["model"] = up["replica"].map(models)
-        counts = up.groupby(["ts", "model"]).size().rename("replicas_up").reset_index()
-        out = out.merge(counts, on=keys, how="left")
     out = out.drop(columns=["preemptions", "hits", "queries"]).sort_values(keys, ignore_index=True)
-    out.attrs.update(step=step, plan=gauges.attrs["plan"], unapplied=gauges.attrs["unapplied"])
+    out.attrs.update(attrs)
     return out
 
 

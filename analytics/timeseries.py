@@ -14,7 +14,9 @@ Out: long DataFrames with a ``ts`` column (the step's start, UTC) and ``.attrs["
      - ``histogram_quantiles_over_time``: ``[ts, by, q, value, count]``: Prometheus'
        ``histogram_quantile`` of the step's bucket increases (``bucket_quantiles``).
      - ``histogram_heatmap_over_time``: ``[ts, low, high, count]``: the observations per step
-       and bucket over the fleet (a latency heatmap).
+       and bucket over the fleet (a latency heatmap);
+     - ``histograms``: several families from one query, each a ``Histogram`` (the quantiles per
+       step and over the window, and the heatmap), for a page that shows them together.
 The per-step arithmetic runs in ClickHouse (window functions over per-step aggregates);
 only the final interpolation inside one bucket row per (step, group) happens in numpy.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -43,6 +46,7 @@ __all__ = [
     "histogram_heatmap_over_time",
     "histogram_quantiles_over_time",
     "histogram_steps_and_window",
+    "histograms",
     "step_increase",
 ]
 
@@ -173,7 +177,8 @@ def gauges_over_time(
     agg: str = "avg", step: float | None = None, filters: Filters | None = None, tier: str | None = None,
     retention: Retention | None = None, now: datetime | None = None,
 ) -> pd.DataFrame:
-    """``gauge_over_time`` of several gauges in one query: ``[metric, ts, by, avg, max, min]``."""
+    """``gauge_over_time`` of several gauges in one query: ``[metric, ts, by, avg, max, min, replicas]``
+    (``replicas``: how many replicas reported the gauge in the step)."""
     if agg not in ("avg", "sum"):
         raise ValueError("agg must be 'avg' or 'sum'")
     p, s = _step(_plan(client, start, end, tier, retention, now), step)
@@ -193,7 +198,8 @@ def gauges_over_time(
                   AND isFinite(value)
             GROUP BY fingerprint, t"""
     sql = f"""
-        SELECT s.metric AS metric, v.t AS ts, {GROUPS[by]} AS {by}, {agg}(v.mean) AS avg, max(v.hi) AS max, min(v.lo) AS min
+        SELECT s.metric AS metric, v.t AS ts, {GROUPS[by]} AS {by}, {agg}(v.mean) AS avg, max(v.hi) AS max, min(v.lo) AS min,
+               uniqExact(s.replica) AS replicas
         FROM ({inner}) AS v
         INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
         WHERE {where}
@@ -228,16 +234,66 @@ def bucket_quantiles(q: float, bounds: np.ndarray, counts: np.ndarray) -> np.nda
     return np.where(total > 0, value, math.nan)
 
 
-def _bucket_increases(client, metric: str, p: Plan, s: int, by: str, filters: Filters | None) -> pd.DataFrame:  # noqa: ANN001
-    """Per step, ``by`` and bucket bound ``le``: the cumulative bucket count's increase."""
-    where, params = _params(f"{metric}_bucket", p, s, filters)
+def _bucket_increases(client, metrics: list[str], p: Plan, s: int, by: str, filters: Filters | None) -> pd.DataFrame:  # noqa: ANN001
+    """Per histogram family, step, ``by`` and bucket bound ``le``: the cumulative bucket count's
+    increase (``[metric, ts, by, le, count]``, ``metric`` the family's name)."""
+    where, params = _params([f"{m}_bucket" for m in metrics], p, s, filters)
     sql = f"""
-        SELECT v.ts AS ts, {GROUPS[by]} AS {by}, s.le AS le, sum(v.increase) AS count
+        SELECT substring(s.metric, 1, length(s.metric) - 7) AS metric, v.ts AS ts, {GROUPS[by]} AS {by}, s.le AS le,
+               sum(v.increase) AS count
         FROM ({step_increase(p, s)}) AS v
         INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
         WHERE NOT isNaN(s.le) AND {where}
-        GROUP BY ts, {by}, le ORDER BY ts, {by}, le"""
+        GROUP BY metric, ts, {by}, le ORDER BY metric, ts, {by}, le"""
     return query_df(client, sql, parameters=params, settings=SETTINGS)
+
+
+class Histogram(NamedTuple):
+    """One histogram family's answers from one read of its bucket increases."""
+
+    steps: pd.DataFrame  # [ts, by, q, value, count]: the quantiles per step (and "(fleet)" rows with total)
+    window: pd.DataFrame  # [by, q, value, count]: the quantiles over the window widened to whole steps
+    heatmap: pd.DataFrame  # [ts, low, high, count]: the observations per step and bucket over every group
+
+
+def histograms(
+    client, metrics: list[str] | tuple[str, ...], levels: list[float] | tuple[float, ...], start: datetime,  # noqa: ANN001
+    end: datetime, by: str = "model", *, step: float | None = None, filters: Filters | None = None,
+    tier: str | None = None, retention: Retention | None = None, now: datetime | None = None, total: bool = False,
+) -> dict[str, Histogram]:
+    """Histogram families -> their ``Histogram`` (per-step and window quantiles, heatmap), all
+    from one query. With ``total`` the quantiles also have rows for all the groups together,
+    ``by`` = ``(fleet)`` (what ``by="fleet"`` answers)."""
+    p, s = _step(_plan(client, start, end, tier, retention, now), step)
+    buckets = _bucket_increases(client, list(metrics), p, s, by, filters)
+    columns = ["ts", by, "q", "value", "count"]
+    out = {}
+    for metric in metrics:
+        part = buckets[buckets["metric"] == metric]
+        if part.empty:
+            out[metric] = Histogram(_finish(pd.DataFrame(columns=columns), p, s, filters),
+                                    _finish(pd.DataFrame(columns=columns[1:]), p, s, filters),
+                                    _finish(pd.DataFrame(columns=["ts", "low", "high", "count"]), p, s, filters))
+            continue
+        wide = part.pivot_table(index=["ts", by], columns="le", values="count", aggfunc="sum", fill_value=0.0)
+        fleet = wide.groupby(level="ts").sum()
+        if total and by != "fleet":
+            labelled = fleet.set_axis(pd.MultiIndex.from_arrays([fleet.index, ["(fleet)"] * len(fleet)], names=["ts", by]))
+            wide = pd.concat([wide, labelled])
+        window = wide.groupby(level=by, sort=False).sum()
+        out[metric] = Histogram(_finish(_quantile_rows(wide, levels, columns), p, s, filters),
+                                _finish(_quantile_rows(window, levels, columns[1:]), p, s, filters),
+                                _finish(_heat_rows(fleet), p, s, filters))
+    return out
+
+
+def _heat_rows(wide: pd.DataFrame) -> pd.DataFrame:
+    """``[ts, low, high, count]`` from cumulative bucket counts per step (``wide``: ts x le)."""
+    bounds = wide.columns.to_numpy(float)
+    per_bucket = np.diff(wide.to_numpy(float), axis=1, prepend=0.0).clip(min=0.0)  # cumulative -> per bucket
+    lows = np.concatenate([[0.0], bounds[:-1]])
+    return pd.DataFrame({"ts": np.repeat(wide.index.to_numpy(), len(bounds)), "low": np.tile(lows, len(wide)),
+                         "high": np.tile(bounds, len(wide)), "count": per_bucket.ravel()})
 
 
 def histogram_heatmap_over_time(
@@ -248,18 +304,8 @@ def histogram_heatmap_over_time(
     """Per step and bucket of histogram family ``metric`` over the fleet (the filters applied):
     ``[ts, low, high, count]`` with ``count`` the observations that fell in ``(low, high]`` in
     that step (the last bucket's ``high`` is +Inf)."""
-    p, s = _step(_plan(client, start, end, tier, retention, now), step)
-    buckets = _bucket_increases(client, metric, p, s, "fleet", filters)
-    columns = ["ts", "low", "high", "count"]
-    if buckets.empty:
-        return _finish(pd.DataFrame(columns=columns), p, s, filters)
-    wide = buckets.pivot_table(index="ts", columns="le", values="count", aggfunc="sum", fill_value=0.0)
-    bounds = wide.columns.to_numpy(float)
-    per_bucket = np.diff(wide.to_numpy(float), axis=1, prepend=0.0).clip(min=0.0)  # cumulative -> per bucket
-    lows = np.concatenate([[0.0], bounds[:-1]])
-    out = pd.DataFrame({"ts": np.repeat(wide.index.to_numpy(), len(bounds)), "low": np.tile(lows, len(wide)),
-                        "high": np.tile(bounds, len(wide)), "count": per_bucket.ravel()})
-    return _finish(out[columns], p, s, filters)
+    return histograms(client, [metric], (), start, end, "fleet", step=step, filters=filters, tier=tier,
+                      retention=retention, now=now)[metric].heatmap
 
 
 def histogram_quantiles_over_time(
@@ -285,23 +331,12 @@ def histogram_steps_and_window(
     that window, but for a series whose previous sample lies between its 15-minute lookback
     and one step before the window, or an unmarked restart: the steps count those per step). A
     page that draws the line and shows the number reads the buckets once."""
-    p, s = _step(_plan(client, start, end, tier, retention, now), step)
-    buckets = _bucket_increases(client, metric, p, s, by, filters)
-    columns = ["ts", by, "q", "value", "count"]
-    if buckets.empty:
-        empty = _finish(pd.DataFrame(columns=columns), p, s, filters)
-        return empty, _finish(pd.DataFrame(columns=columns[1:]), p, s, filters)
-    wide = buckets.pivot_table(index=["ts", by], columns="le", values="count", aggfunc="sum", fill_value=0.0)
-    if total and by != "fleet":
-        fleet = wide.groupby(level="ts").sum()
-        fleet.index = pd.MultiIndex.from_arrays([fleet.index, ["(fleet)"] * len(fleet)], names=["ts", by])
-        wide = pd.concat([wide, fleet])
-    window = wide.groupby(level=by, sort=False).sum()
-    return (_finish(_quantile_rows(wide, levels)[columns], p, s, filters),
-            _finish(_quantile_rows(window, levels)[columns[1:]], p, s, filters))
+    found = histograms(client, [metric], levels, start, end, by, step=step, filters=filters, tier=tier,
+                       retention=retention, now=now, total=total)[metric]
+    return found.steps, found.window
 
 
-def _quantile_rows(wide: pd.DataFrame, levels: list[float] | tuple[float, ...]) -> pd.DataFrame:
+def _quantile_rows(wide: pd.DataFrame, levels: list[float] | tuple[float, ...], columns: list[str]) -> pd.DataFrame:
     """Long rows (the index's columns, ``q``, ``value``, ``count``) of the cumulative bucket counts
     in ``wide`` (one column per upper bound)."""
     bounds = wide.columns.to_numpy(float)
@@ -313,4 +348,4 @@ def _quantile_rows(wide: pd.DataFrame, levels: list[float] | tuple[float, ...]) 
         frame["value"] = bucket_quantiles(float(q), bounds, matrix)
         frame["count"] = matrix[:, -1]
         frames.append(frame)
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)

@@ -21,7 +21,7 @@ import streamlit as st
 
 from dashboard.view import FILTER_KEYS, RANGES, REFRESH, View, read_view, view_params
 
-__all__ = ["PERCENT", "Context", "current_params", "page_context", "plain", "shown", "settings_for_login", "use_stores"]
+__all__ = ["PERCENT", "Context", "current_params", "page_context", "plain", "settings_for_login", "shown", "use_stores"]
 
 _INJECTED: dict[str, Any] = {}
 # columns that analytics returns as fractions, shown as percentages wherever a table has them

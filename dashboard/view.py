@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from analytics.filters import Filters
 
-__all__ = ["floor_time", "grain", "RANGES", "REFRESH", "View", "read_view", "view_params"]
+__all__ = ["RANGES", "REFRESH", "View", "floor_time", "grain", "read_view", "view_params"]
 
 RANGES = {
     "15m": timedelta(minutes=15),

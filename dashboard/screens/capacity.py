@@ -8,27 +8,36 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from analytics.saturation import Targets, headroom, recommend, saturation_over_time
+from analytics.saturation import Targets, headroom, kv_over_time, recommend, saturation_over_time
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain
 from dashboard.marks import TS_TIP, time_x, with_annotations
 
 MAX_LINES = 12
+HEAT_ROWS = 30
 
 ctx = page_context("Cache & capacity")
 v, client = ctx.view, ctx.client
-over = cached(saturation_over_time, client, v.start, v.end, "replica", filters=v.filters)
-if over.empty:
+per_replica = cached(kv_over_time, client, v.start, v.end, "replica", filters=v.filters)
+if per_replica.empty:
     st.info(f"No KV-cache samples between {v.start:%H:%M} and {v.end:%H:%M} UTC: no replica was scraped in this window "
             "(is `fleetscope collect` running?). Try a longer time range.")
     st.stop()
-step = over.attrs.get("step")
+step = per_replica.attrs.get("step")
 targets = Targets()
+replicas = per_replica["replica"].nunique()
 st.subheader("KV-cache usage per replica")
-st.caption(f"Average of each {step:g}s step; a replica at 100% queues or preempts requests (target {targets.kv_target:.0%}).")
-cells = over.assign(ts_end=over["ts"] + pd.Timedelta(seconds=step))  # each step a cell of its own width
+# the replicas that came closest to full: a row per replica stays readable, and the chart light, up to a few dozen
+peaks = per_replica.groupby("replica").agg(peak=("kv_max", "max"), avg=("kv_avg", "mean"))
+hottest = peaks.sort_values(["peak", "avg"], ascending=False).index[:HEAT_ROWS]
+cells = per_replica[per_replica["replica"].isin(hottest)]
+st.caption(f"Average of each {step:g}s step; a replica at 100% queues or preempts requests (target {targets.kv_target:.0%})."
+           + (f" The {len(hottest)} of {replicas} replicas with the highest peak, hottest first "
+              f"({int((peaks['peak'] >= targets.kv_target).sum())} of {replicas} went past the target); "
+              "pick replicas in the sidebar to see others." if replicas > HEAT_ROWS else ""))
+cells = cells.assign(ts_end=cells["ts"] + pd.Timedelta(seconds=step))  # each step a cell of its own width
 heat = alt.Chart(plain(cells)).mark_rect().encode(
-    x=time_x(v), x2="ts_end:T", y=alt.Y("replica:N", title=None),
+    x=time_x(v), x2="ts_end:T", y=alt.Y("replica:N", title=None, sort=list(hottest)),
     color=alt.Color("kv_avg:Q", title="KV used", scale=alt.Scale(domain=[0, 1], scheme="orangered"),
                     legend=alt.Legend(format="%")),
     tooltip=[TS_TIP, "replica:N", alt.Tooltip("kv_avg:Q", format=".0%", title="KV avg"),
@@ -36,10 +45,8 @@ heat = alt.Chart(plain(cells)).mark_rect().encode(
 st.altair_chart(with_annotations(heat, ctx), width="stretch")
 
 # a line per replica reads well up to a dozen; beyond, per model pool (filter replicas to see them one by one)
-replicas = over["replica"].nunique()
 by = "replica" if replicas <= MAX_LINES else "model"
-lines = over if by == "replica" else cached(saturation_over_time, client, v.start, v.end, "model", step=step,
-                                            filters=v.filters)
+lines = cached(saturation_over_time, client, v.start, v.end, by, step=step, filters=v.filters)
 if by == "model":
     st.caption(f"{replicas} replicas: the charts below show each model pool (requests per replica, preemptions summed); "
                "pick replicas in the sidebar to see them one by one.")

@@ -14,7 +14,7 @@ import streamlit as st
 from analytics.explain import explain
 from analytics.latency import LATENCIES
 from analytics.requests import request_totals
-from analytics.saturation import saturation_over_time
+from analytics.saturation import kv_over_time
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain
 from dashboard.marks import TS_TIP, time_x, with_annotations
@@ -85,7 +85,7 @@ st.subheader("Aligned on the break")
 st.altair_chart(aligned(alt.Chart(plain(ex.series)).mark_line(point=True).encode(
     x=time_x(v, None), y=alt.Y("value:Q", title=f"{ex.metric} (s)"),
     tooltip=[TS_TIP, alt.Tooltip("value:Q", format=".3f"), "n:Q"]), 200), width="stretch")
-cap = cached(saturation_over_time, client, start, v.end, "model", step=ex.step, filters=v.filters)
+cap = cached(kv_over_time, client, start, v.end, "model", step=ex.step, filters=v.filters)
 if len(cap):
     st.altair_chart(aligned(alt.Chart(plain(cap)).mark_line().encode(
         x=time_x(v, None), y=alt.Y("kv_avg:Q", title="KV used", axis=alt.Axis(format="%")),

@@ -11,7 +11,6 @@ import streamlit as st
 
 from analytics.latency import LATENCIES, LEVELS, latency_over_time
 from analytics.slo import goodput, slo_attainment
-from analytics.timeseries import histogram_heatmap_over_time
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain
 from dashboard.marks import TS_TIP, time_x, with_annotations
@@ -37,14 +36,14 @@ else:
             color=alt.Color(f"{by}:N"), strokeDash=alt.StrokeDash("percentile:N"),
             tooltip=[TS_TIP, f"{by}:N", "percentile:N", alt.Tooltip("value:Q", format=".3f"), "count:Q"])
         st.altair_chart(with_annotations(chart, ctx), width="stretch")
-    heat = cached(histogram_heatmap_over_time, client, LATENCIES[latency][0], v.start, v.end, filters=v.filters)
+    heat = df.attrs["heatmap"]  # from the same read of the engines' buckets as the percentiles above
     heat = heat[heat["count"] > 0]
     if len(heat):
         st.subheader(f"{latency.upper()} heatmap — engine histograms")
         st.caption("Observations per step and histogram bucket over the fleet; the bucket bounds are the engines' own.")
         heat = heat.assign(bucket=heat["high"].map(lambda h: "+Inf" if h == float("inf") else f"≤ {h:g}s"),
                            order=heat["high"].rank(method="dense"),
-                           ts_end=heat["ts"] + pd.Timedelta(seconds=heat.attrs.get("step", 60)))
+                           ts_end=heat["ts"] + pd.Timedelta(seconds=df.attrs["step"]))
         st.altair_chart(alt.Chart(plain(heat)).mark_rect().encode(
             x=time_x(v), x2="ts_end:T",
             y=alt.Y("bucket:O", title=f"{latency.upper()} bucket", sort=alt.EncodingSortField("order", order="descending")),

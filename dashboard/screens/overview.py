@@ -19,7 +19,7 @@ from analytics.health import scrape_health, silent_targets
 from analytics.requests import request_totals
 from analytics.saturation import KV, saturation
 from analytics.slo import slo_attainment
-from analytics.timeseries import gauge_over_time, histogram_steps_and_window
+from analytics.timeseries import gauge_over_time, histograms
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain, shown
 from dashboard.marks import TS_TIP, time_x, with_annotations
@@ -61,14 +61,14 @@ if sat.empty:
     st.columns(4)[0].metric("Firing alerts", alerts_firing, help=alerts_help)
     link_to_alerts(alerts_firing)
     st.stop()
-# p99 TTFT: per step by model (the chart below), for the fleet (the sparkline) and over the window, from one
-# query; p99 ITL: per step and over the window
-ttft_steps, ttft_window = cached(histogram_steps_and_window, client, "vllm:time_to_first_token_seconds", (0.99,), v.start,
-                                 v.end, "model", filters=v.filters, total=True)
-itl_steps, itl_window = cached(histogram_steps_and_window, client, "vllm:inter_token_latency_seconds", (0.99,), v.start,
-                               v.end, "fleet", filters=v.filters)
+# p99 TTFT and ITL per step by model (the chart below), for the fleet (the sparklines) and over the window,
+# from one query
+TTFT, ITL = "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds"
+hist = cached(histograms, client, (TTFT, ITL), (0.99,), v.start, v.end, "model", filters=v.filters, total=True)
+ttft_steps, ttft_window = hist[TTFT].steps, hist[TTFT].window
+itl_steps = hist[ITL].steps[hist[ITL].steps["model"] == "(fleet)"]
 ttft = ttft_window[ttft_window["model"] == "(fleet)"].rename(columns={"value": "quantile"})
-itl = itl_window.rename(columns={"value": "quantile"})
+itl = hist[ITL].window[hist[ITL].window["model"] == "(fleet)"].rename(columns={"value": "quantile"})
 by_source = cached(request_totals, client, v.start, v.end, by=["source"], source=None, filters=v.filters)
 by_source = by_source.set_index("source") if "source" in by_source else by_source
 # the gateway logs every request it routes; engine spans are the fallback (not both: the same requests)

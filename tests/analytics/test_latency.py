@@ -169,3 +169,30 @@ def test_the_window_from_the_steps_is_the_one_window_quantile(run) -> None:  # n
                 assert len(want) and set(want.index) <= set(got.index)
                 for key, row in want.iterrows():
                     assert got.loc[key, "value"] == pytest.approx(row["quantile"]) and got.loc[key, "count"] == pytest.approx(row["count"])
+
+
+def test_several_histograms_in_one_query_answer_as_each_alone(run) -> None:  # noqa: ANN001
+    from analytics.timeseries import (
+        histogram_heatmap_over_time,
+        histogram_steps_and_window,
+        histograms,
+    )
+
+    start, end = run.start.replace(second=0), run.end.replace(second=0)
+    families = [TTFT, "vllm:inter_token_latency_seconds"]
+    both = histograms(run.client, families, (0.5, 0.99), start, end, "model", step=60, total=True)
+    for family in families:
+        steps, window = histogram_steps_and_window(run.client, family, (0.5, 0.99), start, end, "model", step=60,
+                                                   total=True)
+        got = both[family]
+        assert len(steps) > 0 and list(got.steps["ts"]) == list(steps["ts"])
+        assert np.allclose(got.steps[["value", "count"]].to_numpy(float), steps[["value", "count"]].to_numpy(float),
+                           equal_nan=True)
+        assert np.allclose(got.window[["value", "count"]].to_numpy(float), window[["value", "count"]].to_numpy(float),
+                           equal_nan=True)
+        # the heatmap: every observation of a step in exactly one bucket, over all the models
+        heat = histogram_heatmap_over_time(run.client, family, start, end, step=60)
+        per_step = heat.groupby("ts")["count"].sum()
+        fleet = steps[(steps["model"] == "(fleet)") & (steps["q"] == 0.5)].set_index("ts")["count"]
+        assert per_step.to_numpy() == pytest.approx(fleet.reindex(per_step.index).to_numpy())
+        assert got.heatmap["count"].to_numpy() == pytest.approx(heat["count"].to_numpy())

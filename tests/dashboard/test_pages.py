@@ -9,6 +9,7 @@ import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -22,10 +23,11 @@ from analytics.cost import cost_per_token
 from analytics.drift import drift
 from analytics.explain import explain
 from analytics.metrics import histogram_quantile
-from analytics.saturation import scale_out
+from analytics.saturation import kv_over_time, scale_out
 from analytics.timeseries import histogram_steps_and_window
 from dashboard.context import use_stores
 from dashboard.view import read_view, view_params
+from fleet.sim.history import seed
 from fleetscope.settings import load_settings
 from migrations import clickhouse_runner
 from storage.catalog import add_annotation, annotations, gpu_prices
@@ -142,6 +144,23 @@ def test_capacity_page_shows_the_scale_out_recommendation(shift, sessions) -> No
     for row in plan.itertuples():
         assert f"**{row.model}**: {row.replicas} → {row.recommended} replicas" in boxes
         assert row.reasons[0] in boxes
+
+
+def test_capacity_heatmap_shows_the_hottest_replicas_of_a_large_fleet(ch, sessions) -> None:  # noqa: ANN001
+    clickhouse_runner.apply(ch)
+    seed(ch, replicas=40, days=1.25, raw_hours=0.25, minute_hours=2)
+    use_stores(ch, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+    at = run("capacity", range="24h")
+    assert not at.exception
+    view = read_view({"range": "24h"})
+    per_replica = kv_over_time(ch, view.start, view.end, "replica")
+    peaks = per_replica.groupby("replica")["kv_max"].max()
+    heat = at.get("vega_lite_chart")[0]
+    shown = set().union(*(set(pa.ipc.open_stream(d.data.data).read_all().column("replica").to_pylist())
+                          for d in heat.proto.datasets if b"replica" in d.data.data))
+    assert len(peaks) == 40 and len(shown) == 30  # a row per replica only for the 30 that came closest to full
+    assert min(peaks[list(shown)]) >= max(peaks.drop(list(shown)))
+    assert any("30 of 40 replicas with the highest peak" in c.value for c in at.caption)
 
 
 def test_traffic_page_counts_the_drifted_features_as_analytics_does(shift, sessions) -> None:  # noqa: ANN001
