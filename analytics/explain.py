@@ -29,6 +29,9 @@ Out: an ``Explanation``:
        requests and the quantile before and after: flat short requests mean "the mix got
        heavier", slower short requests mean "everyone got slower" (contention);
      - ``cost``: cost per 1M tokens per model before and after (when prices are given);
+     - ``capacity``: the fleet's capacity signals per step over the window (index ``ts``:
+       ``kv_avg``, ``kv_peak``, ``waiting``, ``replicas_up``, ``preemptions``,
+       ``prefix_hit_rate``), the ones the capacity evidence is judged on (from the baseline on);
      - ``sentence``: one line, phrased as "consistent with ...".
 
 Scores are on one scale: a mix signal scores the difference between its share among the slow
@@ -100,6 +103,8 @@ class Explanation:
     dimensions: pd.DataFrame = field(default_factory=pd.DataFrame)
     strata: pd.DataFrame = field(default_factory=pd.DataFrame)
     cost: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # per step (index ts) over the fleet: kv_avg, kv_peak, waiting, replicas_up, preemptions, prefix_hit_rate
+    capacity: pd.DataFrame = field(default_factory=pd.DataFrame)
     sentence: str = ""
     request_step: int = 0  # the step of the quantile series (wider when requests are few)
 
@@ -146,16 +151,12 @@ def _grid(start: datetime, end: datetime, step: int) -> pd.DatetimeIndex:
 def _capacity(client, start, end, step: int, filters) -> pd.DataFrame:  # noqa: ANN001
     kw = {"step": step, "filters": filters}
     grid = pd.DataFrame(index=_grid(start, end, step))
-    # one query each for the gauges per replica, the fleet's queue and the counters
-    per_replica = gauges_over_time(client, [KV, RUNNING], start, end, "replica", **kw)
-    kv = per_replica[per_replica["metric"] == KV]
-    if len(kv):
-        per = kv.groupby("ts").agg(kv_avg=("avg", "mean"), kv_peak=("max", "max"))
-        grid = grid.join(per)
-    waiting = gauge_over_time(client, WAITING, start, end, "fleet", agg="sum", **kw)
-    grid = grid.join(waiting.set_index("ts")["avg"].rename("waiting"))
-    up = per_replica[per_replica["metric"] == RUNNING]
-    grid = grid.join(up.groupby("ts").size().rename("replicas_up"))
+    # one query for the gauges over the fleet, one for the counters
+    gauges = gauges_over_time(client, [KV, RUNNING, WAITING], start, end, "fleet", **kw).set_index("ts")
+    kv, running, waiting = (gauges[gauges["metric"] == m] for m in (KV, RUNNING, WAITING))
+    grid = grid.join(kv["avg"].rename("kv_avg")).join(kv["max"].rename("kv_peak"))
+    grid = grid.join((waiting["avg"] * waiting["series"]).rename("waiting"))  # summed over the fleet
+    grid = grid.join(running["replicas"].rename("replicas_up"))
     rates = counter_rates_over_time(client, [PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES], start, end, "fleet", **kw)
     for name, metric in (("preemptions", PREEMPTIONS), ("hits", PREFIX_HITS), ("queries", PREFIX_QUERIES)):
         r = rates[rates["metric"] == metric]
@@ -501,8 +502,10 @@ def explain(
     after_end = series["ts"].iloc[bounds[last]].to_pydatetime() if last < len(levels) else end
     break_ts = pd.Timestamp(ex.break_at)
 
-    capacity = _capacity(client, baseline_start, after_end, step_s, filters)
-    rows = _capacity_evidence(capacity, break_ts, pd.Timestamp(after_end), step_s)
+    # the fleet's capacity signals over the whole window (the page draws them), judged from the baseline on
+    ex.capacity = _capacity(client, start, end, step_s, filters)
+    judged = ex.capacity[ex.capacity.index >= pd.Timestamp(baseline_start).floor(f"{step_s}s")]
+    rows = _capacity_evidence(judged, break_ts, pd.Timestamp(after_end), step_s)
     if source is not None:
         where, params = _requests_where(baseline_start, after_end, source, filters)
         base_where, base_params = _requests_where(baseline_start, ex.break_at, source, filters)

@@ -177,8 +177,9 @@ def gauges_over_time(
     agg: str = "avg", step: float | None = None, filters: Filters | None = None, tier: str | None = None,
     retention: Retention | None = None, now: datetime | None = None,
 ) -> pd.DataFrame:
-    """``gauge_over_time`` of several gauges in one query: ``[metric, ts, by, avg, max, min, replicas]``
-    (``replicas``: how many replicas reported the gauge in the step)."""
+    """``gauge_over_time`` of several gauges in one query: ``[metric, ts, by, avg, max, min, replicas,
+    series]`` (how many replicas, and series, reported the gauge in the step: with ``agg="avg"``,
+    ``avg * series`` is what ``agg="sum"`` answers)."""
     if agg not in ("avg", "sum"):
         raise ValueError("agg must be 'avg' or 'sum'")
     p, s = _step(_plan(client, start, end, tier, retention, now), step)
@@ -199,7 +200,7 @@ def gauges_over_time(
             GROUP BY fingerprint, t"""
     sql = f"""
         SELECT s.metric AS metric, v.t AS ts, {GROUPS[by]} AS {by}, {agg}(v.mean) AS avg, max(v.hi) AS max, min(v.lo) AS min,
-               uniqExact(s.replica) AS replicas
+               uniqExact(s.replica) AS replicas, count() AS series
         FROM ({inner}) AS v
         INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
         WHERE {where}

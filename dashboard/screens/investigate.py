@@ -14,7 +14,6 @@ import streamlit as st
 from analytics.explain import explain
 from analytics.latency import LATENCIES
 from analytics.requests import request_totals
-from analytics.saturation import kv_over_time
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain
 from dashboard.marks import TS_TIP, time_x, with_annotations
@@ -85,15 +84,17 @@ st.subheader("Aligned on the break")
 st.altair_chart(aligned(alt.Chart(plain(ex.series)).mark_line(point=True).encode(
     x=time_x(v, None), y=alt.Y("value:Q", title=f"{ex.metric} (s)"),
     tooltip=[TS_TIP, alt.Tooltip("value:Q", format=".3f"), "n:Q"]), 200), width="stretch")
-cap = cached(kv_over_time, client, start, v.end, "model", step=ex.step, filters=v.filters)
+cap = ex.capacity.reset_index()  # the fleet's capacity signals the evidence above was judged on
 if len(cap):
-    st.altair_chart(aligned(alt.Chart(plain(cap)).mark_line().encode(
-        x=time_x(v, None), y=alt.Y("kv_avg:Q", title="KV used", axis=alt.Axis(format="%")),
-        color=alt.Color("model:N"), tooltip=[TS_TIP, "model:N", alt.Tooltip("kv_avg:Q", format=".0%")])),
+    kv = cap.melt(id_vars=["ts"], value_vars=["kv_avg", "kv_peak"], var_name="of", value_name="used")
+    kv["of"] = kv["of"].map({"kv_avg": "average replica", "kv_peak": "fullest replica"})
+    st.altair_chart(aligned(alt.Chart(plain(kv.dropna(subset=["used"]))).mark_line().encode(
+        x=time_x(v, None), y=alt.Y("used:Q", title="KV used", axis=alt.Axis(format="%")),
+        color=alt.Color("of:N", title=""), tooltip=[TS_TIP, "of:N", alt.Tooltip("used:Q", format=".0%")])),
         width="stretch")
-    st.altair_chart(aligned(alt.Chart(plain(cap)).mark_line().encode(
-        x=time_x(v, None), y=alt.Y("waiting:Q", title="waiting / replica"),
-        color=alt.Color("model:N"), tooltip=[TS_TIP, "model:N", alt.Tooltip("waiting:Q", format=".1f")])),
+    st.altair_chart(aligned(alt.Chart(plain(cap.dropna(subset=["waiting"]))).mark_line().encode(
+        x=time_x(v, None), y=alt.Y("waiting:Q", title="requests waiting (fleet)"),
+        tooltip=[TS_TIP, alt.Tooltip("waiting:Q", format=".1f")])),
         width="stretch")
 top_mix = next((DIMENSION_OF[s] for s in ex.evidence["signal"] if s in DIMENSION_OF), "tenant") if len(ex.evidence) else "tenant"
 if ex.source == "request log":

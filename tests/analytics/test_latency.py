@@ -196,3 +196,15 @@ def test_several_histograms_in_one_query_answer_as_each_alone(run) -> None:  # n
         fleet = steps[(steps["model"] == "(fleet)") & (steps["q"] == 0.5)].set_index("ts")["count"]
         assert per_step.to_numpy() == pytest.approx(fleet.reindex(per_step.index).to_numpy())
         assert got.heatmap["count"].to_numpy() == pytest.approx(heat["count"].to_numpy())
+
+
+def test_a_gauge_mean_times_its_series_is_its_sum(run) -> None:  # noqa: ANN001
+    from analytics.timeseries import gauges_over_time
+
+    start, end = run.start.replace(second=0), run.end.replace(second=0)
+    gauges = ["vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"]
+    for by in ("fleet", "model"):
+        mean = gauges_over_time(run.client, gauges, start, end, by, step=60)
+        total = gauges_over_time(run.client, gauges, start, end, by, step=60, agg="sum")
+        assert len(mean) > 0 and (mean["replicas"] >= 1).all() and (mean["series"] >= mean["replicas"]).all()
+        assert (mean["avg"] * mean["series"]).to_numpy() == pytest.approx(total["avg"].to_numpy())
