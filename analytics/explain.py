@@ -28,7 +28,9 @@ Out: an ``Explanation``:
        ``LONG_FACTOR`` times it, medium between; "long-context" means the same) the share of
        requests and the quantile before and after: flat short requests mean "the mix got
        heavier", slower short requests mean "everyone got slower" (contention);
-     - ``cost``: cost per 1M tokens per model before and after (when prices are given);
+     - ``cost``: cost per 1M tokens per model before and after (when prices are given;
+       ``cost_around`` answers it later for an explanation made without them); ``periods``:
+       the baseline's start, the break and the regression's end;
      - ``capacity``: the fleet's capacity signals per step over the window (index ``ts``:
        ``kv_avg``, ``kv_peak``, ``waiting``, ``replicas_up``, ``preemptions``,
        ``prefix_hit_rate``), the ones the capacity evidence is judged on (from the baseline on);
@@ -49,7 +51,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -72,7 +73,7 @@ from analytics.timeseries import (
     histogram_quantiles_over_time,
 )
 
-__all__ = ["Explanation", "explain"]
+__all__ = ["Explanation", "cost_around", "explain"]
 
 SATURATED = 0.9  # KV-cache usage at which a replica counts as saturated
 PRESSURE = 0.5  # ... or this much with requests waiting (a long prompt's blocks no longer fit)
@@ -105,6 +106,7 @@ class Explanation:
     cost: pd.DataFrame = field(default_factory=pd.DataFrame)
     # per step (index ts) over the fleet: kv_avg, kv_peak, waiting, replicas_up, preemptions, prefix_hit_rate
     capacity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    periods: tuple[datetime, datetime, datetime] | None = None  # baseline start, break, end of the regression
     sentence: str = ""
     request_step: int = 0  # the step of the quantile series (wider when requests are few)
 
@@ -217,38 +219,37 @@ def _split_in_rows(client, where: str, params: dict, expr: str, a0: pd.Timestamp
     """Where ``expr`` (per request, in arrival order) shifts within ``[a0, a1)``: the best single
     split of the rows' ranks (a rise when ``rise``)."""
     params = dict(params, a0=param_time(pd.Timestamp(a0).to_pydatetime()), a1=param_time(pd.Timestamp(a1).to_pydatetime()))
-    df = query_df(client, 
+    df = query_df(client,
         f"SELECT ts, toFloat64({expr}) AS x FROM requests WHERE {where} AND ts >= {{a0:DateTime64(3)}} "
         f"AND ts < {{a1:DateTime64(3)}} ORDER BY ts", parameters=params)
-    if len(df) < 8:
+    return _split_at(df["ts"], df["x"], rise)
+
+
+def _split_at(ts: pd.Series, values: pd.Series, rise: bool = True) -> pd.Timestamp | None:
+    """The arrival time where ``values`` (in arrival order) shift: the best single split of their
+    ranks (a rise when ``rise``); None for fewer than 8 rows or no shift."""
+    if len(values) < 8:
         return None
-    x = df["x"].rank().to_numpy(float)  # ranks: a few outliers cannot pull the split (0/1 values keep their order)
+    x = values.rank().to_numpy(float)  # ranks: a few outliers cannot pull the split (0/1 values keep their order)
     k, gain = best_split(x, 3)
     if k <= 0 or gain <= 0 or (rise and x[k:].mean() <= x[:k].mean()):
         return None
-    return pd.Timestamp(df["ts"].iloc[k]).tz_convert("UTC") if pd.Timestamp(df["ts"].iloc[k]).tzinfo else \
-        pd.Timestamp(df["ts"].iloc[k]).tz_localize("UTC")
+    at = pd.Timestamp(ts.iloc[k])
+    return at.tz_convert("UTC") if at.tzinfo else at.tz_localize("UTC")
 
 
-DIMENSION_SQL = {"tenant": "tenant", "model": "model", "route": "route", "context_bucket": CONTEXT_BUCKET}
-
-
-def _remembered(split: Callable[..., pd.Timestamp | None]) -> Callable[..., pd.Timestamp | None]:
-    """``_split_in_rows`` that reads the same rows once per ``explain`` (the second pass, with an
-    earlier baseline end, looks at the same window near the break)."""
-    seen: dict[str, pd.Timestamp | None] = {}
-
-    def call(client, where: str, params: dict, expr: str, a0, a1, rise: bool = True) -> pd.Timestamp | None:  # noqa: ANN001
-        key = repr((where, sorted(params.items()), expr, a0, a1, rise))
-        if key not in seen:
-            seen[key] = split(client, where, params, expr, a0, a1, rise)
-        return seen[key]
-    return call
+def _rows_near(client, where: str, params: dict, a0: pd.Timestamp, a1: pd.Timestamp) -> pd.DataFrame:  # noqa: ANN001
+    """The requests in ``[a0, a1)`` in arrival order, with what the mix signals split on: one read
+    for every dimension (and both passes of the evidence)."""
+    params = dict(params, a0=param_time(pd.Timestamp(a0).to_pydatetime()), a1=param_time(pd.Timestamp(a1).to_pydatetime()))
+    return query_df(client,
+        f"SELECT ts, tenant, model, route, {CONTEXT_BUCKET} AS context_bucket, toFloat64(prompt_tokens) AS prompt_tokens "
+        f"FROM requests WHERE {where} AND ts >= {{a0:DateTime64(3)}} AND ts < {{a1:DateTime64(3)}} ORDER BY ts",
+        parameters=params)
 
 
 def _mix_evidence(mix: pd.DataFrame, dims: pd.DataFrame, break_at, step: int, long_tokens: float,  # noqa: ANN001
-                  client, where: str, params: dict, window: tuple,  # noqa: ANN001
-                  split: Callable[..., pd.Timestamp | None] = _split_in_rows) -> list[dict]:
+                  near: pd.DataFrame) -> list[dict]:
     rows = []
     totals = mix[mix["dimension"] == "tenant"].groupby("ts")["requests"].sum()
     for dim, label in [("long", "long-context share"), *MIX_DIMENSIONS.items()]:
@@ -263,12 +264,9 @@ def _mix_evidence(mix: pd.DataFrame, dims: pd.DataFrame, break_at, step: int, lo
             top = top.iloc[0]
         else:
             top = d.sort_values("diff", ascending=False).iloc[0]
-        if dim == "long":
-            expr, extra = "prompt_tokens > {m_long:Float64}", {"m_long": float(long_tokens)}
-        else:
-            expr, extra = f"{DIMENSION_SQL[dim]} = {{m_value:String}}", {"m_value": str(top["value"])}
+        on = near["prompt_tokens"] > float(long_tokens) if dim == "long" else near[dim] == str(top["value"])
         up = float(top["after_share"]) >= float(top["baseline_share"])
-        moved = split(client, where, {**params, **extra}, expr, *window, rise=up)
+        moved = _split_at(near["ts"], on.astype(float), rise=up)
         resolution = 0.0
         if moved is None:  # too few rows near the break: the per-step shares
             per_step = mix[(mix["dimension"] == dim) & (mix["value"] == top["value"])].set_index("ts")["requests"]
@@ -516,13 +514,12 @@ def explain(
         median_tokens, slow = float(row[0]), row[1]
         long_tokens = LONG_FACTOR * median_tokens
         mix = _mix(client, baseline_start, after_end, coarse, source, filters, long_tokens)
-        window = (pd.Timestamp(baseline_start), break_ts + pd.Timedelta(seconds=3 * coarse))
-        split = _remembered(_split_in_rows)
+        near = _rows_near(client, where, params, pd.Timestamp(baseline_start), break_ts + pd.Timedelta(seconds=3 * coarse))
 
         def request_evidence(baseline_end) -> list[dict]:  # noqa: ANN001
             ex.dimensions = _dimensions(client, where, params, (baseline_end, break_ts), column, slow, long_tokens)
             ex.strata = _strata(client, where, params, (baseline_end, break_ts), column, q, (median_tokens, long_tokens))
-            return (_mix_evidence(mix, ex.dimensions, break_ts, step_s, long_tokens, client, where, params, window, split)
+            return (_mix_evidence(mix, ex.dimensions, break_ts, step_s, long_tokens, near)
                     + _rate_evidence(mix, break_ts, pd.Timestamp(after_end), coarse))
 
         ex.evidence = _rank(rows + request_evidence(break_ts))
@@ -532,16 +529,28 @@ def explain(
     else:
         long_tokens = math.nan
         ex.evidence = _rank(rows)
+    ex.periods = (baseline_start, ex.break_at, after_end)
     if prices is not None:
-        frames = []
-        for period, (a, b) in (("before", (baseline_start, ex.break_at)), ("after", (ex.break_at, after_end))):
-            c = cost_per_token(client, a, b, prices, filters=filters)
-            frames.append(c[["model", "spend", "prompt_tokens", "completion_tokens", "cost_per_million_tokens",
-                             "idle_share"]].assign(period=period))
-        ex.cost = pd.concat(frames, ignore_index=True)
+        ex.cost = cost_around(client, ex.periods, prices, filters=filters)
     ex.onset = _onset(ex)
     strata = ex.strata if len(ex.strata) else pd.DataFrame(columns=["band"])
     ex.sentence = _sentence(ex, latency, q, strata, long_tokens)
     return ex
 
 
+
+
+def cost_around(
+    client, periods: tuple[datetime, datetime, datetime] | None, prices: dict[str, float], *,  # noqa: ANN001
+    filters: Filters | None = None,
+) -> pd.DataFrame:
+    """Cost per model in the baseline and in the regression (``Explanation.periods``; ``period``
+    before / after): spend, tokens, cost per 1M tokens, idle share; empty without periods (no
+    break found)."""
+    columns = ["model", "spend", "prompt_tokens", "completion_tokens", "cost_per_million_tokens", "idle_share"]
+    if periods is None:
+        return pd.DataFrame(columns=[*columns, "period"])
+    baseline_start, break_at, after_end = periods
+    frames = [cost_per_token(client, a, b, prices, filters=filters)[columns].assign(period=period)
+              for period, (a, b) in (("before", (baseline_start, break_at)), ("after", (break_at, after_end)))]
+    return pd.concat(frames, ignore_index=True)

@@ -152,6 +152,7 @@ def main() -> None:
     parser.add_argument("--store", type=Path, help="a directory seeded by an earlier run (kept with --keep)")
     parser.add_argument("--keep", type=Path, help="seed into this directory and keep it")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--pages", nargs="+", choices=[p or "overview" for p in PAGES], help="only these pages")
     parser.add_argument("--warm-browser", action="store_true",
                         help="open every tab in one browser context (its cache warm), not a fresh one each")
     args = parser.parse_args()
@@ -166,7 +167,8 @@ def main() -> None:
             t = time.perf_counter()
             seed(root, env, args.replicas, args.days)
             print(f"seeded in {time.perf_counter() - t:.0f}s", flush=True)
-        runs: dict[str, list[dict]] = {p or "overview": [] for p in PAGES}
+        pages = [p for p in PAGES if args.pages is None or (p or "overview") in args.pages]
+        runs: dict[str, list[dict]] = {p or "overview": [] for p in pages}
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             if args.warm_browser:  # one context: pages share its HTTP cache (a browser.new_page() has its own)
@@ -178,7 +180,7 @@ def main() -> None:
                     # a running server: the process has opened the store once (a short window, nothing cached for 30 d)
                     warm, _ = open_page(browser, f"{served.url}/fleet?range=15m")
                     warm.close()
-                    for path in PAGES:
+                    for path in pages:
                         result = measure(served.url, browser, path)
                         runs[path or "overview"].append(result)
                         print(f"  run {i + 1} {path or 'overview':<12} first {result['first_render_s']:.2f}s  "

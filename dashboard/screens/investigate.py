@@ -11,7 +11,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from analytics.explain import explain
+from analytics.explain import cost_around, explain
 from analytics.latency import LATENCIES
 from analytics.requests import request_totals
 from dashboard.cache import cached
@@ -34,17 +34,12 @@ asked_q = st.query_params.get("q", "0.99")
 q = right.selectbox("Percentile", PERCENTILES, format_func=lambda p: f"p{p * 100:g}", key="inv_q",
                     index=PERCENTILES.index(float(asked_q)) if asked_q in {str(p) for p in PERCENTILES} else 3)
 st.query_params.update(metric=latency, q=str(q))
-prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else None
 start = v.start
 if v.span > MAX_SPAN:  # explain is for an incident; over weeks its steps are hours wide and it reads every request
     start = v.end - MAX_SPAN
     st.caption(f"Investigate reads at most {MAX_SPAN.total_seconds() / 3600:g} hours: the last ones of the range, "
                f"{start:%m-%d %H:%M}–{v.end:%m-%d %H:%M} UTC. To look elsewhere, pick a custom window around the incident.")
-try:
-    ex = cached(explain, client, start, v.end, latency=latency, q=q, filters=v.filters, prices=prices)
-except KeyError as exc:  # a replica on a GPU type without a price: explain without cost
-    st.caption(f"Cost left out: {exc.args[0]}.")
-    ex = cached(explain, client, start, v.end, latency=latency, q=q, filters=v.filters)
+ex = cached(explain, client, start, v.end, latency=latency, q=q, filters=v.filters)
 if not len(ex.series):
     st.info(f"No {latency.upper()} observations between {v.start:%H:%M} and {v.end:%H:%M} UTC for these filters: "
             "nothing to investigate. Try a longer time range.")
@@ -124,6 +119,13 @@ if len(ex.dimensions):
 if len(ex.strata):
     st.subheader("By prompt length")
     st.dataframe(plain(ex.strata), hide_index=True, width="stretch", column_config=PERCENT)
-if len(ex.cost):
-    st.subheader("Cost before and after")
-    st.dataframe(plain(ex.cost), hide_index=True, width="stretch", column_config=PERCENT)
+st.subheader("Cost before and after")
+# on request: the spend of both periods is four more queries, and the page answers "why" first
+if st.toggle("Compare the cost of the baseline and of the regression", key="inv_cost"):
+    prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
+    try:
+        cost = cached(cost_around, client, ex.periods, prices, filters=v.filters)
+    except KeyError as exc:  # a replica on a GPU type without a price
+        st.caption(f"No cost: {exc.args[0]}. GPU prices: `fleetscope prices list`.")
+    else:
+        st.dataframe(plain(cost), hide_index=True, width="stretch", column_config=PERCENT)

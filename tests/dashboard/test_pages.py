@@ -193,6 +193,12 @@ def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions)
     drawn = frames[0].set_index("of").loc["average replica"].set_index("ts")["used"]
     want = ex.capacity["kv_avg"].dropna()
     assert len(want) > 10 and drawn.to_numpy() == pytest.approx(want.to_numpy())
+    # the cost of the two periods, on request
+    assert not [t for t in at.dataframe if "period" in t.value.columns]
+    at.toggle(key="inv_cost").set_value(True).run()
+    cost = next(t.value for t in at.dataframe if "period" in t.value.columns)
+    assert list(cost["period"]) == list(ex.cost["period"]) and set(cost["period"]) == {"before", "after"}
+    assert cost["spend"].to_numpy() == pytest.approx(ex.cost["spend"].to_numpy())
 
 
 def test_fleet_page_names_a_failing_scrape_and_keeps_annotations(ch, sessions) -> None:  # noqa: ANN001
