@@ -68,7 +68,6 @@ from analytics.tiers import param_time
 from analytics.timeseries import (
     auto_step,
     counter_rates_over_time,
-    gauge_over_time,
     gauges_over_time,
     histogram_quantiles_over_time,
 )
