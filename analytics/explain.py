@@ -517,14 +517,17 @@ def explain(
 
         def request_evidence(baseline_end) -> list[dict]:  # noqa: ANN001
             ex.dimensions = _dimensions(client, where, params, (baseline_end, break_ts), column, slow, long_tokens)
-            ex.strata = _strata(client, where, params, (baseline_end, break_ts), column, q, (median_tokens, long_tokens))
             return (_mix_evidence(mix, ex.dimensions, break_ts, step_s, long_tokens, near)
                     + _rate_evidence(mix, break_ts, pd.Timestamp(after_end), coarse))
 
         ex.evidence = _rank(rows + request_evidence(break_ts))
+        baseline_end = pd.Timestamp(break_ts)
         onset = _onset(ex)
         if onset < ex.break_at - timedelta(seconds=coarse):  # the traffic changed well before the latency did:
-            ex.evidence = _rank(rows + request_evidence(pd.Timestamp(onset)))  # the baseline ends there
+            baseline_end = pd.Timestamp(onset)  # the baseline ends there
+            ex.evidence = _rank(rows + request_evidence(baseline_end))
+        # by prompt length, against the final baseline (the sentence reads it, the onset does not)
+        ex.strata = _strata(client, where, params, (baseline_end, break_ts), column, q, (median_tokens, long_tokens))
     else:
         long_tokens = math.nan
         ex.evidence = _rank(rows)
