@@ -58,10 +58,10 @@ def main() -> None:
     if root not in sys.path:
         sys.path.insert(0, root)
     count, seconds, failed = preload()
-    # Streamlit runs a full garbage collection after every script run (runner.postScriptGC); with
-    # the libraries above in the heap that took 0.1-0.4 s of each page's render. Their objects live
-    # as long as the process: moved out of the collector's sight, a collection scans only what
-    # the pages make.
+    # A full garbage collection (Streamlit's after every script run, unless runner.postScriptGC is
+    # off, or Python's own now and then) with the libraries above in the heap took 0.1-0.4 s of a
+    # page's render. Their objects live as long as the process: moved out of the collector's
+    # sight, a collection scans only what the pages make.
     gc.freeze()
     print(f"fleetscope dashboard: {count} modules the pages use loaded in {seconds:.1f}s", file=sys.stderr, flush=True)
     for name, why in failed.items():
