@@ -5,7 +5,7 @@ Out: ``check`` validates rule files (exit 2 with ``FILE:LINE: key: problem``); `
      promtool-style rule tests on a throwaway chDB store (exit 1 when a case fails); ``run``
      evaluates the configured rules on their intervals and delivers notifications until
      Ctrl-C; ``list`` shows the current states; ``silence add|list|expire`` manage silences;
-     ``outbox`` shows the notification log.
+     ``outbox`` shows the notification log; ``sink`` receives webhooks and prints them.
 """
 
 from __future__ import annotations
@@ -271,3 +271,38 @@ def outbox(
         error = f"  {row.last_error}" if row.last_error and row.status != "delivered" else ""
         typer.echo(f"{row.created_at:%Y-%m-%d %H:%M:%S}  {row.status:<9} {row.receiver:<16} attempts {row.attempts}  "
                    f"{status} {when:%H:%M:%S}{error}")
+
+
+@app.command()
+def sink(
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: a free one).")] = 9095,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    record: Annotated[Path | None, typer.Option(help="Also append every body received to this file (JSON lines).")] = None,
+) -> None:
+    """Receive webhooks and print them: a local end of the alert path, to see what a receiver gets (Ctrl-C stops).
+
+    Point a receiver at it in fleetscope.yaml: `alerts.receivers: [{name: sink, type: webhook, url: http://127.0.0.1:9095/}]`.
+    Alertmanager v4 messages print a line per alert (status, name, labels, summary, Investigate link); Slack and
+    PagerDuty bodies their text; any other JSON as it came.
+    """
+    import signal
+    import threading
+
+    from alerts.sink import Sink
+
+    try:
+        server = Sink(host, port, out=lambda line: typer.echo(line), record=record).start()
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    typer.echo(f"webhook sink on {server.url}; receiver config: {{name: sink, type: webhook, url: {server.url}}}. "
+               "Ctrl-C stops it", err=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    typer.echo(f"sink stopped: {len(server.received)} message(s) received", err=True)
