@@ -19,8 +19,8 @@ ones by the Jensen-Shannon distance (natural log), drift at >= 0.1; with 1,000 r
 the two-sample Kolmogorov-Smirnov test (numeric) and the chi-square test (categorical), drift
 at p < 0.05 (``score`` is then the p-value). Distributions are weighted by the rows' sampling
 weights and aggregated in ClickHouse (weighted quantile functions on a 200-point grid give the
-Wasserstein distance, weighted shares the Jensen-Shannon distance; the shares come from
-``analytics.requests.request_totals``, so a long window reads the hourly rollup); the small-sample tests
+Wasserstein distance, weighted shares the Jensen-Shannon distance; the shares of every
+categorical feature come from one pass over the rows); the small-sample tests
 read the rows themselves (at most a few thousand) and do not weight them.
 """
 
@@ -35,7 +35,7 @@ from scipy import stats
 
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
-from analytics.requests import request_totals
+from analytics.requests import CONTEXT_BUCKET
 from analytics.tiers import param_time
 
 __all__ = ["CATEGORICAL", "NUMERIC", "drift", "length_distribution", "mix_shares", "reference_window"]
@@ -46,8 +46,13 @@ NUMERIC = {
     "max_tokens": "toFloat64(max_tokens)",
     "cached_share": "cached_tokens / greatest(prompt_tokens, 1)",
 }
-# the request-log dimensions compared by their shares (analytics.requests groups by each)
-CATEGORICAL = ("model", "tenant", "context_bucket", "finish_reason", "route")
+CATEGORICAL = {
+    "model": "model",
+    "tenant": "tenant",
+    "context_bucket": CONTEXT_BUCKET,
+    "finish_reason": "finish_reason",
+    "route": "route",
+}
 LARGE = 1000  # reference rows above which the distance tests are used
 DISTANCE_THRESHOLD = 0.1
 P_THRESHOLD = 0.05
@@ -79,24 +84,22 @@ def _where(current, reference, source, filters) -> tuple[str, dict[str, object]]
 WINDOW = "if(ts >= {cs:DateTime64(3)} AND ts < {ce:DateTime64(3)}, 'current', 'reference')"
 
 
-def _shares(
-    client, features: list[str], current: tuple[datetime, datetime], reference: tuple[datetime, datetime],  # noqa: ANN001
-    source: str | None, filters: Filters | None,
-) -> dict[str, pd.DataFrame]:
-    """Per feature, the share table: one ``request_totals`` per window, grouped by every feature
-    at once (so a long window reads the hourly rollup, not each request row)."""
-    totals = {}
-    for w, (start, end) in (("reference", reference), ("current", current)):
-        df = request_totals(client, start, end, by=features, source=source, filters=filters)
-        totals[w] = df.assign(tokens=df["prompt_tokens"] + df["completion_tokens"])
+def _shares(client, features: list[str], where: str, params: dict) -> dict[str, pd.DataFrame]:  # noqa: ANN001
+    """Per feature, the share table, from one pass over the rows of both windows grouped by every
+    feature at once (the features' combinations are few; each feature's sums are taken after)."""
+    keys = ", ".join(f"{CATEGORICAL[name]} AS {name}" for name in features)
+    df = query_df(client, f"""
+        SELECT {WINDOW} AS w, {keys}, count() AS rows, sum(weight) AS requests,
+               sum(weight * (prompt_tokens + completion_tokens)) AS tokens
+        FROM requests WHERE {where} GROUP BY w, {", ".join(features)}""", parameters=params)
     out: dict[str, pd.DataFrame] = {}
     for name in features:
-        table = pd.DataFrame(index=pd.Index(sorted(set().union(*(totals[w][name].astype(str) for w in totals))),
-                                            name="value"))
+        sums = df.assign(value=df[name].astype(str)).groupby(["value", "w"])[["rows", "requests", "tokens"]].sum()
+        table = pd.DataFrame(index=pd.Index(sorted(set(sums.index.get_level_values("value"))), name="value"))
         for measure in ("rows", "requests", "tokens"):
-            for w, df in totals.items():
-                sums = df.groupby(df[name].astype(str))[measure].sum() if len(df) else pd.Series(dtype=float)
-                table[f"{w}_{measure}"] = sums.reindex(table.index, fill_value=0).astype(float)
+            for w in ("reference", "current"):
+                part = sums.xs(w, level="w")[measure] if w in sums.index.get_level_values("w") else pd.Series(dtype=float)
+                table[f"{w}_{measure}"] = part.reindex(table.index, fill_value=0).astype(float)
         for measure in ("requests", "tokens"):
             for w in ("reference", "current"):
                 total = table[f"{w}_{measure}"].sum()
@@ -113,7 +116,8 @@ def mix_shares(
     reference_tokens, current_tokens]`` plus each as a share of its window's total."""
     if feature not in CATEGORICAL:
         raise ValueError(f"unknown categorical feature {feature!r}; one of {', '.join(CATEGORICAL)}")
-    return _shares(client, [feature], current, reference, source, filters)[feature]
+    where, params = _where(current, reference, source, filters)
+    return _shares(client, [feature], where, params)[feature]
 
 
 def length_distribution(
@@ -243,7 +247,7 @@ def drift(
         raise ValueError(f"the {empty} window holds no request-log rows: nothing to compare")
     large = ref_rows > LARGE
     rows = (_numeric_large if large else _numeric_small)(client, where, params, ref_rows, cur_rows)
-    shares = _shares(client, list(CATEGORICAL), current, reference, source, filters)
+    shares = _shares(client, list(CATEGORICAL), where, params)
     for name in CATEGORICAL:
         rows.append(_categorical(name, shares[name], large, ref_rows, cur_rows))
     df = pd.DataFrame(rows, columns=columns)

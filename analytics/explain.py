@@ -33,7 +33,9 @@ Out: an ``Explanation``:
        the baseline's start, the break and the regression's end;
      - ``capacity``: the fleet's capacity signals per step over the window (index ``ts``:
        ``kv_avg``, ``kv_peak``, ``waiting``, ``replicas_up``, ``preemptions``,
-       ``prefix_hit_rate``), the ones the capacity evidence is judged on (from the baseline on);
+       ``prefix_hit_rate``; ``kv_avg`` the mean over the engines' series, ``kv_peak`` the
+       fullest engine's), the capacity evidence judged on the part from the baseline's start to
+       the regression's end;
      - ``sentence``: one line, phrased as "consistent with ...".
 
 Scores are on one scale: a mix signal scores the difference between its share among the slow
@@ -501,7 +503,8 @@ def explain(
 
     # the fleet's capacity signals over the whole window (the page draws them), judged from the baseline on
     ex.capacity = _capacity(client, start, end, step_s, filters)
-    judged = ex.capacity[ex.capacity.index >= pd.Timestamp(baseline_start).floor(f"{step_s}s")]
+    index = ex.capacity.index
+    judged = ex.capacity[(index >= pd.Timestamp(baseline_start).floor(f"{step_s}s")) & (index < pd.Timestamp(after_end))]
     rows = _capacity_evidence(judged, break_ts, pd.Timestamp(after_end), step_s)
     if source is not None:
         where, params = _requests_where(baseline_start, after_end, source, filters)

@@ -8,9 +8,10 @@ Out: long DataFrames with a ``ts`` column (the step's start, UTC) and ``.attrs["
      - ``counter_rate_over_time``: ``[ts, by, increase, rate]``: per step, the reset-aware
        increase (``analytics.metrics`` semantics: last value - the previous step's last value
        + the reset marks in between) summed over the group's series, and per second;
-     - ``gauge_over_time``: ``[ts, by, avg, max, min]``: each series' mean / max / min in the
-       step, then ``agg`` over the group's series ("avg": mean of the means, "sum": sum of the
-       means, e.g. requests waiting in a model's pool);
+     - ``gauge_over_time``: ``[ts, by, avg, max, min, replicas, series]``: each series' mean /
+       max / min in the step, then ``agg`` over the group's series ("avg": mean of the means,
+       "sum": sum of the means, e.g. requests waiting in a model's pool), and how many replicas
+       and series reported;
      - ``histogram_quantiles_over_time``: ``[ts, by, q, value, count]``: Prometheus'
        ``histogram_quantile`` of the step's bucket increases (``bucket_quantiles``).
      - ``histogram_heatmap_over_time``: ``[ts, low, high, count]``: the observations per step

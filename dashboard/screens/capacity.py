@@ -29,7 +29,8 @@ replicas = per_replica["replica"].nunique()
 st.subheader("KV-cache usage per replica")
 # the replicas that came closest to full: a row per replica stays readable, and the chart light, up to a few dozen
 peaks = per_replica.groupby("replica").agg(peak=("kv_max", "max"), avg=("kv_avg", "mean"))
-hottest = peaks.sort_values(["peak", "avg"], ascending=False).index[:HEAT_ROWS]
+hottest = (peaks.sort_values(["peak", "avg"], ascending=False).index[:HEAT_ROWS] if replicas > HEAT_ROWS
+           else peaks.index)  # a small fleet keeps its rows in name order (they do not move on a refresh)
 cells = per_replica[per_replica["replica"].isin(hottest)]
 st.caption(f"Average of each {step:g}s step; a replica at 100% queues or preempts requests (target {targets.kv_target:.0%})."
            + (f" The {len(hottest)} of {replicas} replicas with the highest peak, hottest first "

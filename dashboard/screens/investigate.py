@@ -82,7 +82,7 @@ st.altair_chart(aligned(alt.Chart(plain(ex.series)).mark_line(point=True).encode
 cap = ex.capacity.reset_index()  # the fleet's capacity signals the evidence above was judged on
 if len(cap):
     kv = cap.melt(id_vars=["ts"], value_vars=["kv_avg", "kv_peak"], var_name="of", value_name="used")
-    kv["of"] = kv["of"].map({"kv_avg": "average replica", "kv_peak": "fullest replica"})
+    kv["of"] = kv["of"].map({"kv_avg": "engines' average", "kv_peak": "fullest engine"})
     st.altair_chart(aligned(alt.Chart(plain(kv.dropna(subset=["used"]))).mark_line().encode(
         x=time_x(v, None), y=alt.Y("used:Q", title="KV used", axis=alt.Axis(format="%")),
         color=alt.Color("of:N", title=""), tooltip=[TS_TIP, "of:N", alt.Tooltip("used:Q", format=".0%")])),

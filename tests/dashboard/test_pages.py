@@ -189,8 +189,8 @@ def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions)
     assert list(evidence["signal"]) == list(ex.evidence["signal"])
     # the KV chart aligned on the break draws the capacity signals the evidence was judged on
     frames = [pa.ipc.open_stream(d.data.data).read_all().to_pandas() for c in at.get("vega_lite_chart")
-              for d in c.proto.datasets if b"average replica" in d.data.data]
-    drawn = frames[0].set_index("of").loc["average replica"].set_index("ts")["used"]
+              for d in c.proto.datasets if b"engines' average" in d.data.data]
+    drawn = frames[0].set_index("of").loc["engines' average"].set_index("ts")["used"]
     want = ex.capacity["kv_avg"].dropna()
     assert len(want) > 10 and drawn.to_numpy() == pytest.approx(want.to_numpy())
     # the cost of the two periods, on request
