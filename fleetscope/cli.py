@@ -152,6 +152,58 @@ from fleetscope.fleet_cli import app as fleet_app
 from fleetscope.sql_cli import EXAMPLES as SQL_EXAMPLES
 from fleetscope.sql_cli import sql as sql_command
 
+
+@app.command()
+def up(
+    fleet: Annotated[str, typer.Option(help="The fleet to start: vllm (real engines: the GPU build where there is a GPU, "
+                                            "the CPU build elsewhere) or sim (simulated engines).")] = "vllm",
+    scenario: Annotated[str, typer.Option("--scenario", "-s", help="Traffic scenario to play (a shipped name or a YAML "
+                                                                   "file; `fleetscope fleet scenarios`); none: no traffic.")]
+    = "long-context-rollout",
+    replicas: Annotated[int | None, typer.Option(min=1, help="How many replicas (cycled from the fleet spec's).",
+                                                 show_default=False)] = None,
+    no_fleet: Annotated[bool, typer.Option("--no-fleet", help="Start no fleet: observe the one the configuration names.")]
+    = False,
+    speed: Annotated[float, typer.Option(min=0.01, help="Play the scenario's timeline N times faster.")] = 1.0,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Dashboard port.")] = 8501,
+    host: Annotated[str, typer.Option(help="Dashboard address (a non-loopback one needs dashboard.password).")]
+    = "127.0.0.1",
+    config: ConfigOption = None,
+) -> None:
+    """Run everything in one process: collector, alert evaluator and dashboard over one store, and the fleet.
+
+    Starts the bundled fleet (fleet.yaml) with its gateway and plays a traffic scenario against it, migrates
+    the stores, collects, evaluates the alert rules (to a local webhook sink that prints them when no receiver
+    is configured) and serves the dashboard; prints a status line every 10 s. Ctrl-C stops everything and
+    flushes what was collected. Example: fleetscope up --fleet sim --replicas 12
+    """
+    import logging
+
+    from collector.targets import TargetError
+    from fleet.launcher import FleetError
+    from fleet.yamlfile import YamlConfigError
+    from fleetscope.up import UpError, UpOptions
+    from fleetscope.up import up as run_up
+    from storage.errors import StoreError
+
+    if fleet not in ("vllm", "sim"):
+        fail(f"--fleet must be vllm or sim, not {fleet!r}", code=2)
+    settings = settings_or_exit(config)
+    logging.basicConfig(level=max(logging.WARNING, logging.getLevelName(settings.log_level)),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    opts = UpOptions(fleet=fleet, scenario=None if scenario in ("", "none") else scenario, replicas=replicas,
+                     no_fleet=no_fleet, host=host, port=port, speed=speed)
+    try:
+        flushed = run_up(settings, opts, echo=lambda line: typer.echo(line))
+    except (UpError, FleetError, StoreError, TargetError, YamlConfigError) as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot start: {exc}")
+    if not flushed:
+        raise typer.Exit(1)
+
+
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(alerts_app, name="alerts")
 app.command("sql", epilog=SQL_EXAMPLES)(sql_command)

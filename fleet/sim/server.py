@@ -97,7 +97,8 @@ class SimFleet:
     async def start(self) -> None:
         for replica in self.replicas:
             replica._wake = asyncio.Event()
-            runner = web.AppRunner(self._app(replica), access_log=None)
+            # a stop closes idle keep-alive connections (the gateway's) after 2 s, not aiohttp's 60
+            runner = web.AppRunner(self._app(replica), access_log=None, shutdown_timeout=2.0)
             await runner.setup()
             await web.TCPSite(runner, self.host, replica.port).start()
             self._runners.append(runner)
@@ -113,8 +114,7 @@ class SimFleet:
         if self._session is not None:
             await self._export()
             await self._session.close()
-        for runner in self._runners:
-            await runner.cleanup()
+        await asyncio.gather(*(runner.cleanup() for runner in self._runners))  # each waits up to its shutdown_timeout
 
     # ------------------------------------------------------------------ engine loop
     async def _drive(self, replica: SimReplica) -> None:

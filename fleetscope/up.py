@@ -1,0 +1,279 @@
+"""``fleetscope up``: the whole product in one process over one store.
+
+In:  settings (``fleetscope.yaml``), ``UpOptions`` (which fleet, scenario, replicas, port).
+Out: until Ctrl-C or SIGTERM, in this process: the collector (its own asyncio loop in a thread),
+     the alert evaluator (APScheduler's thread), a webhook sink when no receiver is configured
+     (``alerts.sink``), a status line every ``status_every_s`` and the Streamlit dashboard (in the
+     main thread, its pages handed the same ClickHouse client: chDB allows one process per data
+     directory); as children: the bundled fleet (real vLLM engines, or simulated ones with
+     ``fleet="sim"``) with its gateway, and the traffic generator playing ``scenario``. On the
+     way out the traffic stops, then the evaluator, the fleet, and last the collector, which
+     flushes what it holds (what ClickHouse does not take stays in the spool).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from fleetscope.settings import Settings
+
+__all__ = ["UpError", "UpOptions", "derived_spec", "status_line", "up"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class UpError(Exception):
+    """``fleetscope up`` cannot start: the reason, in words."""
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    fleet: str = "vllm"  # "vllm" (real engines: the GPU build where there is one) or "sim"
+    scenario: str | None = "long-context-rollout"  # None: no traffic
+    replicas: int | None = None  # None: the spec's
+    no_fleet: bool = False  # observe the fleet of the configuration, start nothing
+    host: str = "127.0.0.1"
+    port: int = 8501
+    speed: float = 1.0  # the scenario's timeline speed-up
+    status_every_s: float = 10.0
+
+
+def derived_spec(spec_path: Path, out: Path, *, fleet: str, replicas: int | None) -> Path:
+    """The spec ``up`` starts: ``spec_path`` as it is, or (``replicas`` given, or ``fleet="sim"``)
+    a copy in ``out`` with that many replicas cycled from the spec's own (names numbered on, ports
+    after the highest), each ``engine: sim`` for the simulated fleet."""
+    if replicas is None and fleet != "sim":
+        return spec_path
+    raw = yaml.safe_load(Path(spec_path).read_text())
+    base = raw.get("replicas") or []
+    if not base:
+        raise UpError(f"{spec_path}: no replicas to start")
+    count = replicas if replicas is not None else len(base)
+    if count < 1:
+        raise UpError("--replicas must be at least 1")
+    top = max(int(r["port"]) for r in base)
+    made = []
+    for i in range(count):
+        r = dict(base[i % len(base)])
+        if i >= len(base):
+            stem = r["name"].rsplit("-", 1)[0]
+            r.update(name=f"{stem}-{i}", port=top + 1 + i - len(base))
+        if fleet == "sim":
+            r["engine"] = "sim"
+        made.append(r)
+    raw["replicas"] = made
+    for name, model in (raw.get("models") or {}).items():  # paths stay the spec's, wherever the copy lives
+        if isinstance(model, dict) and "path" in model and not Path(model["path"]).is_absolute():
+            model["path"] = str((Path(spec_path).resolve().parent / model["path"]).resolve())
+        raw["models"][name] = model
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("# written by `fleetscope up` from " + str(spec_path) + "\n" + yaml.safe_dump(raw, sort_keys=False))
+    return out
+
+
+def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
+    """Replicas up, requests/s and p99 TTFT over the last minutes, the fullest KV cache, alerts firing."""
+    from alerts.store import load_states
+    from analytics.health import scrape_health
+    from analytics.metrics import histogram_quantile
+    from analytics.requests import request_totals
+    from analytics.saturation import saturation
+
+    end = now or datetime.now(UTC)
+    health = scrape_health(client, end - timedelta(seconds=30), end)  # the targets scraped now (not a past run's)
+    up = int(health["up"].sum()) if len(health) else 0
+    totals = request_totals(client, end - timedelta(minutes=1), end, by=[], source=None)
+    rate = float(totals["requests"].sum()) / 60 if len(totals) else 0.0
+    ttft = histogram_quantile(client, "vllm:time_to_first_token_seconds", 0.99, end - timedelta(minutes=5), end, "fleet")
+    p99 = float(ttft["quantile"].iloc[0]) if len(ttft) else float("nan")
+    sat = saturation(client, end - timedelta(minutes=1), end, "replica")
+    kv = float(sat["kv_max"].max()) if len(sat) else float("nan")
+    firing = sum(i.state == "firing" for found in load_states(sessions).values() for i in found.values())
+    return (f"replicas up {up}/{len(health)} · {rate:.1f} req/s · p99 TTFT {p99:.2f}s (5 min) · KV max {kv:.0%} "
+            f"(1 min) · firing alerts {firing}").replace("nan%", "–").replace("nans", "–")
+
+
+class _CollectorThread:
+    """The collector on an asyncio loop of its own, in a thread (the main one serves the dashboard)."""
+
+    def __init__(self, collector: Any) -> None:
+        self.collector = collector
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="collector", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.collector.start(), self.loop).result(timeout=60)
+
+    def stop(self) -> bool:
+        """Stop and flush; True when ClickHouse took everything."""
+        try:
+            return bool(asyncio.run_coroutine_threadsafe(self.collector.stop(), self.loop).result(timeout=120))
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+
+
+def _make_models(spec: Any, replicas: list[Any], echo: Callable[[str], None]) -> None:
+    """The missing tiny models, each written by a child process (torch stays out of this one)."""
+    for name in sorted({r.model for r in replicas}):
+        model = spec.models[name]
+        if (model.path / "config.json").is_file() or not model.generate:
+            continue
+        echo(f"  generating model {name} ({model.generate}) in {model.path}")
+        done = subprocess.run([sys.executable, "-m", "fleetscope", "fleet", "make-model", str(model.path), "--size",
+                               model.generate], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise UpError(f"generating model {name} failed: {(done.stderr or done.stdout).strip()[-500:]}")
+
+
+def _serve_dashboard(host: str, port: int) -> None:
+    """Streamlit in this (the main) thread until it is stopped (SIGINT/SIGTERM: its own handlers)."""
+    from streamlit.web import bootstrap
+
+    from dashboard.launch import preload
+
+    preload()
+    gc.freeze()  # the libraries' objects out of the collector's passes (dashboard.launch says why)
+    flags = {"server.address": host, "server.port": port, "server.headless": True, "browser.gatherUsageStats": False,
+             "server.fileWatcherType": "none", "server.runOnSave": False, "runner.magicEnabled": False,
+             "runner.postScriptGC": False, "client.toolbarMode": "minimal"}
+    bootstrap.load_config_options(flag_options=flags)
+    bootstrap.run(str(ROOT / "dashboard" / "app.py"), False, [], flags)
+
+
+def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print) -> bool:
+    """Run everything until stopped (see the module docstring); True when everything was written."""
+    # gRPC (the OTLP receiver) says at INFO level, on every child started, that it skips its fork handlers
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    from alerts.config import Route, rule_groups
+    from alerts.evaluator import Evaluator
+    from alerts.receivers import ReceiverConfig
+    from alerts.signals import Context
+    from alerts.sink import Sink
+    from dashboard.context import use_stores
+    from fleet.launcher import FleetError, Launcher
+    from fleet.spec import load_spec
+    from fleetscope.collect import build_collector
+    from fleetscope.stores import migrate_all, open_clickhouse
+    from storage.metadata import make_engine, make_sessionmaker
+
+    work = settings.data_dir / "up"
+    spec_path = derived_spec(settings.fleet.spec, work / "fleet.yaml", fleet=opts.fleet, replicas=opts.replicas)
+    settings = settings.model_copy(update={"fleet": settings.fleet.model_copy(update={"spec": spec_path})})
+    spec = load_spec(spec_path)
+    launcher = Launcher(spec, settings.data_dir / "fleet", spec_path=Path(spec_path).resolve())
+    if not opts.no_fleet and any(r.engine == "vllm" for r in spec.replicas):
+        try:  # the install check: is there a vLLM to start?
+            engine = launcher.engine
+        except FleetError as exc:
+            raise UpError(f"{exc} (or try `fleetscope up --fleet sim`)") from None
+        echo(f"engine: {engine.distribution} {engine.version} ({engine.device})")
+    echo("migrations ...")
+    migrate_all(settings, progress=lambda line: echo(f"  {line}"))
+    client = open_clickhouse(settings)
+    sessions = make_sessionmaker(make_engine(settings.metadata.url))
+    url = f"http://{opts.host}:{opts.port}"
+    sink = None
+    alerts = settings.alerts.model_copy(update={"external_url": url}) \
+        if settings.alerts.external_url == "http://127.0.0.1:8501" else settings.alerts
+    if not alerts.receivers:  # the alert path ends somewhere visible
+        sink = Sink(out=lambda line: echo(f"webhook ← {line}"), record=work / "notifications.jsonl").start()
+        update: dict[str, Any] = {"receivers": [ReceiverConfig(name="sink", type="webhook", url=sink.url)]}
+        if alerts.route is None:  # a demo shows a firing alert within seconds, not after Alertmanager's 30
+            update["route"] = Route.model_validate({"receiver": "sink", "group_wait": "5s", "group_interval": "1m"})
+        alerts = alerts.model_copy(update=update)
+        echo(f"no alert receiver configured: notifications go to a local webhook sink at {sink.url} (printed here)")
+    settings = settings.model_copy(update={"alerts": alerts})
+
+    collector = _CollectorThread(build_collector(settings, client))
+    evaluator = Evaluator(rule_groups(alerts), Context(client, sessions, settings.cost.weights()), sessions, alerts)
+    traffic: subprocess.Popen[bytes] | None = None
+    stop_status = threading.Event()
+    started_fleet = False
+    flushed = False
+    try:
+        collector.start()
+        c = collector.collector.config
+        echo(f"collector: {len(collector.collector.targets())} target(s), OTLP and request logs on http://{c.host}:{c.http_port}")
+        if not opts.no_fleet:
+            started_fleet = True
+            launcher.start(None, attach=True, progress=lambda line: echo(f"  {line}"),
+                           make_models=lambda spec_, replicas_: _make_models(spec_, replicas_, echo))
+            echo(f"fleet: {len(spec.replicas)} replica(s) healthy" + (f", gateway on :{spec.gateway.port}" if spec.gateway else ""))
+            if opts.scenario:
+                log = work / "traffic.log"
+                cmd = [sys.executable, "-m", "fleetscope", "fleet", "traffic", "--scenario", opts.scenario,
+                       "--spec", str(spec_path), "--speed", str(opts.speed)]
+                with log.open("w") as out:
+                    traffic = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                echo(f"traffic: scenario {opts.scenario} (speed x{opts.speed:g}; its log: {log})")
+        evaluator.start()
+        echo(f"alerts: {sum(len(g.rules) for g in rule_groups(alerts))} rule(s) evaluated; notifications to "
+             + ", ".join(r.name for r in alerts.receivers))
+
+        def report() -> None:
+            while not stop_status.wait(opts.status_every_s):
+                try:
+                    echo(status_line(client, sessions))
+                except Exception as exc:  # noqa: BLE001 - a status line must not stop the product
+                    echo(f"status unavailable: {exc}")
+
+        threading.Thread(target=report, name="status", daemon=True).start()
+        use_stores(client, sessions, settings)
+
+        def announce() -> None:  # once it answers, not before
+            local = f"http://{'127.0.0.1' if opts.host in ('0.0.0.0', '::') else opts.host}:{opts.port}"
+            for _ in range(600):
+                if stop_status.is_set():
+                    return
+                try:
+                    if httpx.get(f"{local}/_stcore/health", timeout=2).text == "ok":
+                        echo(f"dashboard at {url} (Ctrl-C stops everything)")
+                        return
+                except httpx.HTTPError:
+                    pass
+                stop_status.wait(0.2)
+
+        threading.Thread(target=announce, name="announce", daemon=True).start()
+        try:
+            _serve_dashboard(opts.host, opts.port)
+        except KeyboardInterrupt:
+            pass
+    finally:
+        stop_status.set()
+        echo("stopping ...")
+        if traffic is not None and traffic.poll() is None:
+            os.killpg(traffic.pid, signal.SIGINT)
+            try:
+                traffic.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(traffic.pid, signal.SIGKILL)
+                traffic.wait()
+        evaluator.stop()
+        if started_fleet:
+            launcher.stop(progress=lambda line: echo(f"  {line}"))
+        if collector._thread.is_alive():
+            flushed = collector.stop()
+        if sink is not None:
+            sink.stop()
+        client.close()
+    count, size = collector.collector.writer.spool_size()
+    echo("stopped; everything written" if flushed else
+         f"stopped; ClickHouse did not take everything: {count} batch(es) ({size} B) stay in the spool for the next start")
+    return flushed
