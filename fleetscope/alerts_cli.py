@@ -24,6 +24,20 @@ silence_app = typer.Typer(help="Mute notifications of matching alerts for a whil
 app.add_typer(silence_app, name="silence")
 
 
+def _until_stopped() -> None:
+    """Block until Ctrl-C or SIGTERM."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+
+
 def _sessions(settings):  # noqa: ANN001, ANN202
     from fleetscope.stores import migrate_all
     from storage.errors import StoreError
@@ -111,8 +125,6 @@ def run(
     With the embedded store (chDB) no other fleetscope process may hold it. Only one evaluator works at a time (the `alerts` lease in the metadata DB); others stand by.
     """
     import logging
-    import signal
-    import threading
 
     from alerts.config import rule_groups
     from alerts.evaluator import Evaluator
@@ -166,15 +178,10 @@ def run(
         finally:
             release(sessions.kw["bind"], "alerts", evaluator.holder)
         return
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     evaluator.start()
     typer.echo("evaluator running; Ctrl-C stops it", err=True)
     try:
-        while not stop.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        pass
+        _until_stopped()
     finally:
         evaluator.stop()
         client.close()
@@ -285,8 +292,6 @@ def sink(
     Alertmanager v4 messages print a line per alert (status, name, labels, summary, Investigate link); Slack and
     PagerDuty bodies their text; any other JSON as it came.
     """
-    import signal
-    import threading
 
     from alerts.sink import Sink
 
@@ -296,13 +301,8 @@ def sink(
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     typer.echo(f"webhook sink on {server.url}; receiver config: {{name: sink, type: webhook, url: {server.url}}}. "
                "Ctrl-C stops it", err=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        while not stop.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        pass
+        _until_stopped()
     finally:
         server.stop()
     typer.echo(f"sink stopped: {len(server.received)} message(s) received", err=True)
