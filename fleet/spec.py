@@ -36,6 +36,17 @@ class ModelSpec(_Strict):
     generate: Literal["small", "large"] | None = Field(
         default=None, description="generate a tiny random-weight model of this size if path is missing"
     )
+    # p99 latency targets in seconds (ttft: 3.0) that `fleetscope up` records in the metadata DB
+    # for this model where it has none for that latency yet; edit them there afterwards
+    slo: dict[Literal["ttft", "itl", "tpot", "e2e"], float] = Field(default_factory=dict)
+
+    @field_validator("slo")
+    @classmethod
+    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
+        for metric, seconds in value.items():
+            if not seconds > 0:
+                raise ValueError(f"the {metric} target must be a positive number of seconds, not {seconds}")
+        return value
 
 
 class ReplicaSpec(_Strict):

@@ -148,6 +148,8 @@ def dashboard(
 from fleetscope.alerts_cli import app as alerts_app
 from fleetscope.bench_cli import app as bench_app
 from fleetscope.catalog_cli import prices_app, slo_app
+from fleetscope.explain_cli import EXAMPLES as EXPLAIN_EXAMPLES
+from fleetscope.explain_cli import explain_command
 from fleetscope.fleet_cli import app as fleet_app
 from fleetscope.sql_cli import EXAMPLES as SQL_EXAMPLES
 from fleetscope.sql_cli import sql as sql_command
@@ -207,6 +209,7 @@ def up(
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(alerts_app, name="alerts")
 app.command("sql", epilog=SQL_EXAMPLES)(sql_command)
+app.command("explain", epilog=EXPLAIN_EXAMPLES)(explain_command)
 app.add_typer(bench_app, name="bench")
 app.add_typer(prices_app, name="prices")
 app.add_typer(slo_app, name="slo")

@@ -31,7 +31,7 @@ import yaml
 
 from fleetscope.settings import Settings
 
-__all__ = ["UpError", "UpOptions", "derived_spec", "status_line", "up"]
+__all__ = ["UpError", "UpOptions", "derived_spec", "seed_slos", "status_line", "up"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,6 +141,22 @@ def _make_models(spec: Any, replicas: list[Any], echo: Callable[[str], None]) ->
             raise UpError(f"generating model {name} failed: {(done.stderr or done.stdout).strip()[-500:]}")
 
 
+def seed_slos(spec: Any, sessions: Any) -> list[str]:
+    """The spec's per-model ``slo`` targets recorded where the metadata DB has none for that model and
+    latency (a target set by hand, or changed on the Fleet page, stays); the ones added, as labels."""
+    from storage.catalog import SloTarget, set_slo, slo_targets
+
+    have = {(t.model, t.metric) for t in slo_targets(sessions)}
+    added = []
+    for name, model in sorted(spec.models.items()):
+        for metric, seconds in sorted(model.slo.items()):
+            if (name, metric) not in have:
+                target = SloTarget(name, metric, seconds)
+                set_slo(sessions, target)
+                added.append(target.label)
+    return added
+
+
 def _serve_dashboard(host: str, port: int) -> None:
     """Streamlit in this (the main) thread until it is stopped (SIGINT/SIGTERM: its own handlers)."""
     from streamlit.web import bootstrap
@@ -151,7 +167,9 @@ def _serve_dashboard(host: str, port: int) -> None:
     gc.freeze()  # the libraries' objects out of the collector's passes (dashboard.launch says why)
     flags = {"server.address": host, "server.port": port, "server.headless": True, "browser.gatherUsageStats": False,
              "server.fileWatcherType": "none", "server.runOnSave": False, "runner.magicEnabled": False,
-             "runner.postScriptGC": False, "client.toolbarMode": "minimal"}
+             "runner.postScriptGC": False, "client.toolbarMode": "minimal", "logger.level": "warning"}
+    if hasattr(bootstrap, "_print_url"):  # `up` says where the dashboard is, once it answers
+        bootstrap._print_url = lambda *_args, **_kwargs: None  # noqa: SLF001
     bootstrap.load_config_options(flag_options=flags)
     bootstrap.run(str(ROOT / "dashboard" / "app.py"), False, [], flags)
 
@@ -173,6 +191,7 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
     from storage.metadata import make_engine, make_sessionmaker
 
     work = settings.data_dir / "up"
+    work.mkdir(parents=True, exist_ok=True)
     spec_path = derived_spec(settings.fleet.spec, work / "fleet.yaml", fleet=opts.fleet, replicas=opts.replicas)
     settings = settings.model_copy(update={"fleet": settings.fleet.model_copy(update={"spec": spec_path})})
     spec = load_spec(spec_path)
@@ -187,6 +206,8 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
     migrate_all(settings, progress=lambda line: echo(f"  {line}"))
     client = open_clickhouse(settings)
     sessions = make_sessionmaker(make_engine(settings.metadata.url))
+    if added := seed_slos(spec, sessions):
+        echo(f"SLO targets from {spec_path}: " + ", ".join(added) + " (change them: fleetscope slo set, or the Fleet page)")
     url = f"http://{opts.host}:{opts.port}"
     sink = None
     alerts = settings.alerts.model_copy(update={"external_url": url}) \
@@ -207,22 +228,22 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
     started_fleet = False
     flushed = False
     try:
-        collector.start()
-        c = collector.collector.config
-        echo(f"collector: {len(collector.collector.targets())} target(s), OTLP and request logs on http://{c.host}:{c.http_port}")
-        if not opts.no_fleet:
+        if not opts.no_fleet:  # healthy before the collector scrapes it: no "target down" while engines load
             started_fleet = True
             launcher.start(None, attach=True, progress=lambda line: echo(f"  {line}"),
                            make_models=lambda spec_, replicas_: _make_models(spec_, replicas_, echo))
             echo(f"fleet: {len(spec.replicas)} replica(s) healthy" + (f", gateway on :{spec.gateway.port}" if spec.gateway else ""))
-            if opts.scenario:
-                log = work / "traffic.log"
-                cmd = [sys.executable, "-m", "fleetscope", "fleet", "traffic", "--scenario", opts.scenario,
-                       "--spec", str(spec_path), "--speed", str(opts.speed)]
-                with log.open("w") as out:
-                    traffic = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
-                echo(f"traffic: scenario {opts.scenario} (speed x{opts.speed:g}; its log: {log})")
+        collector.start()
+        c = collector.collector.config
+        echo(f"collector: {len(collector.collector.targets())} target(s), OTLP and request logs on http://{c.host}:{c.http_port}")
+        if not opts.no_fleet and opts.scenario:
+            log = work / "traffic.log"
+            cmd = [sys.executable, "-m", "fleetscope", "fleet", "traffic", "--scenario", opts.scenario,
+                   "--spec", str(spec_path), "--speed", str(opts.speed)]
+            with log.open("w") as out:
+                traffic = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            echo(f"traffic: scenario {opts.scenario} (speed x{opts.speed:g}; its log: {log})")
         evaluator.start()
         echo(f"alerts: {sum(len(g.rules) for g in rule_groups(alerts))} rule(s) evaluated; notifications to "
              + ", ".join(r.name for r in alerts.receivers))

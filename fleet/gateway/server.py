@@ -249,9 +249,9 @@ class Gateway:
         prompt_tokens, prefix_key = _prompt_info(body, chat, self.spec.affinity_prefix_tokens)
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         record = _Record(time.time(), trace_id, tenant, session, stream, prompt_tokens, max_tokens, prefix_hash(prefix_key))
+        record.model = str(body.get("model", self.spec.auto_model))[:128]  # the model asked for, until routed
         try:
-            decision = self.router.decide(str(body.get("model", self.spec.auto_model)), tenant, prompt_tokens,
-                                          max_tokens, session or prefix_key)
+            decision = self.router.decide(record.model, tenant, prompt_tokens, max_tokens, session or prefix_key)
         except NoReplica as exc:
             self.metrics.rejected.labels("no_replica").inc()
             return self._error(record, t0, 503, str(exc), "no_replica", retry_after=5)

@@ -96,3 +96,24 @@ def test_taken_port_is_refused_before_start(tmp_path: Path) -> None:
 def test_missing_spec_file(tmp_path: Path) -> None:
     with pytest.raises(YamlConfigError, match="fleet spec not found"):
         load_spec(tmp_path / "nope.yaml")
+
+
+def test_slo_targets_in_the_spec_reach_the_metadata_db_once_and_never_overwrite(tmp_path: Path, metadata_url: str) -> None:
+    from fleetscope.up import seed_slos
+    from storage.catalog import SloTarget, set_slo, slo_targets
+    from tests.conftest import migrated_sessions
+
+    spec = load_spec(spec_file(tmp_path, GOOD.replace("generate: small}", "generate: small, slo: {ttft: 3.0, itl: 0.5}}")),
+                     base_dir=tmp_path)
+    for sessions in migrated_sessions(metadata_url):
+        set_slo(sessions, SloTarget("tiny-small", "itl", 0.2))  # set by hand before the first `up`
+        assert seed_slos(spec, sessions) == ["tiny-small ttft p99 <= 3s"]
+        assert {(t.metric, t.threshold_seconds) for t in slo_targets(sessions)} == {("ttft", 3.0), ("itl", 0.2)}
+        assert seed_slos(spec, sessions) == []  # the next start adds nothing
+
+
+def test_a_non_positive_slo_target_is_refused(tmp_path: Path) -> None:
+    message = error(tmp_path, GOOD.replace("generate: small}", "generate: small, slo: {ttft: 0}}"))
+    assert "fleet.yaml:2" in message and "ttft target must be a positive number of seconds" in message
+    unknown = error(tmp_path, GOOD.replace("generate: small}", "generate: small, slo: {ttfb: 2}}"))
+    assert "models.tiny-small.slo" in unknown and "'ttft', 'itl', 'tpot' or 'e2e' (got 'ttfb')" in unknown

@@ -16,7 +16,7 @@ SHIPPED_CH = [m.filename for m in clickhouse_runner.discover()]
 
 
 @pytest.mark.parametrize("command", [[], ["version"], ["migrate"], ["config"], ["config", "show"], ["config", "check"],
-                                     ["prices", "set"], ["slo", "set"], ["fleet", "simulate"], ["dashboard"]])
+                                     ["prices", "set"], ["slo", "set"], ["fleet", "simulate"], ["dashboard"], ["explain"]])
 def test_every_command_answers_help(command: list[str], tmp_path: Path) -> None:
     result = run_cli(*command, "--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -130,6 +130,31 @@ def test_fleet_simulate_writes_a_scenario_into_the_store(tmp_path: Path) -> None
     assert "request-log rows" in result.stdout and "bigcorp-onboarded" in result.stdout
     again = run_cli("fleet", "simulate", "--scenario", "no-such-scenario", cwd=tmp_path)
     assert again.returncode == 2 and "no-such-scenario" in again.stderr
+
+
+def test_explain_from_the_terminal_names_what_drove_a_simulated_rollout(tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "fleet.yaml").write_text((ROOT / "fleet.yaml").read_text())
+    played = run_cli("fleet", "simulate", "--scenario", "long-context-rollout", "--seed", "3", cwd=tmp_path)
+    assert played.returncode == 0, played.stderr
+    text = run_cli("explain", "--since", "20m", cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert "p99 TTFT rose" in text.stdout and "break at" in text.stdout
+    # the evidence table, ranked: the rollout's cause leads it
+    table = text.stdout.split("\n\n", 1)[1].splitlines()
+    assert table[0].split()[:3] == ["signal", "score", "before"]
+    assert {table[1].split("  ")[0], table[2].split("  ")[0]} == {"KV-cache saturation", "long-context share"}
+    data = json.loads(run_cli("explain", "--since", "20m", "--format", "json", cwd=tmp_path).stdout)
+    assert data["after_s"] > 2 * data["before_s"] and data["break_at"] is not None
+    assert {row["signal"] for row in data["evidence"][:2]} == {"KV-cache saturation", "long-context share"}
+    # the tenant filter narrows what is read: one tenant's requests alone still show the break
+    assert json.loads(run_cli("explain", "--since", "20m", "--tenant", "acme", "--format", "json",
+                              cwd=tmp_path).stdout)["break_at"] is not None
+    for bad, message in ((["--latency", "ttfb"], "--latency must be one of"), (["--since", "soon"], "not a duration"),
+                         (["--start", "2026-11-30T10:00", "--end", "2026-11-30T09:00"], "the window is empty")):
+        refused = run_cli("explain", *bad, cwd=tmp_path)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
 
 
 def test_the_dashboard_refuses_an_open_address_without_a_password(tmp_path: Path) -> None:

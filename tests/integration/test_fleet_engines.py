@@ -117,7 +117,7 @@ def test_two_replicas_serve_traffic_emit_metrics_and_spans(
 
 def test_long_context_rollout_saturates_a_small_kv_budget(tmp_path: Path, small_model: Path) -> None:
     port = free_port()
-    args = {"max_model_len": 2048, "num_gpu_blocks_override": 48, "enforce_eager": True}
+    args = {"max_model_len": 2048, "num_gpu_blocks_override": 32, "enforce_eager": True}
     spec = load_spec(write_spec(tmp_path, small_model, [{"name": "r0", "port": port, "engine_args": args}], None), base_dir=tmp_path)
     launcher = Launcher(spec, tmp_path / "state")
     records = launcher.start(progress=print)

@@ -146,6 +146,20 @@ def test_over_limit_tenant_gets_429_with_retry_after(fleet) -> None:
     assert [r["outcome"] for r in records] == ["ok", "rejected", "ok"]
 
 
+def test_a_model_nobody_serves_gets_503_and_its_log_row_names_the_model_asked_for(fleet) -> None:
+    spec, _ = fleet
+
+    async def body(client, base, gateway):  # noqa: ANN001, ANN202
+        gateway.shipper.url = "http://127.0.0.1:9/unused"
+        refused = await client.post(f"{base}/v1/completions", json=completion(model="tiny-xl"))
+        return refused, served_by(gateway)
+
+    refused, records = run_gateway(spec, GatewaySpec(), body)
+    assert refused.status_code == 503 and "tiny-xl" in refused.json()["error"]["message"]
+    # an error ratio by model counts it against the model asked for, not against a blank one
+    assert [(r["model"], r["outcome"], r["status_code"]) for r in records] == [("tiny-xl", "no_replica", 503)]
+
+
 def test_streaming_passes_tokens_through_and_hides_the_usage_chunk(fleet) -> None:
     spec, _ = fleet
     request = completion(model="tiny-small", max_tokens=24, stream=True, temperature=0)

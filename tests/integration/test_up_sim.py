@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from fleet.launcher import group_members
 from tests.integration.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,13 +49,6 @@ def _config(tmp: Path) -> Path:
     (tmp / "fleetscope.yaml").write_text(yaml.safe_dump(config))
     return tmp / "fleetscope.yaml"
 
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_up_with_a_simulated_fleet_collects_alerts_serves_and_stops_clean(tmp_path: Path) -> None:
@@ -104,8 +98,8 @@ def test_up_with_a_simulated_fleet_collects_alerts_serves_and_stops_clean(tmp_pa
     out = "".join(seen) + "".join(iter(lambda: lines.get_nowait() if not lines.empty() else "", ""))
     assert proc.returncode == 0, out
     assert "stopped; everything written" in out
-    assert not _group_alive(proc.pid)  # the up process group: the traffic generator ran in its own
-    assert not [pid for pid in children if _group_alive(pid)], out  # no simulated engine nor gateway left
+    assert group_members(proc.pid) == []  # the up process group: the traffic generator ran in its own
+    assert not [pid for pid in children if group_members(pid)], out  # no simulated engine nor gateway left
 
     # the store, now free, holds what was collected: `fleetscope sql` reads it
     def sql(query: str) -> list[dict]:

