@@ -34,6 +34,10 @@ from fleetscope.settings import Settings
 __all__ = ["UpError", "UpOptions", "derived_spec", "seed_slos", "status_line", "up"]
 
 ROOT = Path(__file__).resolve().parent.parent
+# The shipped scenarios' rates (2 requests/s and bursts) suit a GPU or simulated fleet; three CPU
+# engines sharing two cores serve about 1/s, so at full rate they queue from the first minute and
+# the incident has no healthy start to stand out from.
+CPU_RATE_SCALE = 0.4
 
 
 class UpError(Exception):
@@ -49,6 +53,7 @@ class UpOptions:
     host: str = "127.0.0.1"
     port: int = 8501
     speed: float = 1.0  # the scenario's timeline speed-up
+    rate_scale: float | None = None  # the scenario's request rate times this; None: CPU_RATE_SCALE on CPU engines, else 1
     status_every_s: float = 10.0
 
 
@@ -196,12 +201,15 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
     settings = settings.model_copy(update={"fleet": settings.fleet.model_copy(update={"spec": spec_path})})
     spec = load_spec(spec_path)
     launcher = Launcher(spec, settings.data_dir / "fleet", spec_path=Path(spec_path).resolve())
+    rate_scale = 1.0 if opts.rate_scale is None else opts.rate_scale
     if not opts.no_fleet and any(r.engine == "vllm" for r in spec.replicas):
         try:  # the install check: is there a vLLM to start?
             engine = launcher.engine
         except FleetError as exc:
             raise UpError(f"{exc} (or try `fleetscope up --fleet sim`)") from None
         echo(f"engine: {engine.distribution} {engine.version} ({engine.device})")
+        if opts.rate_scale is None and engine.device == "cpu":
+            rate_scale = CPU_RATE_SCALE
     echo("migrations ...")
     migrate_all(settings, progress=lambda line: echo(f"  {line}"))
     client = open_clickhouse(settings)
@@ -239,11 +247,11 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
         if not opts.no_fleet and opts.scenario:
             log = work / "traffic.log"
             cmd = [sys.executable, "-m", "fleetscope", "fleet", "traffic", "--scenario", opts.scenario,
-                   "--spec", str(spec_path), "--speed", str(opts.speed)]
+                   "--spec", str(spec_path), "--speed", str(opts.speed), "--rate-scale", str(rate_scale)]
             with log.open("w") as out:
                 traffic = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            echo(f"traffic: scenario {opts.scenario} (speed x{opts.speed:g}; its log: {log})")
+            echo(f"traffic: scenario {opts.scenario} (speed x{opts.speed:g}, rate x{rate_scale:g}; its log: {log})")
         evaluator.start()
         echo(f"alerts: {sum(len(g.rules) for g in rule_groups(alerts))} rule(s) evaluated; notifications to "
              + ", ".join(r.name for r in alerts.receivers))
@@ -282,7 +290,7 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
         if traffic is not None and traffic.poll() is None:
             os.killpg(traffic.pid, signal.SIGINT)
             try:
-                traffic.wait(15)
+                traffic.wait(5)  # what is still in flight after that is cut off (the gateway logs it)
             except subprocess.TimeoutExpired:
                 os.killpg(traffic.pid, signal.SIGKILL)
                 traffic.wait()

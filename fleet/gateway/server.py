@@ -149,7 +149,9 @@ class Gateway:
         )
         await self._check_health()
         self._tasks = [asyncio.create_task(self._health_loop()), asyncio.create_task(self.shipper.run(self._session))]
-        self._runner = web.AppRunner(self.app(), access_log=None)
+        # on stop, requests still in flight get a few seconds, then are cancelled (logged as client_abort)
+        # and the request log is flushed: a gateway that waits out a saturated fleet gets killed and loses it
+        self._runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=3.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()
 
