@@ -217,9 +217,14 @@ class Launcher:
         }
         if self.engine.device == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{replica.kv_cache_space_gib:g}"
-            # several engines share few cores: let the OS schedule instead of pinning all to core 0
+            # several engines share few cores: let the OS schedule instead of pinning all to core 0,
+            # and give each its share of the cores: OpenMP threads beyond that spin against each
+            # other (three engines on two cores with two threads each served ~1 request/s at a p50
+            # TTFT over 1 s; with one thread each, the same traffic at a p99 under 0.7 s)
             env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-        elif "gpu_memory_utilization" not in replica.engine_args:
+            engines = sum(1 for r in self.spec.replicas if r.engine == "vllm")
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, engines)))
+        elif "gpu_memory_utilization" not in {**replica.engine_args, **replica.vllm_args}:
             share = 0.85 / max(1, sum(1 for r in self.spec.replicas if r.engine == "vllm"))
             cmd += ["--gpu-memory-utilization", f"{share:.2f}"]
         env.update(replica.env)

@@ -59,12 +59,15 @@ class ReplicaSpec(_Strict):
     # vLLM server flags, snake_case keys: max_model_len: 2048 -> --max-model-len 2048.
     # true -> bare flag, false -> omitted.
     engine_args: dict[str, Scalar] = Field(default_factory=dict)
+    # flags for the real engines only, over engine_args: the simulator reads engine_args into its
+    # own speed model, while e.g. a real engine's KV budget suits how fast that engine really is
+    vllm_args: dict[str, Scalar] = Field(default_factory=dict)
     # extra environment for the engine process (e.g. VLLM_CPU_OMP_THREADS_BIND)
     env: dict[str, str] = Field(default_factory=dict)
     # CPU build only: KV cache space in GiB (VLLM_CPU_KVCACHE_SPACE).
     kv_cache_space_gib: float = Field(default=1.0, gt=0)
 
-    @field_validator("engine_args")
+    @field_validator("engine_args", "vllm_args")
     @classmethod
     def _check_args(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
         reserved = {"model", "port", "host", "served_model_name", "otlp_traces_endpoint"}
@@ -77,7 +80,7 @@ class ReplicaSpec(_Strict):
 
     def engine_flags(self) -> list[str]:
         flags: list[str] = []
-        for key, value in self.engine_args.items():
+        for key, value in {**self.engine_args, **self.vllm_args}.items():
             flag = "--" + key.replace("_", "-")
             if value is True:
                 flags.append(flag)

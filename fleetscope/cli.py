@@ -167,9 +167,7 @@ def up(
     no_fleet: Annotated[bool, typer.Option("--no-fleet", help="Start no fleet: observe the one the configuration names.")]
     = False,
     speed: Annotated[float, typer.Option(min=0.01, help="Play the scenario's timeline N times faster.")] = 1.0,
-    rate_scale: Annotated[float | None, typer.Option(
-        min=0.01, help="Multiply the scenario's request rate (default: 0.4 on CPU engines, which serve about 1 "
-                       "request/s on 2 cores; 1 on a GPU or simulated fleet).", show_default=False)] = None,
+    rate_scale: Annotated[float, typer.Option(min=0.01, help="Multiply the scenario's request rate.")] = 1.0,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Dashboard port.")] = 8501,
     host: Annotated[str, typer.Option(help="Dashboard address (a non-loopback one needs dashboard.password).")]
     = "127.0.0.1",

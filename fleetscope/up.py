@@ -34,10 +34,6 @@ from fleetscope.settings import Settings
 __all__ = ["UpError", "UpOptions", "derived_spec", "seed_slos", "status_line", "up"]
 
 ROOT = Path(__file__).resolve().parent.parent
-# The shipped scenarios' rates (2 requests/s and bursts) suit a GPU or simulated fleet; three CPU
-# engines sharing two cores serve about 1/s, so at full rate they queue from the first minute and
-# the incident has no healthy start to stand out from.
-CPU_RATE_SCALE = 0.4
 
 
 class UpError(Exception):
@@ -53,7 +49,7 @@ class UpOptions:
     host: str = "127.0.0.1"
     port: int = 8501
     speed: float = 1.0  # the scenario's timeline speed-up
-    rate_scale: float | None = None  # the scenario's request rate times this; None: CPU_RATE_SCALE on CPU engines, else 1
+    rate_scale: float = 1.0  # the scenario's request rate times this
     status_every_s: float = 10.0
 
 
@@ -101,8 +97,10 @@ def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
     end = now or datetime.now(UTC)
     health = scrape_health(client, end - timedelta(seconds=30), end)  # the targets scraped now (not a past run's)
     up = int(health["up"].sum()) if len(health) else 0
-    totals = request_totals(client, end - timedelta(minutes=1), end, by=[], source=None)
-    rate = float(totals["requests"].sum()) / 60 if len(totals) else 0.0
+    # each request once: the gateway's log when there is one, else the engines' spans
+    totals = request_totals(client, end - timedelta(minutes=1), end, by=["source"], source=None)
+    per_source = dict(zip(totals["source"], totals["requests"], strict=True)) if len(totals) else {}
+    rate = float(per_source.get("gateway") or max(per_source.values(), default=0.0)) / 60
     ttft = histogram_quantile(client, "vllm:time_to_first_token_seconds", 0.99, end - timedelta(minutes=5), end, "fleet")
     p99 = float(ttft["quantile"].iloc[0]) if len(ttft) else float("nan")
     sat = saturation(client, end - timedelta(minutes=1), end, "replica")
@@ -201,15 +199,12 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
     settings = settings.model_copy(update={"fleet": settings.fleet.model_copy(update={"spec": spec_path})})
     spec = load_spec(spec_path)
     launcher = Launcher(spec, settings.data_dir / "fleet", spec_path=Path(spec_path).resolve())
-    rate_scale = 1.0 if opts.rate_scale is None else opts.rate_scale
     if not opts.no_fleet and any(r.engine == "vllm" for r in spec.replicas):
         try:  # the install check: is there a vLLM to start?
             engine = launcher.engine
         except FleetError as exc:
             raise UpError(f"{exc} (or try `fleetscope up --fleet sim`)") from None
         echo(f"engine: {engine.distribution} {engine.version} ({engine.device})")
-        if opts.rate_scale is None and engine.device == "cpu":
-            rate_scale = CPU_RATE_SCALE
     echo("migrations ...")
     migrate_all(settings, progress=lambda line: echo(f"  {line}"))
     client = open_clickhouse(settings)
@@ -247,11 +242,11 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
         if not opts.no_fleet and opts.scenario:
             log = work / "traffic.log"
             cmd = [sys.executable, "-m", "fleetscope", "fleet", "traffic", "--scenario", opts.scenario,
-                   "--spec", str(spec_path), "--speed", str(opts.speed), "--rate-scale", str(rate_scale)]
+                   "--spec", str(spec_path), "--speed", str(opts.speed), "--rate-scale", str(opts.rate_scale)]
             with log.open("w") as out:
                 traffic = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            echo(f"traffic: scenario {opts.scenario} (speed x{opts.speed:g}, rate x{rate_scale:g}; its log: {log})")
+            echo(f"traffic: scenario {opts.scenario} (speed x{opts.speed:g}, rate x{opts.rate_scale:g}; its log: {log})")
         evaluator.start()
         echo(f"alerts: {sum(len(g.rules) for g in rule_groups(alerts))} rule(s) evaluated; notifications to "
              + ", ".join(r.name for r in alerts.receivers))

@@ -37,6 +37,21 @@ def test_replica_command_names_the_replica_for_tracing(shipped: Launcher) -> Non
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
 
 
+def test_cpu_engines_split_the_cores_and_get_their_own_kv_budget(shipped: Launcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launcher_mod.os, "cpu_count", lambda: 8)
+    cmd, env = shipped.command(shipped.spec.replica("small-0"))
+    assert env["OMP_NUM_THREADS"] == "2"  # 8 cores, 3 engines: 2 threads each, not 8 spinning against each other
+    monkeypatch.setattr(launcher_mod.os, "cpu_count", lambda: 2)
+    assert shipped.command(shipped.spec.replica("small-0"))[1]["OMP_NUM_THREADS"] == "1"
+    # the real engine's KV budget (vllm_args) wins over the one the simulator models (engine_args)
+    small = shipped.spec.replica("small-0")
+    assert small.engine_args["num_gpu_blocks_override"] != small.vllm_args["num_gpu_blocks_override"]
+    assert cmd.count("--num-gpu-blocks-override") == 1
+    assert cmd[cmd.index("--num-gpu-blocks-override") + 1] == str(small.vllm_args["num_gpu_blocks_override"])
+    pinned = small.model_copy(update={"env": {"OMP_NUM_THREADS": "4"}})
+    assert shipped.command(pinned)[1]["OMP_NUM_THREADS"] == "4"  # a replica's own env has the last word
+
+
 def test_gpu_build_shares_the_gpu_between_replicas(tmp_path: Path) -> None:
     spec = load_spec(ROOT / "fleet.yaml", base_dir=ROOT)
     gpu = Launcher(spec, tmp_path, engine=EngineBuild("vllm", "0.33.0", "cuda"))
