@@ -144,6 +144,29 @@ def _make_models(spec: Any, replicas: list[Any], echo: Callable[[str], None]) ->
             raise UpError(f"generating model {name} failed: {(done.stderr or done.stdout).strip()[-500:]}")
 
 
+def warm_up(spec: Any, echo: Callable[[str], None]) -> None:
+    """One small completion per real engine, before the collector watches: an engine's first requests
+    are seconds slow (kernels warm up), which would otherwise open the demo with a latency spike."""
+    engines = [r for r in spec.replicas if r.engine == "vllm"]
+    if not engines:
+        return
+    failed: list[str] = []
+
+    def one(replica: Any) -> None:
+        try:
+            httpx.post(f"{spec.url(replica)}/v1/completions", timeout=120,
+                       json={"model": replica.model, "prompt": "warm up " * 64, "max_tokens": 8}).raise_for_status()
+        except httpx.HTTPError as exc:
+            failed.append(f"{replica.name}: {exc}")
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    echo(f"  warmed up {len(engines) - len(failed)} engine(s)" + (f" (failed: {'; '.join(failed)})" if failed else ""))
+
+
 def seed_slos(spec: Any, sessions: Any) -> list[str]:
     """The spec's per-model ``slo`` targets recorded where the metadata DB has none for that model and
     latency (a target set by hand, or changed on the Fleet page, stays); the ones added, as labels."""
@@ -235,6 +258,7 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
             started_fleet = True
             launcher.start(None, attach=True, progress=lambda line: echo(f"  {line}"),
                            make_models=lambda spec_, replicas_: _make_models(spec_, replicas_, echo))
+            warm_up(spec, echo)
             echo(f"fleet: {len(spec.replicas)} replica(s) healthy" + (f", gateway on :{spec.gateway.port}" if spec.gateway else ""))
         collector.start()
         c = collector.collector.config

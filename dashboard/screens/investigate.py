@@ -106,9 +106,10 @@ if len(ex.dimensions):
     st.subheader("Slow requests against the baseline")
     st.caption("Each value's share of the requests slower than the baseline's "
                f"p{q * 100:g} after the break, against its share of baseline requests (BubbleUp).")
-    dim = st.selectbox("Dimension", sorted(ex.dimensions["dimension"].unique()), key="inv_dim",
-                       index=sorted(ex.dimensions["dimension"].unique()).index(top_mix)
-                       if top_mix in set(ex.dimensions["dimension"]) else 0)
+    dims = sorted(ex.dimensions["dimension"].unique())
+    # long-context share: the split at explain's own "long" cut says more than the stored context buckets
+    first = "long" if len(ex.evidence) and ex.evidence["signal"].iloc[:2].eq("long-context share").any() else top_mix
+    dim = st.selectbox("Dimension", dims, key="inv_dim", index=dims.index(first) if first in dims else 0)
     part = ex.dimensions[ex.dimensions["dimension"] == dim]
     pairs = part.melt(id_vars=["value"], value_vars=["baseline_share", "slow_share"], var_name="group", value_name="share")
     pairs["group"] = pairs["group"].map({"baseline_share": "baseline", "slow_share": "slow after the break"})

@@ -122,7 +122,8 @@ def test_up_on_real_engines_tells_the_long_context_rollout(tmp_path: Path, small
     began = datetime.now(UTC)
     try:
         until(r"SLO targets from .*tiny-small ttft p99 <= 3s", 60)
-        until(r"fleet: 2 replica\(s\) healthy", 400)
+        until(r"warmed up 2 engine\(s\)$", 400)
+        until(r"fleet: 2 replica\(s\) healthy", 30)
         state = json.loads((tmp_path / "data" / "fleet" / "state.json").read_text())
         engines = [int(r["pid"]) for r in (state.get("replicas") or state).values() if isinstance(r, dict) and "pid" in r]
         assert len(engines) == 3  # two engines and the gateway
