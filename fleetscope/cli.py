@@ -253,6 +253,11 @@ def _hide_password(url: str) -> str:
 
 
 def main() -> None:
+    import signal
+
+    # Ctrl-C (SIGINT) stops every command, also when whatever started it ignored SIGINT (a
+    # non-interactive shell does for what it runs in the background, and children inherit it)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         app()
     except KeyboardInterrupt:

@@ -36,6 +36,8 @@ def write_spec(tmp_path: Path, model_dir: Path, replicas: list[dict], otlp: str 
     for r in replicas:
         lines += [f"  - name: {r['name']}", "    model: tiny-small", f"    port: {r['port']}", "    engine_args:"]
         lines += [f"      {k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in r["engine_args"].items()]
+        if r.get("env"):
+            lines += ["    env:"] + [f"      {k}: '{v}'" for k, v in r["env"].items()]
     path = tmp_path / "fleet.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -212,7 +212,14 @@ def test_request_log_joins_engine_spans_by_trace_id(fleet, ch, tmp_path: Path) -
                 r = await client.post(f"http://127.0.0.1:{port}/v1/completions", json=completion(prompt_len=40 + i),
                                       headers={"traceparent": f"00-{trace}-00000000000000a{i}-01", "x-tenant": "acme"})
                 assert r.status_code == 200
-        await asyncio.sleep(2.5)  # span export (1 s) and log shipping
+        # the engines export spans every second and the gateway ships its log every 0.3 s; a fresh
+        # engine's first export can take longer: wait until both are stored (20 s at most)
+        for _ in range(40):
+            await asyncio.sleep(0.5)
+            seen = ch.query("SELECT countIf(source = 'otlp'), countIf(source = 'gateway') FROM requests "
+                            "WHERE trace_id IN {ids:Array(String)}", parameters={"ids": trace_ids}).result_rows[0]
+            if tuple(seen) == (len(trace_ids), len(trace_ids)):
+                break
         await gateway.stop()
         assert await collector.stop()
 
@@ -224,4 +231,4 @@ def test_request_log_joins_engine_spans_by_trace_id(fleet, ch, tmp_path: Path) -
     for i, row in enumerate(rows):
         assert row[1:3] == ("acme", "model-router:small/least_loaded")
         assert row[3] in {"small-0", "small-1"} and row[4] == "tiny-small"
-        assert row[5] == 40 + i and row[6] and row[7] and row[8]
+        assert row[5] == 40 + i and row[6] and row[7] and row[8], rows  # from both logs
