@@ -184,7 +184,7 @@ def test_streaming_passes_tokens_through_and_hides_the_usage_chunk(fleet) -> Non
     text = lambda events: "".join(json.loads(e)["choices"][0].get("text", "") for e in events[:-1])  # noqa: E731
     assert via[-1] == "[DONE]" and direct[-1] == "[DONE]"
     assert text(via) == text(direct)  # greedy decoding: the same tokens as from the engine itself
-    assert len(via) >= 5  # streamed in pieces (the engine may group tokens per event under load)
+    assert len(via) >= 3  # streamed in pieces: two text events at least (an engine groups tokens per event when it runs ahead)
     assert all(json.loads(e)["choices"] for e in via[:-1])  # the usage chunk the gateway asked for is not forwarded
     assert times[-1] - times[0] > 0  # events arrived over time, not as one blob
     (record,) = records

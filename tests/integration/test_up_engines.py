@@ -17,13 +17,7 @@ Slow (engines start in ~40 s each on 2 cores, the story takes ~2 min); marked ``
 from __future__ import annotations
 
 import json
-import os
-import queue
-import re
-import signal
 import subprocess
-import sys
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,11 +28,11 @@ import yaml
 from fleet.launcher import group_members
 from fleet.traffic import load_scenario
 from tests.integration.conftest import free_port
+from tests.integration.uprun import EXE, Up, clean_env, fleet_pids
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-EXE = Path(sys.executable).parent / "fleetscope"
 ROLLOUT_AT_S = 40.0
 REGRESSION_S = 100.0  # how long the test lets the regression run before it stops `up`
 DURATION_S = 240.0  # long enough for the alert to fire; the test stops `up` once it has what it checks
@@ -91,10 +85,9 @@ def _config(tmp: Path, model: Path) -> Path:
 
 def test_up_on_real_engines_tells_the_long_context_rollout(tmp_path: Path, small_model: Path) -> None:
     config, scenario = _config(tmp_path, small_model), _scenario(tmp_path)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
 
     def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(EXE), *args, "--config", str(config)], cwd=tmp_path, env=env, capture_output=True,
+        return subprocess.run([str(EXE), *args, "--config", str(config)], cwd=tmp_path, env=clean_env(), capture_output=True,
                               text=True, timeout=timeout, check=False)
 
     def sql(query: str) -> list[dict]:
@@ -103,39 +96,19 @@ def test_up_on_real_engines_tells_the_long_context_rollout(tmp_path: Path, small
         return json.loads(done.stdout)["rows"]
 
     port = free_port()
-    proc = subprocess.Popen([str(EXE), "up", "--fleet", "vllm", "--scenario", str(scenario), "--port", str(port),
-                             "--config", str(config)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines: queue.Queue[str] = queue.Queue()
-    seen: list[str] = []
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
-
-    def until(pattern: str, timeout_s: float) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for line in seen:
-                if re.search(pattern, line):
-                    return line
-            try:
-                seen.append(lines.get(timeout=0.5))
-            except queue.Empty:
-                if proc.poll() is not None:
-                    break
-        raise AssertionError(f"no line matching {pattern!r} within {timeout_s:g}s; output:\n" + "".join(seen))
-
+    up = Up(["--fleet", "vllm", "--scenario", str(scenario), "--port", str(port), "--config", str(config)], tmp_path)
     engines: list[int] = []
     began = datetime.now(UTC)
     try:
-        until(r"SLO targets from .*tiny-small ttft p99 <= 3s", 60)
-        until(r"warmed up 2 engine\(s\)$", 400)
-        until(r"fleet: 2 replica\(s\) healthy", 30)
-        state = json.loads((tmp_path / "data" / "fleet" / "state.json").read_text())
-        engines = [int(r["pid"]) for r in (state.get("replicas") or state).values() if isinstance(r, dict) and "pid" in r]
+        up.until(r"SLO targets from .*tiny-small ttft p99 <= 3s", 60)
+        up.until(r"warmed up 2 engine\(s\)$", 400)
+        up.until(r"fleet: 2 replica\(s\) healthy", 30)
+        engines = fleet_pids(tmp_path / "data")
         assert len(engines) == 3  # two engines and the gateway
-        until(r"traffic: scenario", 60)
+        up.until(r"traffic: scenario", 60)
         traffic_at, began = time.monotonic(), datetime.now(UTC)  # the explanation reads from here on
-        until(r"dashboard at http://127\.0\.0\.1:\d+", 120)
-        fired = until(r"webhook ← \S+ FIRING\s+KVCacheSaturated \[page\] — .* — KV cache of small-\d at \d+%", DURATION_S + 60)
+        up.until(r"dashboard at http://127\.0\.0\.1:\d+", 120)
+        fired = up.until(r"webhook ← \S+ FIRING\s+KVCacheSaturated \[page\] — .* — KV cache of small-\d at \d+%", DURATION_S + 60)
         assert f"http://127.0.0.1:{port}/investigate?" in fired  # the notification links to Investigate
         sent = [json.loads(line) for line in (tmp_path / "data" / "up" / "notifications.jsonl").read_text().splitlines()]
         kv = [a for body in sent for a in body["alerts"] if a["labels"]["alertname"] == "KVCacheSaturated"]
@@ -151,20 +124,12 @@ def test_up_on_real_engines_tells_the_long_context_rollout(tmp_path: Path, small
         sources = {r["source"]: int(r["n"]) for r in sql("SELECT source, count() AS n FROM requests GROUP BY source")}
         assert sources.get("gateway", 0) > 0 and sum(n for s, n in sources.items() if s != "gateway") > 0, sources
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(180)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        out = up.stop(180)
     ended = datetime.now(UTC)
-    time.sleep(0.5)
-    out = "".join(seen) + "".join(iter(lambda: lines.get_nowait() if not lines.empty() else "", ""))
     print(out)
-    assert proc.returncode == 0, out
+    assert up.proc.returncode == 0, out
     assert "stopped; everything written" in out
-    assert group_members(proc.pid) == []
+    assert group_members(up.proc.pid) == []
     assert not [pid for pid in engines if group_members(pid)], out  # no engine, no gateway left
 
     # the store, free again: what Investigate shows for the run, from the terminal
