@@ -28,7 +28,7 @@ import yaml
 from fleet.launcher import group_members
 from fleet.traffic import load_scenario
 from tests.integration.conftest import free_port
-from tests.integration.uprun import EXE, Up, clean_env, fleet_pids
+from tests.integration.uprun import EXE, Up, clean_env, fleet_pids, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -70,16 +70,7 @@ def _config(tmp: Path, model: Path) -> Path:
     rules = [dict(r, **{"for": "10s"}) for g in shipped["groups"] for r in g["rules"]
              if r["name"] in ("KVCacheSaturated", "TTFTOverSLO")]
     (tmp / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "story", "interval": "5s", "rules": rules}]}))
-    config = {
-        "data_dir": str(tmp / "data"),
-        "clickhouse": {"url": f"chdb:{tmp / 'ch'}"},
-        "metadata": {"url": f"sqlite:///{tmp / 'meta.db'}"},
-        "fleet": {"spec": str(tmp / "fleet.yaml")},
-        "collector": {"otlp_http_port": otlp, "otlp_grpc_port": 0, "scrape_interval_s": 2, "scrape_timeout_s": 2},
-        "alerts": {"builtin_rules": False, "rule_files": [str(tmp / "rules.yaml")]},
-    }
-    (tmp / "fleetscope.yaml").write_text(yaml.safe_dump(config))
-    return tmp / "fleetscope.yaml"
+    return write_config(tmp, otlp, scrape_s=2)
 
 
 

@@ -14,7 +14,7 @@ import yaml
 
 from fleet.launcher import group_members
 from tests.integration.conftest import free_port
-from tests.integration.uprun import EXE, Up, clean_env, fleet_pids
+from tests.integration.uprun import EXE, Up, clean_env, fleet_pids, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,16 +32,7 @@ def _config(tmp: Path) -> Path:
     (tmp / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "demo", "interval": "2s", "rules": [{
         "name": "KVCacheInUse", "expr": 'kv_cache_usage_max{window="1m"}', "op": ">", "threshold": 0.0, "for": "2s",
         "labels": {"severity": "page"}, "annotations": {"summary": "KV cache of {{ $labels.replica }} in use"}}]}]}))
-    config = {
-        "data_dir": str(tmp / "data"),
-        "clickhouse": {"url": f"chdb:{tmp / 'ch'}"},
-        "metadata": {"url": f"sqlite:///{tmp / 'meta.db'}"},
-        "fleet": {"spec": str(tmp / "fleet.yaml")},
-        "collector": {"otlp_http_port": otlp, "otlp_grpc_port": 0, "scrape_interval_s": 1, "scrape_timeout_s": 1},
-        "alerts": {"builtin_rules": False, "rule_files": [str(tmp / "rules.yaml")]},
-    }
-    (tmp / "fleetscope.yaml").write_text(yaml.safe_dump(config))
-    return tmp / "fleetscope.yaml"
+    return write_config(tmp, otlp, scrape_s=1)
 
 
 

@@ -28,6 +28,24 @@ def fleet_pids(data_dir: Path) -> list[int]:
     return [int(r["pid"]) for r in (state.get("replicas") or state).values() if isinstance(r, dict) and "pid" in r]
 
 
+def write_config(tmp: Path, otlp_port: int, scrape_s: float) -> Path:
+    """``tmp/fleetscope.yaml``: stores under ``tmp``, the spec ``tmp/fleet.yaml``, the collector on
+    ``otlp_port`` scraping every ``scrape_s``, and only the rules of ``tmp/rules.yaml``."""
+    import yaml
+
+    config = {
+        "data_dir": str(tmp / "data"),
+        "clickhouse": {"url": f"chdb:{tmp / 'ch'}"},
+        "metadata": {"url": f"sqlite:///{tmp / 'meta.db'}"},
+        "fleet": {"spec": str(tmp / "fleet.yaml")},
+        "collector": {"otlp_http_port": otlp_port, "otlp_grpc_port": 0, "scrape_interval_s": scrape_s,
+                      "scrape_timeout_s": scrape_s},
+        "alerts": {"builtin_rules": False, "rule_files": [str(tmp / "rules.yaml")]},
+    }
+    (tmp / "fleetscope.yaml").write_text(yaml.safe_dump(config))
+    return tmp / "fleetscope.yaml"
+
+
 class Up:
     def __init__(self, args: list[str], cwd: Path) -> None:
         self.proc = subprocess.Popen([str(EXE), "up", *args], cwd=cwd, env=clean_env(), stdout=subprocess.PIPE,
