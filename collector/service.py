@@ -266,12 +266,19 @@ class Collector:
             self._tasks.append(asyncio.create_task(self._watch_file_sd()))
         self.writer.start()
 
-    async def stop(self) -> bool:
-        """Stop receiving and scraping, then flush the writer. True when nothing is left over."""
+    async def stop_scraping(self) -> None:
+        """Stop scraping (and watching ``file_sd``) but keep receiving: before a fleet this process
+        started is stopped, so its last request logs still arrive and its gone targets are not reported down."""
         for task in self._tasks:
             task.cancel()
+        self._tasks = []
         if self.scraper is not None:
             await self.scraper.close()
+            self.scraper = None
+
+    async def stop(self) -> bool:
+        """Stop receiving and scraping, then flush the writer. True when nothing is left over."""
+        await self.stop_scraping()
         if self._grpc is not None:
             await self._grpc.stop(grace=1)
         if self._runner is not None:

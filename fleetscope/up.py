@@ -7,8 +7,9 @@ Out: until Ctrl-C or SIGTERM, in this process: the collector (its own asyncio lo
      main thread, its pages handed the same ClickHouse client: chDB allows one process per data
      directory); as children: the bundled fleet (real vLLM engines, or simulated ones with
      ``fleet="sim"``) with its gateway, and the traffic generator playing ``scenario``. On the
-     way out the traffic stops, then the evaluator, the fleet, and last the collector, which
-     flushes what it holds (what ClickHouse does not take stays in the spool).
+     way out the traffic stops, then the evaluator, the collector's scrapes, the fleet, and last
+     the collector's receiver (the fleet's last request logs arrive), which flushes what it holds
+     (what ClickHouse does not take stays in the spool).
 """
 
 from __future__ import annotations
@@ -121,6 +122,9 @@ class _CollectorThread:
     def start(self) -> None:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self.collector.start(), self.loop).result(timeout=60)
+
+    def stop_scraping(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.collector.stop_scraping(), self.loop).result(timeout=30)
 
     def stop(self) -> bool:
         """Stop and flush; True when ClickHouse took everything."""
@@ -315,6 +319,8 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
                 traffic.wait()
         evaluator.stop()
         if started_fleet:
+            if collector._thread.is_alive():
+                collector.stop_scraping()  # its last scrapes would find the engines gone; its receiver stays
             launcher.stop(progress=lambda line: echo(f"  {line}"))
         if collector._thread.is_alive():
             flushed = collector.stop()

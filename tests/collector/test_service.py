@@ -99,3 +99,31 @@ def test_collector_end_to_end(ch, tmp_path: Path) -> None:
     (row,) = joined
     assert row[:5] == ("acme", "rr", "small-0", 1200, 0.25) and row[6:] == (True, True)
     assert row[5] == pytest.approx(0.3)  # the gateway's own TTFT (Float32)
+
+
+def test_stop_scraping_keeps_the_receiver_for_the_fleets_last_logs(ch, tmp_path: Path) -> None:
+    """``fleetscope up`` stops scraping before it stops the fleet it started: no "target down" for
+    engines it is shutting down, while their last request logs still arrive and are stored."""
+    clickhouse_runner.apply(ch)
+    port = free_port()
+    writer = Writer(ch, WriterConfig(spool_dir=tmp_path / "spool", flush_interval_s=0.2))
+    seen: dict[str, object] = {}
+
+    async def go() -> bool:
+        async with Targets() as t:
+            collector = Collector(CollectorConfig(http_port=port, grpc_port=0, static_targets=[t.target("good", 0.2, 0.2)]), writer)
+            await collector.start()
+            await asyncio.sleep(1.0)
+            await collector.stop_scraping()
+            seen["scraped"] = t.hits.get("good", 0)
+            await asyncio.sleep(1.0)
+            seen["after"] = t.hits.get("good", 0)
+            line = {"ts": 1_795_000_000.0, "trace_id": TRACE, "model": "tiny-small", "tenant": "acme", "prompt_tokens": 9}
+            async with httpx.AsyncClient() as client:
+                seen["log"] = (await client.post(f"http://127.0.0.1:{port}/v1/requests", content=json.dumps(line))).json()
+            return await collector.stop()
+
+    assert asyncio.run(go())
+    assert seen["scraped"] >= 2 and seen["after"] == seen["scraped"]  # scraped, then not any more
+    assert seen["log"]["kept"] == 1
+    assert ch.query("SELECT tenant, prompt_tokens FROM requests WHERE source = 'gateway'").result_rows == [("acme", 9)]
