@@ -37,6 +37,8 @@ Out: an ``Explanation``:
        fullest engine's), the capacity evidence judged on the part from the baseline's start to
        the regression's end;
      - ``sentence``: one line, phrased as "consistent with ...".
+``quantile_series`` is the first, cheap part alone (``series`` and its step and source, no
+break looked for): a page draws it while ``explain`` works out the rest.
 
 Scores are on one scale: a mix signal scores the difference between its share among the slow
 requests after the break and among baseline requests (BubbleUp), scaled down when its share of
@@ -74,7 +76,7 @@ from analytics.timeseries import (
     histogram_quantiles_over_time,
 )
 
-__all__ = ["Explanation", "cost_around", "explain"]
+__all__ = ["Explanation", "cost_around", "explain", "quantile_series"]
 
 SATURATED = 0.9  # KV-cache usage at which a replica counts as saturated
 PRESSURE = 0.5  # ... or this much with requests waiting (a long prompt's blocks no longer fit)
@@ -110,6 +112,7 @@ class Explanation:
     periods: tuple[datetime, datetime, datetime] | None = None  # baseline start, break, end of the regression
     sentence: str = ""
     request_step: int = 0  # the step of the quantile series (wider when requests are few)
+    log_source: str | None = None  # the request log's rows read ("gateway" or "otlp"); None: engine histograms
 
 
 # --------------------------------------------------------------------------- inputs
@@ -442,7 +445,7 @@ def _sentence(ex: Explanation, latency: str, q: float, strata: pd.DataFrame, lon
     return f"{head}. Consistent with {', '.join(causes)}{verdict}."
 
 
-def explain(
+def quantile_series(
     client,  # noqa: ANN001
     start: datetime,
     end: datetime,
@@ -451,9 +454,10 @@ def explain(
     q: float = 0.99,
     step: float | None = None,
     filters: Filters | None = None,
-    prices: dict[str, float] | None = None,
 ) -> Explanation:
-    """Find the break in the ``q`` quantile of ``latency`` over ``[start, end)`` and the evidence."""
+    """The first, cheap part of ``explain``: the ``q`` quantile of ``latency`` per step over ``[start,
+    end)`` (``series``, ``source``, ``step``, ``request_step``), before any break is looked for; a page
+    draws it while the rest is worked out."""
     if latency not in LATENCIES:
         raise ValueError(f"unknown latency {latency!r}; one of {', '.join(LATENCIES)}")
     if not 0 < q < 1:
@@ -471,8 +475,26 @@ def explain(
             coarse = max(step_s, auto_step(start, start + timedelta(seconds=max(wanted, 1)), points=1))
             coarse = -(-coarse // step_s) * step_s
     series = _metric_series(client, latency, q, start, end, coarse, source, filters)
-    ex = Explanation(f"p{q * 100:g} {latency}", "request log" if source else "engine histograms", step_s, series,
-                     request_step=coarse)
+    return Explanation(f"p{q * 100:g} {latency}", "request log" if source else "engine histograms", step_s, series,
+                       request_step=coarse, log_source=source)
+
+
+def explain(
+    client,  # noqa: ANN001
+    start: datetime,
+    end: datetime,
+    *,
+    latency: str = "ttft",
+    q: float = 0.99,
+    step: float | None = None,
+    filters: Filters | None = None,
+    prices: dict[str, float] | None = None,
+) -> Explanation:
+    """Find the break in the ``q`` quantile of ``latency`` over ``[start, end)`` and the evidence."""
+    ex = quantile_series(client, start, end, latency=latency, q=q, step=step, filters=filters)
+    start, end = (t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC) for t in (start, end))
+    series, step_s, coarse, column = ex.series, ex.step, ex.request_step, COLUMNS[latency]
+    source = ex.log_source
     if len(series) < 8:
         ex.sentence = f"not enough data between {start:%H:%M} and {end:%H:%M} to find a break ({len(series)} steps)."
         return ex

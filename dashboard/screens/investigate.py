@@ -11,7 +11,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from analytics.explain import cost_around, explain
+from analytics.explain import Explanation, cost_around, explain, quantile_series
 from analytics.latency import LATENCIES
 from analytics.requests import request_totals
 from dashboard.cache import cached
@@ -39,25 +39,42 @@ if v.span > MAX_SPAN:  # explain is for an incident; over weeks its steps are ho
     start = v.end - MAX_SPAN
     st.caption(f"Investigate reads at most {MAX_SPAN.total_seconds() / 3600:g} hours: the last ones of the range, "
                f"{start:%m-%d %H:%M}–{v.end:%m-%d %H:%M} UTC. To look elsewhere, pick a custom window around the incident.")
-ex = cached(explain, client, start, v.end, latency=latency, q=q, filters=v.filters)
-if not len(ex.series):
+head = cached(quantile_series, client, start, v.end, latency=latency, q=q, filters=v.filters)
+if not len(head.series):
     st.info(f"No {latency.upper()} observations between {v.start:%H:%M} and {v.end:%H:%M} UTC for these filters: "
             "nothing to investigate. Try a longer time range.")
     st.stop()
+
+
+def series_chart(ex: Explanation) -> alt.Chart:
+    return alt.Chart(plain(ex.series)).mark_line(point=True).encode(
+        x=time_x(v, None), y=alt.Y("value:Q", title=f"{ex.metric} (s)"),
+        tooltip=[TS_TIP, alt.Tooltip("value:Q", format=".3f"), "n:Q"]).properties(height=200)
+
+
+# the quantile first (one cheap query), the explanation above it once worked out
+summary = st.container()
+drawn = st.empty()
+drawn.altair_chart(series_chart(head), width="stretch")
+ex = cached(explain, client, start, v.end, latency=latency, q=q, filters=v.filters)
 if ex.break_at is None:
-    st.info(ex.sentence + " Widen the time range to include the regression and some normal traffic before it.")
-    if len(ex.series):
-        st.altair_chart(alt.Chart(plain(ex.series)).mark_line().encode(
-            x=time_x(v), y=alt.Y("value:Q", title=f"{ex.metric} (s)")), width="stretch")
+    summary.info(ex.sentence + " Widen the time range to include the regression and some normal traffic before it.")
     st.stop()
 
-st.success(ex.sentence)
-cols = st.columns(4)
-cols[0].metric(f"{ex.metric} before", f"{ex.before:.3f} s")
-cols[1].metric(f"{ex.metric} after", f"{ex.after:.3f} s", delta=f"{ex.after / ex.before:.1f}×", delta_color="inverse")
-cols[2].metric("Break", f"{ex.break_at:%H:%M:%S} UTC", help=f"±{ex.step}s; read from the {ex.source}")
-cols[3].metric("Onset", f"{ex.onset:%H:%M:%S} UTC" if ex.onset else "–",
-               help="when the leading evidence moved (at or before the break)")
+with summary:
+    st.success(ex.sentence)
+    cols = st.columns(4)
+    cols[0].metric(f"{ex.metric} before", f"{ex.before:.3f} s")
+    cols[1].metric(f"{ex.metric} after", f"{ex.after:.3f} s", delta=f"{ex.after / ex.before:.1f}×", delta_color="inverse")
+    cols[2].metric("Break", f"{ex.break_at:%H:%M:%S} UTC", help=f"±{ex.step}s; read from the {ex.source}")
+    cols[3].metric("Onset", f"{ex.onset:%H:%M:%S} UTC" if ex.onset else "–",
+                   help="when the leading evidence moved (at or before the break)")
+    st.subheader("Evidence")
+    evidence = ex.evidence.drop(columns=["resolution_s"], errors="ignore")
+    st.dataframe(plain(evidence), hide_index=True, width="stretch", column_config={
+        "score": st.column_config.ProgressColumn("score", min_value=0.0, max_value=1.0, format="%.2f"),
+        "lead_s": st.column_config.NumberColumn("lead (s)", help="how long before the break the signal moved", format="%.0f")})
+    st.subheader("Aligned on the break")
 
 moments = pd.DataFrame([{"ts": ex.break_at, "what": "latency break"}]
                        + ([{"ts": ex.onset, "what": "onset"}] if ex.onset and ex.onset < ex.break_at else []))
@@ -69,16 +86,7 @@ def aligned(chart: alt.Chart, height: int = 160) -> alt.LayerChart:
     return alt.layer(with_annotations(chart.properties(height=height), ctx), rules).resolve_scale(color="independent")
 
 
-st.subheader("Evidence")
-evidence = ex.evidence.drop(columns=["resolution_s"], errors="ignore")
-st.dataframe(plain(evidence), hide_index=True, width="stretch", column_config={
-    "score": st.column_config.ProgressColumn("score", min_value=0.0, max_value=1.0, format="%.2f"),
-    "lead_s": st.column_config.NumberColumn("lead (s)", help="how long before the break the signal moved", format="%.0f")})
-
-st.subheader("Aligned on the break")
-st.altair_chart(aligned(alt.Chart(plain(ex.series)).mark_line(point=True).encode(
-    x=time_x(v, None), y=alt.Y("value:Q", title=f"{ex.metric} (s)"),
-    tooltip=[TS_TIP, alt.Tooltip("value:Q", format=".3f"), "n:Q"]), 200), width="stretch")
+drawn.altair_chart(aligned(series_chart(ex), 200), width="stretch")
 cap = ex.capacity.reset_index()  # the fleet's capacity signals the evidence above was judged on
 if len(cap):
     kv = cap.melt(id_vars=["ts"], value_vars=["kv_avg", "kv_peak"], var_name="of", value_name="used")

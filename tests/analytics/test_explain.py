@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from analytics.changepoints import change_points
-from analytics.explain import explain
+from analytics.explain import explain, quantile_series
 from tests.analytics.scenario_data import INTERVAL, PRICES, play
 
 
@@ -97,3 +97,14 @@ def test_too_little_data_says_so_with_an_empty_but_complete_evidence_table(rollo
     ex = explain(rollout.client, rollout.start - timedelta(hours=3), rollout.start - timedelta(hours=2))
     assert ex.break_at is None and ex.sentence.startswith("not enough data")
     assert ex.evidence.empty and {"signal", "score", "moved_at", "resolution_s"} <= set(ex.evidence.columns)
+
+
+def test_the_quantile_series_alone_is_what_explain_draws(rollout) -> None:  # noqa: ANN001
+    """What the Investigate page draws before the explanation is worked out: the same line."""
+    head = quantile_series(rollout.client, rollout.start, rollout.end)
+    ex = explain(rollout.client, rollout.start, rollout.end)
+    assert head.break_at is None and head.evidence.empty  # nothing looked for yet
+    assert (head.metric, head.source, head.step, head.request_step) == (ex.metric, ex.source, ex.step, ex.request_step)
+    assert len(head.series) > 8 and head.series.equals(ex.series)
+    with pytest.raises(ValueError, match="unknown latency"):
+        quantile_series(rollout.client, rollout.start, rollout.end, latency="ttfb")

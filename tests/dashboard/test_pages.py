@@ -187,6 +187,10 @@ def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions)
     assert at.success[0].value == ex.sentence and ex.break_at is not None
     evidence = next(t.value for t in at.dataframe if "signal" in t.value.columns)
     assert list(evidence["signal"]) == list(ex.evidence["signal"])
+    # the quantile line, drawn before the explanation was worked out, was redrawn with the break marked
+    charts = at.get("vega_lite_chart")
+    assert any(b"latency break" in d.data.data for d in charts[0].proto.datasets)
+    assert sum(1 for c in charts for d in c.proto.datasets if b"latency break" in d.data.data) == len(charts) - 1  # not the BubbleUp
     # the KV chart aligned on the break draws the capacity signals the evidence was judged on
     frames = [pa.ipc.open_stream(d.data.data).read_all().to_pandas() for c in at.get("vega_lite_chart")
               for d in c.proto.datasets if b"engines' average" in d.data.data]
