@@ -4,8 +4,9 @@ regression.
 In:  a series of values (e.g. log p99 TTFT per step, or one 0/1 indicator per request).
 Out: ``change_points`` -> the indices where the mean shifts (binary segmentation on squared
      error with a penalty from the series' own noise); ``best_split`` -> the single best split
-     and what it gains; ``episode`` -> the run of segments that stays raised above the one
-     before it with the largest excess (what ``analytics.explain`` explains).
+     and what it gains; ``episode`` -> the run of segments that stays raised above the last
+     level before it seen for a few steps, with the largest excess (what ``analytics.explain``
+     explains).
 """
 
 from __future__ import annotations
@@ -64,15 +65,20 @@ def change_points(values: np.ndarray, *, min_size: int = 3, penalty: float | Non
 
 
 def episode(levels: list[float], bounds: list[int], rise: float = math.log(1.5),
-             gap: int = 8) -> tuple[int, int, int] | None:
+             gap: int = 8, min_base: int = 3) -> tuple[int, int, int] | None:
     """The regression to explain: (base, first, end) segment indices: the run of segments
     [first, end) that stay ``rise`` above segment ``base`` (dips back shorter than ``gap`` steps
     do not end it), with the largest excess (log level x steps). A short blip that falls back
     before the rise proper does not start it: the run starts at the first segment that is long
-    or followed by another raised one."""
+    or followed by another raised one. The base is the last segment before the run at least
+    ``min_base`` steps long: a level seen for a step or two (a quiet first few seconds, a dip)
+    is no baseline to measure a rise against."""
     best, best_excess = None, 0.0
     for first in range(1, len(levels)):
-        base = levels[first - 1]
+        based = next((b for b in range(first - 1, -1, -1) if bounds[b + 1] - bounds[b] >= min_base), None)
+        if based is None:
+            continue
+        base = levels[based]
         if levels[first] - base < rise:
             continue
         last, end, excess = first, first + 1, 0.0
@@ -85,7 +91,7 @@ def episode(levels: list[float], bounds: list[int], rise: float = math.log(1.5),
                 break
             last += 1
         if excess > best_excess:
-            best, best_excess = (first - 1, first, end), excess
+            best, best_excess = (based, first, end), excess
     if best is None:
         return None
     base, first, end = best

@@ -9,9 +9,10 @@ Out: an ``Explanation``:
        when it has rows, else the engines' histograms; ``source`` says which);
      - ``breaks``: every change point found in the quantile series (``ts``, ``before``, ``after``);
        ``break_at``: the start of the regression explained, or None (then the rest is empty):
-       the run of segments that stays 1.5x above the level before it with the largest excess
-       (log level x time), so bursts inside one incident do not split it, its start sharpened on
-       the requests themselves (the best split of log latency in arrival order near it);
+       the run of segments that stays 1.5x above the level before it (the last one seen for 3
+       steps or more) with the largest excess (log level x time), so bursts inside one incident
+       do not split it, its start sharpened on the requests themselves (the best split of log
+       latency in arrival order near it);
        ``before`` / ``after`` are the levels before and during it;
      - ``evidence``: one row per candidate signal, ranked by ``score``: traffic mix
        (long-context share, tenant, model, route decisions, context length) and capacity

@@ -5,10 +5,12 @@ a steady run has nothing to explain. Plus the change-point search on known serie
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from analytics.changepoints import change_points
+from analytics.changepoints import change_points, episode
 from analytics.explain import explain, quantile_series
 from tests.analytics.scenario_data import INTERVAL, PRICES, play
 
@@ -30,6 +32,19 @@ def test_change_points_find_a_shift_and_nothing_in_noise() -> None:
     assert change_points(rng.normal(0, 0.3, 100)) == []
     two = np.r_[rng.normal(0, 0.2, 30), rng.normal(1.5, 0.2, 30), rng.normal(0, 0.2, 30)]
     assert change_points(two) == [30, 60]
+
+
+def test_a_level_seen_for_a_step_or_two_is_no_baseline() -> None:
+    """Seen on real engines: the first 10 s were quiet (p99 0.15 s), the steady traffic after
+    them ran at 1 s, and the rollout at 4.6 s: the regression is the rollout, not everything
+    after the quiet start."""
+    ln = math.log
+    bounds = [0, 1, 7, 20]  # steps: a quiet first one, six steady, thirteen after the switch
+    assert episode([ln(0.15), ln(1.0), ln(4.6)], bounds) == (1, 2, 3)
+    # a one-step dip just before the rise: the baseline is the steady level before it
+    assert episode([ln(1.0), ln(0.6), ln(4.6)], [0, 10, 11, 20]) == (0, 2, 3)
+    # nothing long enough before the rise: no baseline, nothing to explain
+    assert episode([ln(0.15), ln(4.6)], [0, 2, 20]) is None
 
 
 def test_long_context_rollout_is_put_down_to_long_prompts_filling_the_kv_cache(rollout) -> None:  # noqa: ANN001
