@@ -118,6 +118,11 @@ class Explanation:
 
 # --------------------------------------------------------------------------- inputs
 
+def _utc(t: datetime) -> datetime:
+    """``t`` in UTC (a naive time is taken as UTC)."""
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
 def _requests_where(start: datetime, end: datetime, source: str | None, filters: Filters | None) -> tuple[str, dict]:
     condition, params = request_rows(source, filters)
     params.update(start=param_time(start), end=param_time(end))
@@ -463,7 +468,7 @@ def quantile_series(
         raise ValueError(f"unknown latency {latency!r}; one of {', '.join(LATENCIES)}")
     if not 0 < q < 1:
         raise ValueError(f"q must be within (0, 1), got {q}")
-    start, end = (t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC) for t in (start, end))
+    start, end = _utc(start), _utc(end)
     step_s = int(step) if step else auto_step(start, end, points=180)
     source = _pick_source(client, start, end, filters)
     column = COLUMNS[latency]
@@ -493,7 +498,7 @@ def explain(
 ) -> Explanation:
     """Find the break in the ``q`` quantile of ``latency`` over ``[start, end)`` and the evidence."""
     ex = quantile_series(client, start, end, latency=latency, q=q, step=step, filters=filters)
-    start, end = (t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC) for t in (start, end))
+    start, end = _utc(start), _utc(end)
     series, step_s, coarse, column = ex.series, ex.step, ex.request_step, COLUMNS[latency]
     source = ex.log_source
     if len(series) < 8:
