@@ -20,8 +20,9 @@ the two-sample Kolmogorov-Smirnov test (numeric) and the chi-square test (catego
 at p < 0.05 (``score`` is then the p-value). Distributions are weighted by the rows' sampling
 weights and aggregated in ClickHouse (weighted quantile functions on a 200-point grid give the
 Wasserstein distance, weighted shares the Jensen-Shannon distance; the shares of every
-categorical feature come from one pass over the rows); the small-sample tests
-read the rows themselves (at most a few thousand) and do not weight them.
+categorical feature come from one pass: the hourly rollup for a window's whole hours, the rows
+for the minutes at its edges); the small-sample tests read the rows themselves (at most a few
+thousand) and do not weight them.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from scipy import stats
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
 from analytics.requests import CONTEXT_BUCKET
-from analytics.tiers import param_time
+from analytics.tiers import HOUR, align, param_time
 
 __all__ = ["CATEGORICAL", "NUMERIC", "drift", "length_distribution", "mix_shares", "reference_window"]
 
@@ -84,14 +85,48 @@ def _where(current, reference, source, filters) -> tuple[str, dict[str, object]]
 WINDOW = "if(ts >= {cs:DateTime64(3)} AND ts < {ce:DateTime64(3)}, 'current', 'reference')"
 
 
-def _shares(client, features: list[str], where: str, params: dict) -> dict[str, pd.DataFrame]:  # noqa: ANN001
-    """Per feature, the share table, from one pass over the rows of both windows grouped by every
-    feature at once (the features' combinations are few; each feature's sums are taken after)."""
+def _inner_hours(window: tuple[datetime, datetime]) -> tuple[datetime, datetime] | None:
+    """The whole hours inside ``window`` (start ceiled, end floored to the hour), or None."""
+    start, end = align(window[0], window[1], HOUR.resolution)
+    start = start if start >= window[0] else start + HOUR.resolution
+    end = end if end <= window[1] else end - HOUR.resolution
+    return (start, end) if end > start else None
+
+
+def _shares(client, features: list[str], current: tuple[datetime, datetime], reference: tuple[datetime, datetime],  # noqa: ANN001
+            source: str | None, filters: Filters | None) -> dict[str, pd.DataFrame]:
+    """Per feature, the share table, from one pass over both windows grouped by every feature at
+    once (the features' combinations are few; each feature's sums are taken after). The whole
+    hours inside a window are read from the hourly rollup, the minutes at its edges from the
+    rows: the same sums as the rows alone, from far fewer rows (a replica filter reads the rows:
+    the rollup has no replica)."""
     keys = ", ".join(f"{CATEGORICAL[name]} AS {name}" for name in features)
-    df = query_df(client, f"""
+    groups = ", ".join(features)
+    where, params = _where(current, reference, source, filters)
+    rows_sql = f"""
         SELECT {WINDOW} AS w, {keys}, count() AS rows, sum(weight) AS requests,
                sum(weight * (prompt_tokens + completion_tokens)) AS tokens
-        FROM requests WHERE {where} GROUP BY w, {", ".join(features)}""", parameters=params)
+        FROM requests WHERE {where} EDGES GROUP BY w, {groups}"""
+    hours = {name: _inner_hours(window) for name, window in (("c", current), ("r", reference))}
+    if (filters and filters.replica) or not any(hours.values()):
+        df = query_df(client, rows_sql.replace("EDGES", ""), parameters=params)
+    else:
+        inside = []
+        for name, span in hours.items():
+            if span:
+                params.update({f"{name}hs": param_time(span[0]), f"{name}he": param_time(span[1])})
+                inside.append(f"(ts >= {{{name}hs:DateTime64(3)}} AND ts < {{{name}he:DateTime64(3)}})")
+        inside_sql = " OR ".join(inside)
+        rolled, extra = request_rows(source, filters, raw=False)
+        params.update(extra)
+        df = query_df(client, f"""
+            SELECT w, {groups}, sum(rows) AS rows, sum(requests) AS requests, sum(tokens) AS tokens FROM (
+                {rows_sql.replace("EDGES", f"AND NOT ({inside_sql})")}
+                UNION ALL
+                SELECT {WINDOW} AS w, {groups}, sum(rows) AS rows, sum(requests) AS requests,
+                       sum(prompt_tokens + completion_tokens) AS tokens
+                FROM {HOUR.requests} WHERE ({inside_sql}) AND {rolled} GROUP BY w, {groups})
+            GROUP BY w, {groups}""", parameters=params)
     out: dict[str, pd.DataFrame] = {}
     for name in features:
         sums = df.assign(value=df[name].astype(str)).groupby(["value", "w"])[["rows", "requests", "tokens"]].sum()
@@ -116,8 +151,7 @@ def mix_shares(
     reference_tokens, current_tokens]`` plus each as a share of its window's total."""
     if feature not in CATEGORICAL:
         raise ValueError(f"unknown categorical feature {feature!r}; one of {', '.join(CATEGORICAL)}")
-    where, params = _where(current, reference, source, filters)
-    return _shares(client, [feature], where, params)[feature]
+    return _shares(client, [feature], current, reference, source, filters)[feature]
 
 
 def length_distribution(
@@ -132,14 +166,15 @@ def length_distribution(
         reference = reference_window(current[0], current[1], reference)
     where, params = _where(current, reference, source, filters)
     expr = NUMERIC[feature]
-    top = client.query(f"SELECT max({expr}) FROM requests WHERE {where}", parameters=params).result_rows[0][0]
+    # each length once per window (a few thousand values), binned here: the bins need the largest first
+    sql = (f"SELECT {WINDOW} AS w, greatest(1, {expr}) AS x, sum(weight) AS requests, max({expr}) AS top "
+           f"FROM requests WHERE {where} GROUP BY w, x")
+    df = query_df(client, sql, parameters=params)
     columns = ["window", "low", "high", "requests", "share"]
+    top = df["top"].max() if len(df) else None
     if not top or not math.isfinite(float(top)):
         return pd.DataFrame(columns=columns)
     edges = np.unique(np.round(np.geomspace(1, max(float(top), 2.0) + 1, bins + 1)))
-    sql = (f"SELECT {WINDOW} AS w, greatest(1, {expr}) AS x, sum(weight) AS requests FROM requests WHERE {where} "
-           "GROUP BY w, x")
-    df = query_df(client, sql, parameters=params)
     df["bin"] = np.clip(np.searchsorted(edges, df["x"].to_numpy(float), side="right") - 1, 0, len(edges) - 2)
     out = (df.groupby(["w", "bin"])["requests"].sum().unstack("w", fill_value=0.0)
            .reindex(range(len(edges) - 1), fill_value=0.0))
@@ -163,7 +198,14 @@ def _numeric_large(client, where: str, params: dict, ref_rows: int, cur_rows: in
     sql = f"SELECT {WINDOW} AS w, sum(weight) AS n, {', '.join(parts)} FROM requests WHERE {where} GROUP BY w"
     rows = {r["w"]: r for r in query_df(client, sql, parameters=params).to_dict("records")}
     out = []
+    missing = [w for w in ("reference", "current") if w not in rows]
     for name in NUMERIC:
+        if missing:  # older than the raw request log keeps (the shares came from the hourly rollup)
+            out.append({"feature": name, "kind": "numeric", "test": "wasserstein", "score": math.nan,
+                        "threshold": DISTANCE_THRESHOLD, "drifted": False, "reference_rows": ref_rows,
+                        "current_rows": cur_rows, "detail": f"no request rows kept for the {missing[0]} window "
+                                                            "(older than the raw request log's retention)"})
+            continue
         ref, cur = rows["reference"], rows["current"]
         qr, qc = np.asarray(ref[f"{name}_q"], float), np.asarray(cur[f"{name}_q"], float)
         mean = ref[f"{name}_s1"] / ref["n"]
@@ -237,17 +279,16 @@ def drift(
         raise ValueError("windows must end after they start")
     if reference[0] < current[1] and current[0] < reference[1]:
         raise ValueError("the reference window overlaps the current one")
-    where, params = _where(current, reference, source, filters)
-    counts = dict(client.query(f"SELECT {WINDOW} AS w, count() FROM requests WHERE {where} GROUP BY w",
-                               parameters=params).result_rows)
-    ref_rows, cur_rows = int(counts.get("reference", 0)), int(counts.get("current", 0))
+    shares = _shares(client, list(CATEGORICAL), current, reference, source, filters)
+    counts = shares["model"].set_index("value")[["reference_rows", "current_rows"]].sum()  # every row has a model
+    ref_rows, cur_rows = int(counts["reference_rows"]), int(counts["current_rows"])
     columns = ["feature", "kind", "test", "score", "threshold", "drifted", "reference_rows", "current_rows", "detail"]
     if not ref_rows or not cur_rows:
         empty = "reference" if not ref_rows else "current"
         raise ValueError(f"the {empty} window holds no request-log rows: nothing to compare")
     large = ref_rows > LARGE
+    where, params = _where(current, reference, source, filters)
     rows = (_numeric_large if large else _numeric_small)(client, where, params, ref_rows, cur_rows)
-    shares = _shares(client, list(CATEGORICAL), where, params)
     for name in CATEGORICAL:
         rows.append(_categorical(name, shares[name], large, ref_rows, cur_rows))
     df = pd.DataFrame(rows, columns=columns)

@@ -9,7 +9,8 @@ Out: - ``saturation``: one row per ``by``: ``kv_avg``, ``kv_max`` (``vllm:kv_cac
        per engine step), ``replicas`` (that reported in the window);
      - ``saturation_over_time``: the same per step (``ts`` column), plus ``replicas_up``;
        ``kv_over_time``: its gauges alone (one query; the per-replica heatmap);
-     - ``headroom``: per model pool over the window's most recent quarter: ``kv_recent``,
+     - ``headroom``: per model pool over the window's most recent quarter (read from the
+       whole window's tier, so aligned to its resolution): ``kv_recent``,
        ``waiting_per_replica``, ``ttft_p99_recent`` against ``ttft_p99_before`` (the rest of the
        window), ``headroom`` (1 - kv_recent / kv_target, below 0 when past the target);
      - ``scale_out``: per model: ``replicas``, ``recommended``, ``change`` and ``reasons`` (the
@@ -27,7 +28,7 @@ import pandas as pd
 
 from analytics.filters import Filters
 from analytics.metrics import counter_increases, gauge_summaries, histogram_quantile
-from analytics.tiers import Retention
+from analytics.tiers import Retention, coverage, plan
 from analytics.timeseries import counter_rates_over_time, gauges_over_time
 
 __all__ = [
@@ -152,6 +153,9 @@ def headroom(
 ) -> pd.DataFrame:
     """Per model pool: how close it runs to saturation now (the window's last quarter)."""
     targets = targets or Targets()
+    if tier is None:  # the recent quarter is read from the whole window's tier (on its own it would
+        # often get a finer one: 30 days read from the 6-hour rollup, their last 7.5 from the hourly)
+        tier = plan(start, end, now=now, retention=retention, data=coverage(client, "samples")).tier.name
     kw = _kw(tier, retention, now, filters)
     recent = end - (end - start) / 4
     sat = saturation(client, recent, end, "model", **kw)

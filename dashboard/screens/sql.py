@@ -31,6 +31,7 @@ SCHEMA_TTL_S = 60
 FRESH_S = 10  # the saved queries are read at most this often (a save or delete here shows at once)
 MAX_CHARTS = 6  # numeric columns drawn over time
 MAX_COLORS = 12  # a text column with at most this many values colours the lines
+MAX_POINTS = 300  # rows up to which a chart marks each one (past that the dots hide the line, and slow the browser)
 _AS_TEXT = ("Map", "Array", "Tuple", "Nested", "UUID", "IPv", "JSON", "Object", "Variant", "Dynamic", "Point", "Ring",
             "Polygon", "MultiPolygon", "LineString", "MultiLineString")
 _TEXT, _LIMIT, _PICK = "sql_text", "sql_limit", "sql_saved"
@@ -156,7 +157,7 @@ def _charts(result: Result, df: pd.DataFrame) -> tuple[list[alt.Chart], str]:
             data["line"] = df[others].astype(str).agg(" · ".join, axis=1).to_numpy()
             encoding["detail"] = "line:N"
             tooltip.append(alt.Tooltip("line:N", title=" · ".join(others)))
-        chart = alt.Chart(data.dropna(subset=["ts"]), title=column).mark_line(point=True).encode(
+        chart = alt.Chart(data.dropna(subset=["ts"]), title=column).mark_line(point=len(data) <= MAX_POINTS).encode(
             x=x, y=alt.Y("value:Q", title=column), tooltip=tooltip, **encoding).properties(height=240)
         charts.append(chart)
     said = f"{', '.join(numbers[:MAX_CHARTS])} over {time}" + (f", by {group}" if group else "") + \

@@ -12,7 +12,7 @@ import pytest
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import wasserstein_distance
 
-from analytics.drift import drift, mix_shares, reference_window
+from analytics.drift import drift, length_distribution, mix_shares, reference_window
 from analytics.filters import Filters
 from migrations import clickhouse_runner
 
@@ -141,3 +141,36 @@ def test_shares_over_long_unaligned_windows_match_the_rows(ch) -> None:  # noqa:
             assert got.loc[value, f"{w}_rows"] == (bucket == value).sum()
         by_tenant = frame.groupby("tenant").size() / len(frame)
         assert shares["tenant"].set_index("value")[f"{w}_requests_share"].to_dict() == pytest.approx(by_tenant.to_dict())
+
+
+def test_a_reference_kept_only_in_the_hourly_rollup_still_compares_the_mix(ch) -> None:  # noqa: ANN001
+    """Past the raw request log's retention the hourly rollup still has the mix: the shares are
+    compared; the length distributions, which need the rows, say why they are not."""
+    load(ch, rows(REF, 2000, seed=1))
+    ch.command("TRUNCATE TABLE requests")  # as the raw log's TTL would: the hourly rollup keeps its rows
+    ch.insert_df("requests", rows(CUR, 2000, seed=2, tenants={"acme": 0.2, "globex": 0.8}))
+    df = drift(ch, CUR, REF).set_index("feature")
+    assert df.loc["tenant", "reference_rows"] == 2000 and df.loc["tenant", "drifted"]  # 60/40 -> 20/80
+    assert not df.loc["model", "drifted"]
+    numeric = df[df["kind"] == "numeric"]
+    assert numeric["score"].isna().all() and not numeric["drifted"].any()
+    assert numeric["detail"].str.contains("retention").all()
+
+
+def test_length_distributions_share_log_bins_and_count_every_request(ch) -> None:  # noqa: ANN001
+    ref, cur = rows(REF, 1500, seed=1), rows(CUR, 1200, seed=2, prompt_median=1200)
+    load(ch, ref, cur)
+    dist = length_distribution(ch, "prompt_tokens", CUR, REF)
+    by_window = {w: f.reset_index(drop=True) for w, f in dist.groupby("window")}
+    assert (by_window["reference"][["low", "high"]] == by_window["current"][["low", "high"]]).all().all()  # the same bins
+    longest = max(ref["prompt_tokens"].max(), cur["prompt_tokens"].max())
+    assert dist["low"].min() == 1 and dist["high"].max() > longest >= dist["low"].max()
+    for w, frame in (("reference", ref), ("current", cur)):
+        got = by_window[w]
+        assert got["requests"].sum() == pytest.approx(len(frame)) and got["share"].sum() == pytest.approx(1)
+        # each request in the bin that holds its length
+        expected = [((frame["prompt_tokens"] >= lo) & (frame["prompt_tokens"] < hi)).sum() for lo, hi in zip(got["low"], got["high"])]
+        assert got["requests"].tolist() == pytest.approx(expected)
+    # the current prompts are four times as long: most of its requests sit in higher bins
+    median_bin = {w: f.loc[f["share"].cumsum() >= 0.5, "low"].iloc[0] for w, f in by_window.items()}
+    assert median_bin["current"] > median_bin["reference"]

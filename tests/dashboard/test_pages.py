@@ -19,7 +19,7 @@ from alerts import outbox
 from alerts.model import fingerprint, parse_matchers
 from alerts.state import Instance, Transition
 from alerts.store import add_silence, save_evaluation, save_states, silences, write_events
-from analytics.cost import cost_per_token
+from analytics.cost import cost_per_token, gpu_spend
 from analytics.drift import drift
 from analytics.explain import explain
 from analytics.metrics import histogram_quantile
@@ -161,6 +161,23 @@ def test_capacity_heatmap_shows_the_hottest_replicas_of_a_large_fleet(ch, sessio
     assert len(peaks) == 40 and len(shown) == 30  # a row per replica only for the 30 that came closest to full
     assert min(peaks[list(shown)]) >= max(peaks.drop(list(shown)))
     assert any("30 of 40 replicas with the highest peak" in c.value for c in at.caption)
+
+
+def test_cost_chart_shows_the_costliest_replicas_of_a_large_fleet(ch, sessions) -> None:  # noqa: ANN001
+    clickhouse_runner.apply(ch)
+    seed(ch, replicas=40, days=1.25, raw_hours=0.25, minute_hours=2)
+    use_stores(ch, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+    at = run("cost", range="24h")
+    assert not at.exception and not at.error
+    view = read_view({"range": "24h"})
+    spend = gpu_spend(ch, view.start, view.end, gpu_prices(sessions)).set_index("replica")
+    total = spend["busy_spend"] + spend["idle_spend"]
+    [bars] = at.get("vega_lite_chart")
+    shown = set().union(*(set(pa.ipc.open_stream(d.data.data).read_all().column("replica").to_pylist())
+                          for d in bars.proto.datasets if b"replica" in d.data.data))
+    assert len(total) == 40 and len(shown) == 30  # a bar for each of the 30 that cost the most
+    assert min(total[list(shown)]) >= max(total.drop(list(shown)))
+    assert any(c.value.startswith("The 30 of 40 replicas that cost the most") for c in at.caption)
 
 
 def test_traffic_page_counts_the_drifted_features_as_analytics_does(shift, sessions) -> None:  # noqa: ANN001
