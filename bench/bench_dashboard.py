@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -57,12 +58,13 @@ def seed(root: Path, env: dict[str, str], replicas: int, days: float) -> None:
 
 
 DRAWS = """() => {  // per chart, when it first had its canvas; when the script run last went idle (page clock)
-  window.__drawn = []; window.__idle = 0;
+  window.__drawn = []; window.__idle = 0; window.__running = 0;
   const seen = new WeakSet();
   new MutationObserver(() => {
     const app = document.querySelector('[data-testid=stApp]');
     if (app && app.getAttribute('data-test-script-state') === 'notRunning') window.__idle = window.__idle || performance.now();
-    else if (app) window.__idle = 0;
+    else if (app) { window.__idle = 0;
+      if (app.getAttribute('data-test-script-state') === 'running') window.__running = window.__running || performance.now(); }
     for (const c of document.querySelectorAll('[data-testid=stVegaLiteChart]')) {
       if (!seen.has(c) && c.querySelector('canvas, svg')) { seen.add(c); window.__drawn.push(performance.now()); }
     }
@@ -91,7 +93,20 @@ def next_run(page) -> float:
     return (runs[-1][1] - began) / 1000
 
 
-def open_page(browser, url: str) -> tuple[object, float]:
+class Render(NamedTuple):
+    """One page load by the page's clock, in seconds from navigation."""
+
+    total: float  # the later of the run's end and the last chart drawn
+    run_start: float  # the script run began (before it: Streamlit's page and websocket set-up)
+    run_end: float  # the run was over (the server's work and the browser's handling of what it sent)
+
+    @property
+    def parts(self) -> dict[str, float]:
+        return {"before_run_s": self.run_start, "run_s": self.run_end - self.run_start,
+                "drawn_after_run_s": max(0.0, self.total - self.run_end)}
+
+
+def open_page(browser, url: str) -> tuple[object, Render]:
     """A new tab: in a fresh browser context (nothing cached), or, given a context, in that one
     (``--warm-browser``: the browser has Streamlit's scripts cached, as for a user who opened the
     dashboard before). Seconds from navigation to the later of the run's end and the last chart
@@ -101,8 +116,8 @@ def open_page(browser, url: str) -> tuple[object, float]:
     page.add_init_script(f"({DRAWS})()")
     page.goto(url)
     drawn(page)
-    idle, last = page.evaluate("[window.__idle, Math.max(0, ...window.__drawn)]")
-    return page, max(idle, last) / 1000
+    idle, last, running = page.evaluate("[window.__idle, Math.max(0, ...window.__drawn), window.__running]")
+    return page, Render(max(idle, last) / 1000, (running or idle) / 1000, idle / 1000)
 
 
 def measure(url: str, browser, path: str) -> dict:
@@ -112,7 +127,8 @@ def measure(url: str, browser, path: str) -> dict:
     refresh = next_run(watched)
     errors = watched.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all_inner_texts()
     watched.close()
-    return {"first_render_s": first, "second_viewer_s": warm, "refresh_s": refresh, "errors": errors}
+    return {"first_render_s": first.total, **first.parts, "second_viewer_s": warm.total, "refresh_s": refresh,
+            "errors": errors}
 
 
 FLOOR_APP = """import altair as alt, pandas as pd, streamlit as st
@@ -123,7 +139,7 @@ st.altair_chart(alt.Chart(df).mark_line().encode(x="ts:T", y="value:Q"), width="
 """
 
 
-def floor(browser, root: Path, repeats: int) -> float:
+def floor(browser, root: Path, repeats: int) -> tuple[float, dict[str, float]]:
     """Streamlit's own floor on this machine: a page with a title and one small chart, nothing read."""
     app = root / "floor_app.py"
     app.write_text(FLOOR_APP)
@@ -134,12 +150,14 @@ def floor(browser, root: Path, repeats: int) -> float:
                             start_new_session=True)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc, 60)
-        times = []
+        renders = []
         for _ in range(repeats + 1):
-            page, seconds = open_page(browser, f"http://127.0.0.1:{port}/")
+            page, render = open_page(browser, f"http://127.0.0.1:{port}/")
             page.close()
-            times.append(seconds)
-        return statistics.median(times[1:])  # the first also starts the server's script machinery
+            renders.append(render)
+        renders = renders[1:]  # the first also starts the server's script machinery
+        return (statistics.median(r.total for r in renders),
+                {key: statistics.median(r.parts[key] for r in renders) for key in renders[0].parts})
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(10)
@@ -174,7 +192,7 @@ def main() -> None:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             if args.warm_browser:  # one context: pages share its HTTP cache (a browser.new_page() has its own)
                 browser = browser.new_context(viewport={"width": 1440, "height": 1000})
-            floor_s = floor(browser, root, args.repeats)
+            floor_s, floor_parts = floor(browser, root, args.repeats)
             print(f"  Streamlit's floor on this machine (a new tab, a title and one chart): {floor_s:.2f}s", flush=True)
             for i in range(args.repeats):
                 with Served(root, env) as served:
@@ -191,21 +209,28 @@ def main() -> None:
     print(f"\n7. dashboard render{' (browser cache warm)' if args.warm_browser else ''}, range=30d over {args.days:g} days x {args.replicas} replicas "
           f"(median of {args.repeats}; headless Chromium)")
     print(f"   Streamlit's floor (a new tab: a title and one chart, nothing read): {floor_s:.2f}s")
-    print(f"   {'page':<14} {'first':>7} {'/2 s':>6} {'-floor':>7} | {'refresh':>7} {'/1 s':>6} | {'second viewer':>13}")
+    print("   first render in parts: before the script run (Streamlit's page and websocket set-up), the run (the")
+    print("   server's work, and the browser's handling of what it sends), the charts drawn after the run's end")
+    print(f"   {'page':<14} {'first':>7} {'/2 s':>6} {'-floor':>7} {'before':>7} {'run':>6} {'after':>6} | "
+          f"{'refresh':>7} {'/1 s':>6} | {'second viewer':>13}")
+    print(f"   {'(floor)':<14} {floor_s:6.2f}s {floor_s / 2:5.2f}x {'':>7} {floor_parts['before_run_s']:6.2f}s "
+          f"{floor_parts['run_s']:5.2f}s {floor_parts['drawn_after_run_s']:5.2f}s |")
     summary = {}
     for page, results in runs.items():
         first = statistics.median(r["first_render_s"] for r in results)
         refresh = statistics.median(r["refresh_s"] for r in results)
         cached = statistics.median(r["second_viewer_s"] for r in results)
-        summary[page] = {"first_render_s": first, "refresh_s": refresh, "second_viewer_s": cached,
+        parts = {key: statistics.median(r[key] for r in results) for key in floor_parts}
+        summary[page] = {"first_render_s": first, **parts, "refresh_s": refresh, "second_viewer_s": cached,
                          "errors": sorted({e for r in results for e in r["errors"]})}
-        print(f"   {page:<14} {first:6.2f}s {first / 2:5.2f}x {first - floor_s:6.2f}s | {refresh:6.2f}s {refresh / 1:5.2f}x | "
+        print(f"   {page:<14} {first:6.2f}s {first / 2:5.2f}x {first - floor_s:6.2f}s {parts['before_run_s']:6.2f}s "
+              f"{parts['run_s']:5.2f}s {parts['drawn_after_run_s']:5.2f}s | {refresh:6.2f}s {refresh / 1:5.2f}x | "
               f"{cached:12.2f}s")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"replicas": args.replicas, "days": args.days, "repeats": args.repeats,
                                          "warm_browser": args.warm_browser,
-                                         "streamlit_floor_s": floor_s,
+                                         "streamlit_floor_s": floor_s, "streamlit_floor_parts": floor_parts,
                                          "budget": {"first_render_s": 2.0, "refresh_s": 1.0}, "pages": summary},
                                         indent=2))
 
