@@ -19,9 +19,10 @@ from storage.metadata import SavedQuery
 __all__ = ["EXAMPLE_QUERY", "Saved", "delete_query", "save_query", "saved_queries"]
 
 # what the SQL page's editor opens with: it has a time column, so the page draws its chart; the last
-# day only (the whole history is 720 hours a model: cut at the row limit, it would show the oldest)
-EXAMPLE_QUERY = ("SELECT toStartOfHour(ts) AS hour, model, count() AS requests\n"
-                 "FROM requests\nWHERE ts >= now() - INTERVAL 1 DAY\nGROUP BY hour, model\nORDER BY hour")
+# day only (the whole history is 720 hours a model: cut at the row limit, it would show the oldest);
+# sampled rows count by their weight, and each source (gateway, engine spans) on its own line
+EXAMPLE_QUERY = ("SELECT toStartOfHour(ts) AS hour, model, source, round(sum(weight)) AS requests\n"
+                 "FROM requests\nWHERE ts >= now() - INTERVAL 1 DAY\nGROUP BY hour, model, source\nORDER BY hour, model, source")
 
 
 @dataclass(frozen=True)
