@@ -87,9 +87,8 @@ WINDOW = "if(ts >= {cs:DateTime64(3)} AND ts < {ce:DateTime64(3)}, 'current', 'r
 
 def _inner_hours(window: tuple[datetime, datetime]) -> tuple[datetime, datetime] | None:
     """The whole hours inside ``window`` (start ceiled, end floored to the hour), or None."""
-    start, end = align(window[0], window[1], HOUR.resolution)
-    start = start if start >= window[0] else start + HOUR.resolution
-    end = end if end <= window[1] else end - HOUR.resolution
+    start = align(window[0], window[0], HOUR.resolution)[1]
+    end = align(window[1], window[1], HOUR.resolution)[0]
     return (start, end) if end > start else None
 
 

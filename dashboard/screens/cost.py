@@ -38,14 +38,16 @@ cols[3].metric("Per 1M output tokens", shown(fleet["output_per_million"], "${:,.
                     f"cached {shown(fleet['cached_per_million'], '${:,.2f}')} per 1M")
 st.subheader("Spend by replica")
 # the costliest replicas: a bar per replica reads well up to a few dozen (200 took the browser long to lay out)
-top = spend.assign(total=spend["busy_spend"] + spend["idle_spend"]).nlargest(MAX_BARS, "total") if len(spend) > MAX_BARS else spend
-if len(spend) > MAX_BARS:
+totals = spend["busy_spend"] + spend["idle_spend"]
+many = len(spend) > MAX_BARS
+top = spend.loc[totals.nlargest(MAX_BARS).index] if many else spend
+if many:
     st.caption(f"The {MAX_BARS} of {len(spend)} replicas that cost the most "
-               f"({top['total'].sum() / (spend['busy_spend'] + spend['idle_spend']).sum():.0%} of the spend), costliest first; "
+               f"({totals[top.index].sum() / totals.sum():.0%} of the spend), costliest first; "
                "pick replicas in the sidebar to see others.")
 long = top.melt(id_vars=["replica", "model"], value_vars=["busy_spend", "idle_spend"], var_name="kind", value_name="usd")
 st.altair_chart(alt.Chart(plain(long)).mark_bar().encode(
-    x=alt.X("usd:Q", title="USD"), y=alt.Y("replica:N", sort=list(top["replica"]) if len(spend) > MAX_BARS else "ascending"),
+    x=alt.X("usd:Q", title="USD"), y=alt.Y("replica:N", sort=list(top["replica"]) if many else "ascending"),
     color=alt.Color("kind:N", title=""),
     tooltip=["replica:N", "model:N", "kind:N", alt.Tooltip("usd:Q", format=",.4f")]), width="stretch")
 st.subheader("By model")
