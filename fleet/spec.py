@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from fleet.gateway.config import GatewaySpec
+from fleet.sim.engine import check_config, engine_config
 from fleet.yamlfile import YamlConfigError, load_model
 
 __all__ = ["FleetSpec", "ModelSpec", "ReplicaSpec", "check_ready", "load_spec"]
@@ -77,6 +78,15 @@ class ReplicaSpec(_Strict):
             if not key.replace("_", "").isalnum():
                 raise ValueError(f"{key!r} is not a vLLM flag name (use snake_case, e.g. max_model_len)")
         return value
+
+    @model_validator(mode="after")
+    def _check_sim_budget(self) -> ReplicaSpec:
+        if self.engine == "sim":  # the simulator refuses what vLLM refuses (a real engine says so itself)
+            try:
+                check_config(engine_config(self.engine_args))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"engine_args: {exc}") from None
+        return self
 
     def engine_flags(self) -> list[str]:
         flags: list[str] = []

@@ -9,8 +9,9 @@ Out: per step, its duration (from the cost model) and the requests that produced
 What is modelled, as in vLLM's V1 scheduler:
 - continuous batching: every step decodes one token for each running request and spends the
   rest of the token budget (``max_num_batched_tokens``) on prefill chunks, oldest first;
-- a paged KV cache of ``num_blocks`` blocks of ``block_size`` tokens; a request holds
-  ceil(tokens / block_size) blocks; ``max_num_seqs`` running requests at most;
+- a paged KV cache of ``num_blocks`` blocks of ``block_size`` tokens, one of them held back as
+  vLLM's null block; a request holds ceil(tokens / block_size) blocks; ``max_num_seqs`` running
+  requests at most;
 - prefix caching: full prompt blocks are hashed along the prompt; blocks whose hash is cached
   (held by a running request or left free-but-cached) are reused instead of computed;
 - preemption: when a running request needs a block and none is free, the most recently
@@ -18,6 +19,15 @@ What is modelled, as in vLLM's V1 scheduler:
 - FCFS waiting queue; a request is admitted when its uncached prompt blocks fit;
 - step time = ``step_overhead_s + prefill_tokens * prefill_token_s + decodes * decode_seq_s``,
   divided by ``speed`` (a faster GPU).
+
+The edges are vLLM's (0.32): ``SimEngine`` refuses a config whose ``max_model_len`` does not fit
+in the usable KV cache (``EngineConfigError``, vLLM's wording with the numbers in blocks), and
+``submit`` refuses a prompt longer than ``max_model_len`` or a ``max_tokens`` above it
+(``RequestRejected``: what the server answers with HTTP 400) and shortens ``max_tokens`` to what
+is left of the context otherwise. With the cache holding at least one request of
+``max_model_len`` tokens, every admitted request finishes (tests/fleet/test_sim_scheduler.py).
+``stalled`` (a test hook, off by default) freezes the engine as a wedged worker would: requests
+stay running, holding their blocks, and no token is produced.
 """
 
 from __future__ import annotations
@@ -26,8 +36,13 @@ import hashlib
 import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["EngineConfig", "SimEngine", "SimRequest", "SimStats"]
+__all__ = ["EngineConfig", "EngineConfigError", "RequestRejected", "SimEngine", "SimRequest", "SimStats", "check_config",
+           "engine_config"]
+
+NULL_BLOCKS = 1  # vLLM's block pool holds one block back (the null block): it is never used
+STALLED_STEP_S = 0.1  # how long a stalled engine's idle step lasts (a driver polls it at this pace)
 
 
 @dataclass(frozen=True)
@@ -41,6 +56,52 @@ class EngineConfig:
     prefill_token_s: float = 0.00004
     decode_seq_s: float = 0.0002
     speed: float = 1.0
+
+
+def engine_config(engine_args: dict[str, Any]) -> EngineConfig:
+    """vLLM-style engine args of a fleet spec replica (``num_gpu_blocks_override``, ``block_size``,
+    ``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens``; ``sim_speed``) -> the config."""
+    defaults = EngineConfig()
+    return EngineConfig(
+        num_blocks=int(engine_args.get("num_gpu_blocks_override", defaults.num_blocks)),
+        block_size=int(engine_args.get("block_size", defaults.block_size)),
+        max_model_len=int(engine_args.get("max_model_len", defaults.max_model_len)),
+        max_num_seqs=int(engine_args.get("max_num_seqs", defaults.max_num_seqs)),
+        max_num_batched_tokens=int(engine_args.get("max_num_batched_tokens", defaults.max_num_batched_tokens)),
+        speed=float(engine_args.get("sim_speed", defaults.speed)),
+    )
+
+
+class EngineConfigError(ValueError):
+    """The engine cannot start with this config (vLLM refuses it too)."""
+
+
+class RequestRejected(ValueError):
+    """vLLM answers this request with HTTP 400 (``param`` names the field, as vLLM's error does)."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def check_config(config: EngineConfig) -> None:
+    """Raise ``EngineConfigError`` where vLLM would refuse to start: a KV cache that cannot hold
+    one request of ``max_model_len`` tokens (after the null block), or a size below one."""
+    for name in ("num_blocks", "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+        if getattr(config, name) < 1:
+            raise EngineConfigError(f"{name} must be at least 1, not {getattr(config, name)}")
+    if config.speed <= 0:
+        raise EngineConfigError(f"sim_speed must be above 0, not {config.speed}")
+    usable = config.num_blocks - NULL_BLOCKS
+    need = math.ceil(config.max_model_len / config.block_size)
+    if usable < need:
+        raise EngineConfigError(
+            f"To serve at least one request with the model's max seq len ({config.max_model_len}), "
+            f"({need} blocks of {config.block_size} tokens) KV cache is needed, which is larger than the "
+            f"available KV cache ({max(usable, 0)} blocks, {max(usable, 0) * config.block_size} tokens: "
+            f"num_gpu_blocks_override={config.num_blocks} less vLLM's null block). Based on the available "
+            f"memory, the estimated maximum model length is {max(usable, 0) * config.block_size}. Try "
+            f"decreasing `max_model_len` or raising `num_gpu_blocks_override` to at least {need + NULL_BLOCKS}.")
 
 
 @dataclass
@@ -61,6 +122,7 @@ class SimRequest:
     first_token_at: float | None = None
     last_token_at: float | None = None
     finished_at: float | None = None
+    finish_reason: str = ""
     preemptions: int = 0
     recompute: int = 0  # generated tokens to prefill again after a preemption
     cached_tokens: int = 0
@@ -103,10 +165,13 @@ def _block_hash(parent: str, tokens: list[int]) -> str:
 
 class SimEngine:
     def __init__(self, config: EngineConfig) -> None:
+        check_config(config)
         self.config = config
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
-        self.free_blocks = config.num_blocks
+        self.usable_blocks = config.num_blocks - NULL_BLOCKS
+        self.free_blocks = self.usable_blocks
+        self.stalled = False  # test hook: a wedged engine (see the module docstring)
         self.cached: OrderedDict[str, None] = OrderedDict()  # free blocks that still hold a prefix (LRU)
         self.in_use: dict[str, int] = {}  # prefix hash -> running requests holding that block
         self.stats = SimStats()
@@ -114,21 +179,34 @@ class SimEngine:
     # ------------------------------------------------------------------ state
     @property
     def used_blocks(self) -> int:
-        return self.config.num_blocks - self.free_blocks - len(self.cached)
+        return self.usable_blocks - self.free_blocks - len(self.cached)
 
     @property
     def kv_usage(self) -> float:
-        return self.used_blocks / self.config.num_blocks
+        """As vLLM reports it: blocks in use (cached free ones are free) / blocks but the null one."""
+        return self.used_blocks / self.usable_blocks
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
     def submit(self, request: SimRequest) -> None:
-        if request.prompt_len + request.max_tokens > self.config.max_model_len:
-            raise ValueError(
-                f"prompt ({request.prompt_len}) + max_tokens ({request.max_tokens}) exceeds "
-                f"max_model_len ({self.config.max_model_len})"
-            )
+        """Queue ``request``; ``RequestRejected`` as vLLM's server answers 400 (its wording)."""
+        limit = self.config.max_model_len
+        if request.prompt_len > limit:
+            raise RequestRejected(
+                f"This model's maximum context length is {limit} tokens. However, your prompt contains "
+                f"{request.prompt_len} input tokens, which exceeds this limit even without any output tokens. "
+                f"Please reduce the length of the input prompt. (parameter=input_tokens, value={request.prompt_len})",
+                "input_tokens")
+        if request.max_tokens > limit:
+            raise RequestRejected(f"max_tokens={request.max_tokens} cannot be greater than max_model_len={limit}. "
+                                  f"Please request fewer output tokens. (parameter=max_tokens, value={request.max_tokens})",
+                                  "max_tokens")
+        left = min(request.max_tokens, limit - request.prompt_len)
+        if left < 1:  # vLLM: a prompt of max_model_len tokens leaves max_tokens at 0
+            raise RequestRejected(f"max_tokens must be at least 1, got {left}. (parameter=max_tokens, value={left})",
+                                  "max_tokens")
+        request.max_tokens = left  # vLLM shortens the output to what is left of the context ("length")
         bs = self.config.block_size
         parent = ""
         for i in range(request.prompt_len // bs):
@@ -222,8 +300,11 @@ class SimEngine:
         finish times are ``now + duration``.
         """
         cfg = self.config
+        if self.stalled:
+            return STALLED_STEP_S, [], []
         # decodes first: each prefilled running request needs room for one more token
-        decoding = []
+        decoding: list[SimRequest] = []
+        aborted: list[SimRequest] = []
         for request in list(self.running):
             if request not in self.running or not request.prefilled:
                 continue
@@ -232,8 +313,10 @@ class SimEngine:
                 if self._take_block():
                     request.blocks += 1
                     continue
-                if self.running[-1] is request and len(self.running) == 1:
-                    break  # alone and still no room: cannot happen with max_model_len <= cache
+                if len(self.running) == 1:  # alone and still no room: cannot happen, as check_config
+                    self._finish(request, now, "abort")  # guarantees room for max_model_len; never stall
+                    aborted.append(request)
+                    break
                 self._preempt(now)
                 if request not in self.running:
                     break
@@ -287,12 +370,13 @@ class SimEngine:
                 finished.append(request)
         for request in finished:
             self._finish(request, end, "length")
-        return duration, produced, finished
+        return duration, produced, aborted + finished
 
     def _finish(self, request: SimRequest, end: float, reason: str) -> None:
         self.running.remove(request)
         self._release(request)
         request.finished_at = end
+        request.finish_reason = reason
         s = self.stats
         s.prompt_tokens += request.prompt_len
         s.cached_prompt_tokens += request.cached_tokens

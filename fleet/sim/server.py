@@ -5,8 +5,10 @@ In:  ``SimReplica`` definitions (name, model, port, engine config); OpenAI reque
 Out: per port the same endpoints as ``vllm.entrypoints.openai.api_server`` that fleetscope
      uses — ``POST /v1/completions`` and ``/v1/chat/completions`` (streaming or not),
      ``GET /v1/models`` (with ``max_model_len``), ``GET /health``, ``GET /metrics`` — plus
-     ``POST /sim/restart`` (a simulated engine restart: counters start again from zero) and
-     ``GET /sim/status`` (how far its step loop fell behind real time).
+     ``POST /sim/restart`` (a simulated engine restart: counters start again from zero),
+     ``POST /sim/stall`` (a test hook: ``{"stalled": true}`` freezes the engine with its requests
+     running, ``false`` resumes it) and ``GET /sim/status`` (how far its step loop fell behind
+     real time, and whether it is stalled).
      Finished requests become OTLP ``llm_request`` spans (HTTP protobuf, every second) with the
      same attributes vLLM sets, and the ``traceparent``'s trace id.
 
@@ -28,26 +30,13 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from fleet.sim.engine import EngineConfig, SimEngine, SimRequest
+from fleet.sim.engine import EngineConfig, RequestRejected, SimEngine, SimRequest, engine_config
 from fleet.sim.metrics import Exposition
 
 __all__ = ["SimFleet", "SimReplica", "engine_config"]
 
 log = logging.getLogger("fleetscope.sim")
 _TEXT = "abcdefghijklmnopqrstuvwxyz ,.;:-0123456789"
-
-
-def engine_config(engine_args: dict[str, Any]) -> EngineConfig:
-    """vLLM-style engine args of a fleet spec replica -> the simulator's config."""
-    defaults = EngineConfig()
-    return EngineConfig(
-        num_blocks=int(engine_args.get("num_gpu_blocks_override", defaults.num_blocks)),
-        block_size=int(engine_args.get("block_size", defaults.block_size)),
-        max_model_len=int(engine_args.get("max_model_len", defaults.max_model_len)),
-        max_num_seqs=int(engine_args.get("max_num_seqs", defaults.max_num_seqs)),
-        max_num_batched_tokens=int(engine_args.get("max_num_batched_tokens", defaults.max_num_batched_tokens)),
-        speed=float(engine_args.get("sim_speed", defaults.speed)),
-    )
 
 
 @dataclass
@@ -166,11 +155,23 @@ class SimFleet:
         async def status(_r: web.Request) -> web.Response:
             e = replica.engine
             return web.json_response({"replica": replica.name, "lag_s": replica.lag_s, "running": len(e.running),
-                                      "waiting": len(e.waiting), "kv_usage": e.kv_usage})
+                                      "waiting": len(e.waiting), "kv_usage": e.kv_usage, "stalled": e.stalled})
 
         async def restart(_r: web.Request) -> web.Response:
             replica.restart()
             return web.json_response({"restarted": replica.name})
+
+        async def stall(request: web.Request) -> web.Response:
+            try:
+                body = await request.json() if request.can_read_body else {}
+                stalled = bool(body.get("stalled", True)) if isinstance(body, dict) else True
+            except (ValueError, json.JSONDecodeError):
+                return web.json_response({"error": {"message": 'the body must be {"stalled": true|false}', "code": 400}},
+                                         status=400)
+            replica.engine.stalled = stalled
+            replica._wake.set()
+            log.warning("simulated engine %s %s (test hook)", replica.name, "stalled" if stalled else "resumed")
+            return web.json_response({"replica": replica.name, "stalled": stalled})
 
         async def completions(request: web.Request) -> web.StreamResponse:
             return await self._complete(replica, request, chat=False)
@@ -185,6 +186,7 @@ class SimFleet:
         app.router.add_post("/v1/completions", completions)
         app.router.add_post("/v1/chat/completions", chat)
         app.router.add_post("/sim/restart", restart)
+        app.router.add_post("/sim/stall", stall)
         app.router.add_get("/sim/status", status)
         return app
 
@@ -202,8 +204,9 @@ class SimFleet:
         sim = SimRequest(request_id, prompt, max_tokens, asyncio.get_running_loop().time(), trace_id)
         try:
             replica.engine.submit(sim)
-        except ValueError as exc:
-            return web.json_response({"error": {"message": str(exc), "type": "BadRequestError", "code": 400}}, status=400)
+        except RequestRejected as exc:  # vLLM's answer, word for word
+            return web.json_response({"error": {"message": str(exc), "type": "BadRequestError", "param": exc.param,
+                                                "code": 400}}, status=400)
         queue: asyncio.Queue[Any] = asyncio.Queue()
         replica._waiters[request_id] = queue
         replica._wake.set()
@@ -235,7 +238,8 @@ class SimFleet:
                  "total_tokens": sim.prompt_len + sim.generated,
                  "prompt_tokens_details": {"cached_tokens": sim.cached_tokens}}
         if response is not None:
-            last = {"index": 0, "delta": {}, "finish_reason": "length"} if chat else {"index": 0, "text": "", "finish_reason": "length"}
+            reason = sim.finish_reason or "length"
+            last = {"index": 0, "delta": {}, "finish_reason": reason} if chat else {"index": 0, "text": "", "finish_reason": reason}
             await response.write(f"data: {json.dumps({'id': request_id, 'object': kind, 'created': created, 'model': replica.model, 'choices': [last]})}\n\n".encode())
             if include_usage:
                 await response.write(f"data: {json.dumps({'id': request_id, 'object': kind, 'created': created, 'model': replica.model, 'choices': [], 'usage': usage})}\n\n".encode())
@@ -243,8 +247,9 @@ class SimFleet:
             await response.write_eof()
             return response
         text = "".join(pieces)
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"} if chat
-                  else {"index": 0, "text": text, "finish_reason": "length"})
+        reason = sim.finish_reason or "length"
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason} if chat
+                  else {"index": 0, "text": text, "finish_reason": reason})
         return web.json_response({"id": request_id, "object": kind, "created": created, "model": replica.model,
                                   "choices": [choice], "usage": usage})
 

@@ -1,5 +1,6 @@
 """A store with a simulated incident for the ad-hoc SQL tests: the long-context rollout held for
-15 minutes (so the KV cache stays saturated for more than 10), ending a few minutes ago."""
+15 minutes at three times the shipped rate (so the small replicas' KV caches stay saturated for
+more than 10: at the shipped rate their 16 blocks saturate in waves), ending a few minutes ago."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def incident(chdb_dir: Path) -> Store:
     for phase in data["phases"]:
         if phase["name"] == "rollback":
             phase["at_s"] = 1080.0
+        if phase["name"] == "rollout":
+            phase["set"]["rate"] = 6
     plan = Scenario.model_validate(data)
     start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(seconds=1500 + 300)
     replay(client, load_spec(ROOT / "fleet.yaml"), plan, start, interval_s=5.0, seed=3)

@@ -29,8 +29,9 @@ def test_the_rollout_saturates_the_small_replicas(run) -> None:  # noqa: ANN001
     during = saturation(run.client, *incident, "model").set_index("model")
     small_b, small_d = before.loc["tiny-small"], during.loc["tiny-small"]
     assert small_d["kv_avg"] > 2 * small_b["kv_avg"] and small_d["kv_max"] == pytest.approx(1.0)
-    assert small_d["waiting_avg"] > small_b["waiting_avg"] and small_d["preemptions_per_s"] > 0
-    assert small_b["preemptions_per_s"] == 0
+    assert small_d["waiting_avg"] > small_b["waiting_avg"]
+    # a cache that holds one long request: a rare long one preempts in the steady phase too, the rollout many
+    assert small_d["preemptions_per_s"] > 5 * small_b["preemptions_per_s"]
     assert (small_d["replicas"], during.loc["tiny-large", "replicas"]) == (2, 1)
     per_replica = saturation(run.client, *incident, "replica", filters=Filters(model="tiny-small"))
     assert list(per_replica["replica"]) == ["small-0", "small-1"]
@@ -61,8 +62,10 @@ def test_scale_out_during_the_rollout_and_in_after_it(run) -> None:  # noqa: ANN
     assert any("waiting" in r or "KV cache" in r for r in small["reasons"])
     assert during.loc["tiny-large", "change"] == 0 and during.loc["tiny-large", "reasons"][0].startswith("no action")
     after = scale_out(run.client, rollback + timedelta(minutes=1), run.end).set_index("model")
-    assert after.loc["tiny-small", "change"] == -1  # the cache is nearly empty again: one replica fewer
-    assert "would run at about" in after.loc["tiny-small", "reasons"][0]
+    # the cache drained: no more replicas asked for; a rare long prompt still preempts in a cache that
+    # holds one, so the pool is not told to shrink either, and the advice says why
+    assert after.loc["tiny-small", "change"] == 0 and after.loc["tiny-small", "kv_recent"] < 0.3
+    assert any("preemptions per minute" in r for r in after.loc["tiny-small", "reasons"])
     strict = scale_out(run.client, rollback + timedelta(minutes=1), run.end, targets=Targets(kv_target=0.05))
     assert strict.set_index("model").loc["tiny-small", "change"] > 0  # the same load is "too full" for a 5 % target
 

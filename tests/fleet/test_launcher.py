@@ -43,11 +43,15 @@ def test_cpu_engines_split_the_cores_and_get_their_own_kv_budget(shipped: Launch
     assert env["OMP_NUM_THREADS"] == "2"  # 8 cores, 3 engines: 2 threads each, not 8 spinning against each other
     monkeypatch.setattr(launcher_mod.os, "cpu_count", lambda: 2)
     assert shipped.command(shipped.spec.replica("small-0"))[1]["OMP_NUM_THREADS"] == "1"
-    # the real engine's KV budget (vllm_args) wins over the one the simulator models (engine_args)
+    # the shipped spec gives the real engine the KV budget the simulator models: 17 blocks of 128
+    # tokens, one held back by vLLM, hold exactly one request of max_model_len
     small = shipped.spec.replica("small-0")
-    assert small.engine_args["num_gpu_blocks_override"] != small.vllm_args["num_gpu_blocks_override"]
-    assert cmd.count("--num-gpu-blocks-override") == 1
-    assert cmd[cmd.index("--num-gpu-blocks-override") + 1] == str(small.vllm_args["num_gpu_blocks_override"])
+    assert cmd[cmd.index("--num-gpu-blocks-override") + 1] == "17" and cmd[cmd.index("--block-size") + 1] == "128"
+    assert (17 - 1) * 128 == int(cmd[cmd.index("--max-model-len") + 1])
+    # a replica's vllm_args win over engine_args for the real engine alone
+    own = small.model_copy(update={"vllm_args": {"num_gpu_blocks_override": 24}})
+    cmd = shipped.command(own)[0]
+    assert cmd.count("--num-gpu-blocks-override") == 1 and cmd[cmd.index("--num-gpu-blocks-override") + 1] == "24"
     pinned = small.model_copy(update={"env": {"OMP_NUM_THREADS": "4"}})
     assert shipped.command(pinned)[1]["OMP_NUM_THREADS"] == "4"  # a replica's own env has the last word
 

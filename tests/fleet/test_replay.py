@@ -33,7 +33,7 @@ def test_the_router_sends_the_new_tenant_to_the_large_model() -> None:
 
 
 def test_a_killed_replica_is_not_scraped_and_its_requests_fail_until_restarted() -> None:
-    ticks = list(play(SPEC, load_scenario("replica-crash"), START, seed=1))
+    ticks = list(play(SPEC, load_scenario("replica-crash"), START, seed=2))  # a request is in flight at the kill
     scraped = {t.ts - START: {s.replica for s in t.scrapes} for t in ticks}
     assert "small-1" in scraped[115] and "small-1" not in scraped[125] and "small-1" not in scraped[295]
     assert "small-1" in scraped[305]  # back from the first scrape after the restart

@@ -73,7 +73,7 @@ def test_more_long_context_raises_kv_usage_preemptions_queue_time_and_p99_ttft()
 
 
 def test_prefix_caching_reuses_shared_system_prompts() -> None:
-    engine = SimEngine(EngineConfig(num_blocks=200, block_size=16))
+    engine = SimEngine(EngineConfig(num_blocks=200, block_size=16, max_model_len=2048))
     system = list(range(3, 3 + 256))
     for i in range(10):
         engine.submit(SimRequest(str(i), system + [500 + i] * 40, 8, 0.0))
@@ -196,7 +196,7 @@ otlp_traces_endpoint: null
 models:
   m: {{path: {tmp_path / 'no-model-needed'}}}
 replicas:
-  - {{name: s0, model: m, port: {ports[0]}, engine: sim, engine_args: {{num_gpu_blocks_override: 64, max_model_len: 1024}}}}
+  - {{name: s0, model: m, port: {ports[0]}, engine: sim, engine_args: {{num_gpu_blocks_override: 65, max_model_len: 1024}}}}
   - {{name: s1, model: m, port: {ports[1]}, engine: sim}}
   - {{name: s2, model: m, port: {ports[2]}, engine: sim}}
 """)
