@@ -231,6 +231,16 @@ def _preemptions(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
     return _frame(df, [p["by"]], "rate")
 
 
+def _stalled(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    from analytics.stalls import stalls
+
+    start, end = _window(at, p)
+    found = stalls(ctx.client, start, end)
+    found = found[found["ongoing"]]
+    return [Sample({"replica": str(r.replica), "model": str(r.model)}, float(r.seconds))
+            for r in found.itertuples(index=False)]
+
+
 def _buckets(ctx: Context, family: str, start: datetime, end: datetime, by: str = "model") -> pd.DataFrame:
     """``histogram_buckets`` of one window, read once per cycle: p99 TTFT, its p90, the SLO ratio
     and the burn rates over the same window all interpolate in the same buckets."""
@@ -387,6 +397,9 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
     Signal("waiting_growth", "mean queue in the window's second half minus its first half", {"window": Param("10m"), "by": BY},
            _waiting_growth, ("replica",)),
     Signal("preemption_rate", "preemptions per second", {"window": W5, "by": BY}, _preemptions, ("replica",)),
+    Signal("engine_stalled", "seconds a replica has held requests (running or waiting) without generating a token, "
+           "while it is stalled (looked for in the window)", {"window": Param("10m")}, _stalled,
+           ("replica", "model")),
     Signal("ttft_p99", "p99 time to first token (s), engine histograms", {"window": W5, "by": BY_MODEL},
            _quantile("ttft", 0.99), ("model",)),
     Signal("itl_p99", "p99 inter-token latency (s), engine histograms", {"window": W5, "by": BY_MODEL},

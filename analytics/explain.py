@@ -16,8 +16,8 @@ Out: an ``Explanation``:
        ``before`` / ``after`` are the levels before and during it;
      - ``evidence``: one row per candidate signal, ranked by ``score``: traffic mix
        (long-context share, tenant, model, route decisions, context length) and capacity
-       (KV-cache saturation with its queue and preemptions, prefix-cache hit rate, replicas up,
-       request rate): ``before`` / ``after`` (in words), ``moved_at`` (its own change point
+       (KV-cache saturation with its queue and preemptions, stalled replicas, prefix-cache hit
+       rate, replicas up, request rate): ``before`` / ``after`` (in words), ``moved_at`` (its own change point
        near the break), ``lead_s`` (seconds it moved before the break; negative: after) and
        ``detail``; ties (scores within 0.02) go to the signal nearer a decision (``PRIORITY``:
        tenant, route, prompt length, model, then capacity); ``onset``: when the regression
@@ -34,7 +34,8 @@ Out: an ``Explanation``:
        the baseline's start, the break and the regression's end;
      - ``capacity``: the fleet's capacity signals per step over the window (index ``ts``:
        ``kv_avg``, ``kv_peak``, ``waiting``, ``replicas_up``, ``preemptions``,
-       ``prefix_hit_rate``; ``kv_avg`` the mean over the engines' series, ``kv_peak`` the
+       ``prefix_hit_rate``, ``stalled`` (replicas holding requests without a token,
+       ``analytics.stalls``); ``kv_avg`` the mean over the engines' series, ``kv_peak`` the
        fullest engine's), the capacity evidence judged on the part from the baseline's start to
        the regression's end;
      - ``sentence``: one line, phrased as "consistent with ...".
@@ -69,6 +70,7 @@ from analytics.frames import query_df
 from analytics.latency import LATENCIES
 from analytics.requests import CONTEXT_BUCKET
 from analytics.saturation import KV, PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES, RUNNING, WAITING
+from analytics.stalls import stalled_steps
 from analytics.tiers import param_time
 from analytics.timeseries import (
     auto_step,
@@ -89,7 +91,8 @@ LONG_FACTOR = 3.0  # a "long-context" prompt: more than this many times the base
 # tie-break order: who sent the traffic and what the router did before what it looked like and
 # what it did to the engines
 PRIORITY = ("tenant mix", "route decisions", "long-context share", "context length", "model mix", "request rate",
-            "KV-cache saturation", "replicas up", "prefix-cache hit rate", "queueing without KV saturation")
+            "stalled replicas", "KV-cache saturation", "replicas up", "prefix-cache hit rate",
+            "queueing without KV saturation")
 MIX_DIMENSIONS = {"tenant": "tenant mix", "model": "model mix", "route": "route decisions", "context_bucket": "context length"}
 
 
@@ -174,6 +177,14 @@ def _capacity(client, start, end, step: int, filters) -> pd.DataFrame:  # noqa: 
         r = rates[rates["metric"] == metric]
         grid = grid.join(r.set_index("ts")["increase"].rename(name))
     grid["prefix_hit_rate"] = grid["hits"] / grid["queries"].where(grid["queries"] > 0)
+    # replicas that held requests and generated no token in the step (a wedged engine still scrapes as up)
+    wedged = stalled_steps(client, start, end, step=step, filters=filters)
+    wedged = wedged[wedged["stalled"]]
+    grid = grid.join(wedged.groupby("ts")["replica"].nunique().rename("stalled"))
+    grid["stalled"] = grid["stalled"].fillna(0)
+    # (first stalled step, stalled steps) per replica, for the evidence's words (plain values: pandas
+    # compares attrs when frames are joined)
+    grid.attrs["stalled_replicas"] = {str(r): (f["ts"].min(), len(f)) for r, f in wedged.groupby("replica")}
     grid.index.name = "ts"
     return grid
 
@@ -332,6 +343,18 @@ def _capacity_evidence(cap: pd.DataFrame, break_at, after_end, step: int) -> lis
         lead, factor = _timing(moved, break_at, step)
         rows.append(_row("prefix-cache hit rate", "capacity", f"{hb:.0%}", f"{ha:.0%}", max(hb - ha, 0.0) * factor,
                          moved, lead, "a lower hit rate means more prompt tokens to compute", step))
+    if "stalled" in cap:
+        on = cap["stalled"] > 0
+        s_b, s_a = frac(before, on[before.index]), frac(after, on[after.index])
+        if s_a > 0 or s_b > 0:
+            moved = _moved_at(cap["stalled"], break_at, step)
+            lead, factor = _timing(moved, break_at, step)
+            who = sorted((cap.attrs.get("stalled_replicas") or {}).items(), key=lambda item: -item[1][1])
+            named = ", ".join(f"{r} (from {first:%H:%M:%S}, {n * step / 60:.1f} min)" for r, (first, n) in who[:5])
+            rows.append(_row("stalled replicas", "capacity", f"{s_b:.0%} of steps", f"{s_a:.0%} of steps",
+                             max(s_a - s_b, 0.0) * factor, moved, lead,
+                             f"replicas that held requests and generated no token: {named or 'none named'}; their "
+                             "requests wait, the others take the rest", step))
     ub, ua = before["replicas_up"].mean(), after["replicas_up"].mean()
     if pd.notna(ub) and ub > 0:
         moved = _moved_at(cap["replicas_up"], break_at, step)

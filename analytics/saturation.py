@@ -12,9 +12,14 @@ Out: - ``saturation``: one row per ``by``: ``kv_avg``, ``kv_max`` (``vllm:kv_cac
      - ``headroom``: per model pool over the window's most recent quarter (read from the
        whole window's tier, so aligned to its resolution): ``kv_recent``,
        ``waiting_per_replica``, ``ttft_p99_recent`` against ``ttft_p99_before`` (the rest of the
-       window), ``headroom`` (1 - kv_recent / kv_target, below 0 when past the target);
-     - ``scale_out``: per model: ``replicas``, ``recommended``, ``change`` and ``reasons`` (the
-       leading indicators that decided, in words).
+       window), ``headroom`` (1 - kv_recent / kv_target, below 0 when past the target), and the
+       replicas judged one by one: ``saturated`` (KV cache at ``Targets.replica_kv`` or more on
+       average with requests waiting) and ``stalled`` (``analytics.stalls``: requests held and
+       no token generated for ``Targets.stall_s`` or longer), each a list of names;
+     - ``scale_out``: per model: ``replicas``, ``recommended``, ``change``, ``reasons`` (the
+       leading indicators that decided, in words; single replicas first: a pool with stalled or
+       saturated replicas never reads "no action", whatever its average) and ``attention``
+       (the replicas the reasons name).
 A replica is counted up in a step when it reported ``vllm:num_requests_running``.
 """
 
@@ -28,6 +33,7 @@ import pandas as pd
 
 from analytics.filters import Filters
 from analytics.metrics import counter_increases, gauge_summaries, histogram_quantile
+from analytics.stalls import replica_models, stalls
 from analytics.tiers import Retention, coverage, plan
 from analytics.timeseries import counter_rates_over_time, gauges_over_time
 
@@ -66,6 +72,9 @@ class Targets:
     waiting_per_replica: float = 1.0  # requests queued per replica, on average, before it counts as a queue
     ttft_growth: float = 1.5  # p99 TTFT recent / before: a rising tail
     kv_scale_in: float = 0.3  # below this, with no queue, a pool of 2+ could give a replica back
+    replica_kv: float = 0.9  # a replica this full on average, with requests waiting, is saturated
+    replica_waiting: float = 0.5  # ... requests waiting on it on average
+    stall_s: float = 60.0  # a replica that held requests without a token this long is stalled
 
 
 def _kw(tier, retention, now, filters) -> dict:  # noqa: ANN001
@@ -166,8 +175,21 @@ def headroom(
     out = out.merge(after[["model", "ttft_p99_recent"]], on="model", how="left")
     out = out.merge(before[["model", "ttft_p99_before"]], on="model", how="left")
     out["headroom"] = 1 - out["kv_recent"] / targets.kv_target
-    out.attrs.update(window=(recent, end), targets=targets)
+    # each replica on its own: a pool's average hides the one at 100 % with a queue, or wedged
+    each = saturation(client, recent, end, "replica", **kw)
+    pools = replica_models(client)
+    each["model"] = [pools.get(str(r), "") for r in each["replica"]]
+    hot = each[(each["kv_avg"] >= targets.replica_kv) & (each["waiting_avg"] >= targets.replica_waiting)]
+    wedged = stalls(client, recent, end, min_seconds=targets.stall_s, **kw)
+    out["saturated"] = [sorted(hot.loc[hot["model"] == m, "replica"].astype(str)) for m in out["model"]]
+    out["stalled"] = [sorted(wedged.loc[wedged["model"] == m, "replica"].astype(str)) for m in out["model"]]
+    out.attrs.update(window=(recent, end), targets=targets, stalls=wedged)
     return out
+
+
+def _names(replicas: list[str], most: int = 5) -> str:
+    shown = ", ".join(replicas[:most])
+    return shown + (f" and {len(replicas) - most} more" if len(replicas) > most else "")
 
 
 def _recommend(row: pd.Series, t: Targets) -> tuple[int, list[str]]:
@@ -175,6 +197,16 @@ def _recommend(row: pd.Series, t: Targets) -> tuple[int, list[str]]:
     kv, waiting = float(row["kv_recent"]), float(row["waiting_per_replica"])
     before, recent = row["ttft_p99_before"], row["ttft_p99_recent"]
     reasons, want = [], n
+    stalled = list(row.get("stalled") or [])
+    saturated = [r for r in (row.get("saturated") or []) if r not in stalled]
+    if stalled:
+        they = "it holds" if len(stalled) == 1 else "they hold"
+        reasons.append(f"{len(stalled)} of {n} replicas stalled ({_names(stalled)}): {they} requests and generate{'s' if len(stalled) == 1 else ''} "
+                       f"no token; restart {'it' if len(stalled) == 1 else 'them'} (keep the logs), the pool serves on the others")
+    if saturated:
+        reasons.append(f"{len(saturated)} of {n} replicas at >= {t.replica_kv:.0%} KV cache with requests waiting "
+                       f"({_names(saturated)}) while the pool averages {kv:.0%}: their requests queue; check how the "
+                       "gateway spreads long prompts")
     if kv > t.kv_target:
         need = math.ceil(n * kv / t.kv_target)
         reasons.append(f"KV cache {kv:.0%} used on average (target {t.kv_target:.0%}): {need} replicas bring it to the target")
@@ -190,7 +222,7 @@ def _recommend(row: pd.Series, t: Targets) -> tuple[int, list[str]]:
         reasons.append(f"p99 TTFT rose from {before:.2f}s to {recent:.2f}s")
         if want == n and (kv > 0.75 * t.kv_target or waiting > 0):
             want = n + 1
-    if want == n:
+    if want == n and not (stalled or saturated):
         if n > 1 and kv < t.kv_scale_in and waiting < 0.1 and not row["preemptions_per_s"]:
             scaled_kv = kv * n / (n - 1)
             reasons.append(f"KV cache only {kv:.0%} used and no queue: {n - 1} replica{'s' if n > 2 else ''} would run at about {scaled_kv:.0%}")
@@ -219,12 +251,13 @@ def recommend(room: pd.DataFrame, targets: Targets | None = None) -> pd.DataFram
     rows = []
     for _, row in room.iterrows():
         want, reasons = _recommend(row, targets)
+        attention = sorted({*(row.get("stalled") or []), *(row.get("saturated") or [])})
         rows.append({"model": row["model"], "replicas": int(row["replicas"]), "recommended": want,
                      "change": want - int(row["replicas"]), "kv_recent": row["kv_recent"],
                      "waiting_per_replica": row["waiting_per_replica"], "ttft_p99_recent": row["ttft_p99_recent"],
-                     "reasons": reasons})
+                     "reasons": reasons, "attention": attention, "stalled": list(row.get("stalled") or [])})
     out = pd.DataFrame(rows, columns=["model", "replicas", "recommended", "change", "kv_recent", "waiting_per_replica",
-                                      "ttft_p99_recent", "reasons"])
+                                      "ttft_p99_recent", "reasons", "attention", "stalled"])
     out.attrs.update(room.attrs)
     return out
 

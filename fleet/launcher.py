@@ -423,6 +423,19 @@ class Launcher:
         self._signal_group(rec.pid, signal.SIGKILL)
         self._reap(name)
 
+    def stall(self, name: str, stalled: bool = True) -> None:
+        """Freeze (or resume) a simulated replica's engine with its requests running: the
+        simulator's test hook (``POST /sim/stall``) for the stall scenarios; real engines have none."""
+        replica = self.spec.replica(name)
+        if replica.engine != "sim":
+            raise FleetError(f"replica {name} is a real engine: stalling one is a simulator test hook")
+        import httpx
+
+        try:
+            httpx.post(f"{self.spec.url(replica)}/sim/stall", json={"stalled": stalled}, timeout=5).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise FleetError(f"replica {name}: {exc}") from None
+
     def restart(self, name: str, progress: Callable[[str], None] = lambda _m: None) -> None:
         """Start a stopped or crashed replica again (scenarios; never automatic)."""
         rec = self.records().get(name)

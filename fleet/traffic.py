@@ -127,7 +127,9 @@ class Phase(_Strict):
 
 class Event(_Strict):
     at_s: float = Field(ge=0)
-    action: Literal["kill_replica", "restart_replica"]
+    # stall_replica / resume_replica: a simulated replica's engine freezes with its requests
+    # running (the simulator's test hook, as a wedged worker would), then goes on
+    action: Literal["kill_replica", "restart_replica", "stall_replica", "resume_replica"]
     replica: str
 
 

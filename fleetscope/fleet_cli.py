@@ -221,6 +221,9 @@ def traffic(
             if action == "kill_replica":
                 launcher.kill(name)
                 typer.echo(f"killed replica {name}")
+            elif action in ("stall_replica", "resume_replica"):
+                launcher.stall(name, action == "stall_replica")
+                typer.echo(f"{'stalled' if action == 'stall_replica' else 'resumed'} replica {name}")
             else:
                 launcher.restart(name, progress=typer.echo)
                 typer.echo(f"restarted replica {name}")

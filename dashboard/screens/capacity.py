@@ -1,6 +1,7 @@
-"""Cache & capacity: KV-cache usage per replica over time (heatmap), requests waiting and
-running, preemptions, prefix-cache hit rate, headroom per model pool and the scale-out
-recommendation with its reasons. Renders what ``analytics`` returns; no SQL here."""
+"""Cache & capacity: KV-cache usage per replica over time (heatmap, with the replicas that stalled
+outlined), requests waiting and running, preemptions, prefix-cache hit rate, headroom per model
+pool and the scale-out recommendation with its reasons (single replicas named: stalled or
+saturated ones). Renders what ``analytics`` returns; no SQL here."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import pandas as pd
 import streamlit as st
 
 from analytics.saturation import Targets, headroom, kv_over_time, recommend, saturation_over_time
+from analytics.stalls import stalls
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain
-from dashboard.marks import TS_TIP, time_x, with_annotations
+from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
 
 MAX_LINES = 12
 HEAT_ROWS = 30
@@ -37,12 +39,23 @@ st.caption(f"Average of each {step:g}s step; a replica at 100% queues or preempt
               f"({int((peaks['peak'] >= targets.kv_target).sum())} of {replicas} went past the target); "
               "pick replicas in the sidebar to see others." if replicas > HEAT_ROWS else ""))
 cells = cells.assign(ts_end=cells["ts"] + pd.Timedelta(seconds=step))  # each step a cell of its own width
+wedged = cached(stalls, client, v.start, v.end, min_seconds=targets.stall_s, filters=v.filters)
+for row in wedged.itertuples():
+    st.error(f"**{row.replica}** ({row.model}) {'is' if row.ongoing else 'was'} stalled: it held {row.requests} "
+             f"request(s) and generated no token from {row.since:%H:%M:%S} to "
+             + ("now" if row.ongoing else f"{row.until:%H:%M:%S}") + f" UTC ({row.seconds / 60:.1f} min).")
 heat = alt.Chart(plain(cells)).mark_rect().encode(
     x=time_x(v), x2="ts_end:T", y=alt.Y("replica:N", title=None, sort=list(hottest)),
     color=alt.Color("kv_avg:Q", title="KV used", scale=alt.Scale(domain=[0, 1], scheme="orangered"),
                     legend=alt.Legend(format="%")),
     tooltip=[TS_TIP, "replica:N", alt.Tooltip("kv_avg:Q", format=".0%", title="KV avg"),
              alt.Tooltip("kv_max:Q", format=".0%", title="KV max"), alt.Tooltip("waiting:Q", format=".1f")])
+shown = wedged[wedged["replica"].isin(hottest)]
+if len(shown):  # a stalled replica's steps outlined on its row
+    heat = alt.layer(heat, alt.Chart(plain(shown)).mark_rect(fill=None, stroke="#111827", strokeWidth=2,
+                                                             strokeDash=[3, 2]).encode(
+        x=time_x(v, field="since"), x2="until:T", y=alt.Y("replica:N", sort=list(hottest)),
+        tooltip=["replica:N", alt.Tooltip("seconds:Q", title="stalled (s)", format=",.0f"), "requests:Q"]))
 st.altair_chart(with_annotations(heat, ctx), width="stretch")
 
 # a line per replica reads well up to a dozen; beyond, per model pool (filter replicas to see them one by one)
@@ -55,14 +68,14 @@ queue = lines.melt(id_vars=["ts", by], value_vars=["waiting", "running"], var_na
 left, right = st.columns(2)
 with left:
     st.subheader("Requests waiting and running")
-    st.altair_chart(with_annotations(alt.Chart(plain(queue)).mark_line().encode(
+    st.altair_chart(with_annotations(alt.Chart(plain(with_gaps(queue, step, [by, "state"]))).mark_line(**LINE).encode(
         x=time_x(v), y=alt.Y("requests:Q", title="requests (avg per step)"),
         color=alt.Color(f"{by}:N"), strokeDash=alt.StrokeDash("state:N"),
         tooltip=[TS_TIP, f"{by}:N", "state:N", alt.Tooltip("requests:Q", format=".1f")]), ctx),
         width="stretch")
 with right:
     st.subheader("Preemptions")
-    st.altair_chart(with_annotations(alt.Chart(plain(lines)).mark_line().encode(
+    st.altair_chart(with_annotations(alt.Chart(plain(with_gaps(lines, step, by))).mark_line(**LINE).encode(
         x=time_x(v), y=alt.Y("preemptions_per_s:Q", title="preemptions / s"),
         color=alt.Color(f"{by}:N"),
         tooltip=[TS_TIP, f"{by}:N", alt.Tooltip("preemptions_per_s:Q", format=".3f")]), ctx),
@@ -72,7 +85,7 @@ st.subheader("Prefix-cache hit rate")
 if hits.empty:
     st.caption("No prefix-cache queries in this window (prefix caching off, or no traffic).")
 else:
-    st.altair_chart(with_annotations(alt.Chart(plain(hits)).mark_line().encode(
+    st.altair_chart(with_annotations(alt.Chart(plain(with_gaps(hits, step, by))).mark_line(**LINE).encode(
         x=time_x(v), y=alt.Y("prefix_hit_rate:Q", title="hit rate", axis=alt.Axis(format="%")),
         color=alt.Color(f"{by}:N"), tooltip=[TS_TIP, f"{by}:N", alt.Tooltip("prefix_hit_rate:Q", format=".0%")]), ctx),
         width="stretch")
@@ -85,9 +98,10 @@ if recent:
     st.caption(f"Judged on the window's last quarter ({recent[0]:%H:%M}–{recent[1]:%H:%M} UTC).")
 for row in plan.itertuples():
     verb = ("add " + str(row.change)) if row.change > 0 else ("remove " + str(-row.change)) if row.change < 0 else "keep"
-    box = st.warning if row.change > 0 else st.success if row.change == 0 else st.info
+    box = (st.error if row.stalled else st.warning if row.change > 0 or row.attention
+           else st.success if row.change == 0 else st.info)
     box(f"**{row.model}**: {row.replicas} → {row.recommended} replicas ({verb}). " + "; ".join(row.reasons) + ".")
-st.dataframe(plain(room), hide_index=True, width="stretch", column_config=PERCENT | {
+st.dataframe(plain(room.drop(columns=["saturated", "stalled"])), hide_index=True, width="stretch", column_config=PERCENT | {
     "kv_recent": st.column_config.NumberColumn("KV avg", format="percent"),
     "kv_max_recent": st.column_config.NumberColumn("KV max", format="percent"),
     "headroom": st.column_config.NumberColumn("headroom", format="percent"),

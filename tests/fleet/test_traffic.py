@@ -112,5 +112,5 @@ def test_bad_phase_names_the_phase(tmp_path: Path) -> None:
 
 
 def test_unknown_scenario_lists_the_shipped_ones() -> None:
-    with pytest.raises(YamlConfigError, match="shipped ones are long-context-rollout, replica-crash, steady, tenant-shift"):
+    with pytest.raises(YamlConfigError, match="shipped ones are engine-stall, long-context-rollout, replica-crash, steady, tenant-shift"):
         load_scenario("black-friday")
