@@ -123,7 +123,7 @@ def request_columns(body: bytes) -> tuple[dict[str, list], int]:
         "prompt_tokens": prompt, "completion_tokens": completion, "cached_tokens": zeros, "max_tokens": max_tokens,
         "ttft_seconds": ttft, "e2e_seconds": e2e, "queue_seconds": queue, "prefill_seconds": prefill,
         "decode_seconds": decode, "tpot_seconds": tpot, "session": empty, "route_reason": empty,
-        "outcome": outcome, "itl_seconds": [0.0] * n, "prefix_hash": empty, "stream": zeros,
+        "outcome": outcome, "error": empty, "itl_seconds": [0.0] * n, "prefix_hash": empty, "stream": zeros,
     }, other
 
 
@@ -246,6 +246,7 @@ def request_row(span: SpanRecord) -> dict[str, Any] | None:
         "session": "",
         "route_reason": "",
         "outcome": "error" if span.status_code == STATUS_ERROR else "ok",
+        "error": "",
         "itl_seconds": 0.0,
         "prefix_hash": "",
         "stream": 0,

@@ -39,7 +39,7 @@ REQUEST_COLUMNS = (
     "ts", "source", "request_id", "trace_id", "replica", "model", "tenant", "route", "status_code",
     "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "max_tokens",
     "ttft_seconds", "e2e_seconds", "queue_seconds", "prefill_seconds", "decode_seconds",
-    "tpot_seconds", "weight", "session", "route_reason", "outcome", "itl_seconds", "prefix_hash", "stream",
+    "tpot_seconds", "weight", "session", "route_reason", "outcome", "error", "itl_seconds", "prefix_hash", "stream",
 )
 MAX_OTLP_BODY = 32 * 1024 * 1024  # also the limit after gzip/deflate decoding
 

@@ -7,8 +7,11 @@ In:  ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming SSE o
 Out: the replica's answer, streamed through event by event; one request-log record per request
      shipped to the collector (``RequestLogShipper``); its own metrics under
      ``fleetscope_gateway_``. Rejections are honest: 429 with ``Retry-After`` (tenant over its
-     rate, queue full, no slot in time), 503 when no healthy replica serves the model, 504 on
-     upstream timeout; each is a logged request too.
+     rate, queue full, no slot in time), 503 when no healthy replica serves the model, 504 when
+     the replica sends no byte within ``upstream_first_byte_timeout_s`` (or falls silent that
+     long inside a stream) or does not finish within ``upstream_timeout_s``: its slot is freed
+     (a wedged engine cannot hold the gateway's slots). Each is a logged request too, its
+     ``error`` saying why.
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ class _Record:
     route_reason: str = ""
     status_code: int = 200
     outcome: str = "ok"
+    error: str = ""
     finish_reason: str = ""
     request_id: str = ""
     completion_tokens: int = 0
@@ -102,6 +106,58 @@ class _Record:
         data = {k: v for k, v in self.__dict__.items() if k != "token_times"}
         data["prefix_hash"] = f"{self.prefix_hash:016x}"
         return data
+
+
+class _Limits:
+    """The upstream's two deadlines: its first byte (and the longest silence in a stream) and
+    its whole answer; ``why`` names the one that ran out."""
+
+    def __init__(self, first_byte_s: float, total_s: float, replica: str) -> None:
+        self.first_byte_s, self.total_s, self.replica = first_byte_s, total_s, replica
+        self.start = time.monotonic()
+        self.started = False  # a byte came
+
+    def _wait(self) -> float:
+        return max(0.0, min(self.first_byte_s, self.total_s - (time.monotonic() - self.start)))
+
+    async def first(self, awaitable: Any) -> Any:
+        """The response's start (status line and headers)."""
+        return await asyncio.wait_for(awaitable, self._wait())
+
+    async def next(self, awaitable: Any) -> Any:
+        """The next piece of the body (a stream's line, or a whole non-streamed answer)."""
+        value = await asyncio.wait_for(awaitable, self._wait())
+        self.started = True
+        return value
+
+    def why(self) -> str:
+        spent = time.monotonic() - self.start
+        if spent >= self.total_s - 0.05:
+            return f"replica {self.replica} did not finish its answer within {self.total_s:g} s (upstream timeout)"
+        if self.started:
+            return (f"replica {self.replica} sent nothing for {self.first_byte_s:g} s in the middle of its answer "
+                    "(upstream first-byte timeout: an engine that stopped producing)")
+        return (f"replica {self.replica} sent no byte within {self.first_byte_s:g} s "
+                "(upstream first-byte timeout: a stalled or overloaded engine)")
+
+
+def _upstream_message(payload: bytes, status: int) -> str:
+    """The replica's own error message (vLLM's ``{"error": {"message": ...}}``), or its status."""
+    try:
+        message = json.loads(payload).get("error", {}).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message)[:500] if message else f"replica answered HTTP {status}"
+
+
+async def _end_stream(response: web.StreamResponse, message: str) -> None:
+    """Tell a streaming client why its answer stops (vLLM's error event), then end the stream."""
+    try:
+        await response.write(f"data: {json.dumps({'error': {'message': message, 'type': 'timeout', 'code': 504}})}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+    except (ConnectionResetError, RuntimeError):
+        pass  # the client left meanwhile
 
 
 class _Metrics:
@@ -143,8 +199,8 @@ class Gateway:
         return app
 
     async def start(self, host: str, port: int) -> None:
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self.spec.upstream_timeout_s, sock_connect=5),
+        self._session = aiohttp.ClientSession(  # the upstream limits are the gateway's own (_forward)
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=2.0),
         )
         await self._check_health()
@@ -215,7 +271,7 @@ class Gateway:
     # ------------------------------------------------------------------ proxy
     def _error(self, record: _Record, t0: float, status: int, message: str, outcome: str,
                retry_after: int | None = None) -> web.Response:
-        record.status_code, record.outcome = status, outcome
+        record.status_code, record.outcome, record.error = status, outcome, message
         self._log(record, t0)
         headers = {"Retry-After": str(retry_after)} if retry_after else None
         body = {"error": {"message": message, "type": outcome, "code": status}}
@@ -289,22 +345,24 @@ class Gateway:
         headers = {"traceparent": traceparent, "x-tenant": record.tenant}
         url = next(r.url for r in self.router.replicas if r.name == record.replica)
         response: web.StreamResponse | None = None
+        limits = _Limits(self.spec.upstream_first_byte_timeout_s, self.spec.upstream_timeout_s, record.replica)
         try:
-            async with self._session.post(f"{url}{path}", json=upstream_body, headers=headers) as upstream:
+            async with await limits.first(self._session.post(f"{url}{path}", json=upstream_body, headers=headers)) as upstream:
                 record.status_code = upstream.status
                 if upstream.status != 200 or not stream:
-                    payload = await upstream.read()
+                    payload = await limits.next(upstream.read())
                     if upstream.status == 200:
                         self._usage(record, json.loads(payload), final=True)
                         record.token_times = []
                     else:
                         record.outcome = "upstream_error"
+                        record.error = _upstream_message(payload, upstream.status)
                     self._log(record, t0)
                     return web.Response(body=payload, status=upstream.status,
                                         content_type=upstream.content_type or "application/json")
                 response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
                 await response.prepare(request)
-                async for line in upstream.content:
+                while line := await limits.next(upstream.content.readline()):
                     forward = True
                     if line.startswith(b"data: ") and not line.startswith(b"data: [DONE]"):
                         try:
@@ -329,8 +387,9 @@ class Gateway:
                 return response
         except TimeoutError:
             if response is None:
-                return self._error(record, t0, 504, "upstream timeout", "timeout")
-            record.outcome = "timeout"
+                return self._error(record, t0, 504, limits.why(), "timeout")
+            record.outcome, record.error = "timeout", limits.why()
+            await _end_stream(response, record.error)
         except (ConnectionResetError, asyncio.CancelledError):
             record.outcome = "client_abort"
             self._log(record, t0)
@@ -338,7 +397,7 @@ class Gateway:
         except aiohttp.ClientError as exc:
             if response is None:
                 return self._error(record, t0, 502, f"replica {record.replica} failed: {exc}", "upstream_error")
-            record.outcome = "upstream_error"
+            record.outcome, record.error = "upstream_error", f"replica {record.replica} failed mid-stream: {exc}"
         self._log(record, t0)
         return response
 
