@@ -1,9 +1,14 @@
-"""Annotations (deploys, config changes, incident notes) as markers on time charts.
+"""What every time chart shares: the UTC time axis, gaps where a series has no data, and
+annotations (deploys, config changes, incident notes) as markers.
 
-In:  an Altair chart whose x encoding is ``ts:T``, and the page ``Context`` (its ``marks``,
-     read once per render from the metadata DB by ``dashboard.context``).
-Out: the chart with a dashed rule (and a shaded span for marks with an end) per annotation in
-     the window, titled on hover; the chart unchanged when there are none.
+In:  a long frame of time series (``ts`` and the columns a chart draws, a row per step and
+     series); an Altair chart whose x encoding is ``ts:T``, and the page ``Context`` (its
+     ``marks``, read once per render from the metadata DB by ``dashboard.context``).
+Out: ``with_gaps``: the frame with a row of empty values wherever a series has no row for more
+     than ``GAP_STEPS`` steps (a path mark breaks there, ``LINE``: Vega-Lite's
+     "break-paths-show-domains", instead of drawing a straight line across the hole);
+     ``with_annotations``: the chart with a dashed rule (and a shaded span for marks with an
+     end) per annotation in the window, titled on hover; unchanged when there are none.
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-__all__ = ["TS_TIP", "marks_frame", "time_x", "with_annotations"]
+__all__ = ["GAP_STEPS", "LINE", "TS_TIP", "marks_frame", "time_x", "with_annotations", "with_gaps"]
+
+GAP_STEPS = 3  # a series silent for more than this many steps draws a gap
+LINE = {"invalid": "break-paths-show-domains"}  # path marks break at empty values (Vega-Lite's default, said here)
 
 # Every time axis and tooltip reads UTC, as the page captions say (Vega would use the browser's zone).
 TS_TIP = alt.Tooltip("utcyearmonthdatehoursminutesseconds(ts):T", title="time (UTC)")
@@ -24,6 +32,39 @@ def time_x(view: Any = None, title: str | None = "time (UTC)", field: str = "ts"
     long = view is not None and view.span.total_seconds() > 86400
     return alt.X(f"{field}:T", title=title, scale=alt.Scale(type="utc"),
                  axis=alt.Axis(format="%m-%d %H:%M" if long else "%H:%M", labelOverlap=True))
+
+
+def with_gaps(df: pd.DataFrame, step: float | None = None, by: str | list[str] | tuple[str, ...] = (),
+              x: str = "ts") -> pd.DataFrame:
+    """``df`` with empty rows (every numeric value NaN) a step after each point that the next
+    point of its series (a group of ``by``) follows by more than ``GAP_STEPS`` steps, and a step
+    before that next point (a chart that reads "no rows" as zero fills them with 0). ``step``
+    (seconds): the data's step; by default the most common distance between points."""
+    if df.empty:
+        return df
+    keys = [by] if isinstance(by, str) else list(by)
+    times = pd.to_datetime(df[x], utc=True)
+    if step is None:
+        diffs = times.sort_values().drop_duplicates().diff().dropna()
+        if diffs.empty:
+            return df
+        width = diffs.mode().iloc[0]
+    else:
+        width = pd.Timedelta(seconds=float(step))
+    ordered = df.assign(**{x: times}).sort_values([*keys, x], kind="stable")
+    following = ordered.groupby(keys, sort=False)[x].shift(-1) if keys else ordered[x].shift(-1)
+    hole = (following - ordered[x]) > width * GAP_STEPS
+    last = ordered[hole]
+    if last.empty:
+        return df
+    values = [c for c in df.columns if c != x and c not in keys]
+    holes = pd.concat([last[[*keys, x]].assign(**{x: last[x] + width}),
+                       last[[*keys]].assign(**{x: following[hole] - width})], ignore_index=True)
+    holes = holes.assign(**{c: pd.Series(float("nan"), index=holes.index) for c in values
+                            if pd.api.types.is_numeric_dtype(df[c])})
+    out = pd.concat([ordered, holes], ignore_index=True).sort_values([*keys, x], kind="stable", ignore_index=True)
+    out.attrs = dict(df.attrs)
+    return out
 
 
 def marks_frame(marks: list[Any]) -> pd.DataFrame:

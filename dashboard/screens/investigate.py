@@ -16,7 +16,7 @@ from analytics.latency import LATENCIES
 from analytics.requests import request_totals
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain
-from dashboard.marks import TS_TIP, time_x, with_annotations
+from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
 from storage.catalog import gpu_prices
 
 PERCENTILES = [0.5, 0.9, 0.95, 0.99]
@@ -47,7 +47,7 @@ if not len(head.series):
 
 
 def series_chart(ex: Explanation) -> alt.Chart:
-    return alt.Chart(plain(ex.series)).mark_line(point=True).encode(
+    return alt.Chart(plain(with_gaps(ex.series.dropna(subset=["value"])))).mark_line(point=True, **LINE).encode(
         x=time_x(v, None), y=alt.Y("value:Q", title=f"{ex.metric} (s)"),
         tooltip=[TS_TIP, alt.Tooltip("value:Q", format=".3f"), "n:Q"]).properties(height=200)
 
@@ -91,11 +91,11 @@ cap = ex.capacity.reset_index()  # the fleet's capacity signals the evidence abo
 if len(cap):
     kv = cap.melt(id_vars=["ts"], value_vars=["kv_avg", "kv_peak"], var_name="of", value_name="used")
     kv["of"] = kv["of"].map({"kv_avg": "engines' average", "kv_peak": "fullest engine"})
-    st.altair_chart(aligned(alt.Chart(plain(kv.dropna(subset=["used"]))).mark_line().encode(
+    st.altair_chart(aligned(alt.Chart(plain(with_gaps(kv.dropna(subset=["used"]), ex.step, "of"))).mark_line(**LINE).encode(
         x=time_x(v, None), y=alt.Y("used:Q", title="KV used", axis=alt.Axis(format="%")),
         color=alt.Color("of:N", title=""), tooltip=[TS_TIP, "of:N", alt.Tooltip("used:Q", format=".0%")])),
         width="stretch")
-    st.altair_chart(aligned(alt.Chart(plain(cap.dropna(subset=["waiting"]))).mark_line().encode(
+    st.altair_chart(aligned(alt.Chart(plain(with_gaps(cap.dropna(subset=["waiting"]), ex.step))).mark_line(**LINE).encode(
         x=time_x(v, None), y=alt.Y("waiting:Q", title="requests waiting (fleet)"),
         tooltip=[TS_TIP, alt.Tooltip("waiting:Q", format=".1f")])),
         width="stretch")
@@ -104,7 +104,8 @@ if ex.source == "request log":
     mix = cached(request_totals, client, start, v.end, by=[top_mix], step=ex.request_step, source=None, filters=v.filters)
     if len(mix):
         mix = mix.assign(share=mix["requests"] / mix.groupby("ts")["requests"].transform("sum"))
-        st.altair_chart(aligned(alt.Chart(plain(mix)).mark_area().encode(
+        mix = with_gaps(mix, ex.request_step, top_mix)
+        st.altair_chart(aligned(alt.Chart(plain(mix)).mark_area(**LINE).encode(
             x=time_x(v), y=alt.Y("share:Q", title=f"{top_mix.replace('_', ' ')} share",
                                                          axis=alt.Axis(format="%"), stack="normalize"),
             color=alt.Color(f"{top_mix}:N"), tooltip=[TS_TIP, f"{top_mix}:N", alt.Tooltip("share:Q", format=".0%")])),

@@ -13,7 +13,7 @@ from analytics.latency import LATENCIES, LEVELS, latency_over_time
 from analytics.slo import goodput, slo_attainment
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain
-from dashboard.marks import TS_TIP, time_x, with_annotations
+from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
 from storage.catalog import slo_targets
 
 ctx = page_context("Latency")
@@ -31,7 +31,8 @@ else:
         if unapplied:
             st.caption(f"{source} cannot be filtered by {', '.join(unapplied)}: showing every {', '.join(unapplied)}")
         frame = frame.dropna(subset=["value"]).assign(percentile=lambda f: "p" + (f["q"] * 100).round().astype(int).astype(str))
-        chart = alt.Chart(plain(frame)).mark_line().encode(
+        frame = with_gaps(frame, df.attrs.get("step"), [by, "percentile"])
+        chart = alt.Chart(plain(frame)).mark_line(**LINE).encode(
             x=time_x(v), y=alt.Y("value:Q", title=f"{latency.upper()} (s)"),
             color=alt.Color(f"{by}:N"), strokeDash=alt.StrokeDash("percentile:N"),
             tooltip=[TS_TIP, f"{by}:N", "percentile:N", alt.Tooltip("value:Q", format=".3f"), "count:Q"])

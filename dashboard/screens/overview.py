@@ -22,7 +22,7 @@ from analytics.slo import slo_attainment
 from analytics.timeseries import gauge_over_time, histograms
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain, shown
-from dashboard.marks import TS_TIP, time_x, with_annotations
+from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
 from storage.catalog import gpu_prices, slo_targets
 
 
@@ -105,7 +105,8 @@ except KeyError as exc:
 series = ttft_steps[ttft_steps["model"] != "(fleet)"]
 if len(series):
     st.subheader("p99 TTFT by model")
-    chart = alt.Chart(plain(series.dropna(subset=["value"]))).mark_line(point=False).encode(
+    chart = alt.Chart(plain(with_gaps(series.dropna(subset=["value"]), ttft_steps.attrs.get("step"), "model"))).mark_line(
+        **LINE).encode(
         x=time_x(v), y=alt.Y("value:Q", title="p99 TTFT (s)"), color=alt.Color("model:N"),
         tooltip=[TS_TIP, "model:N", alt.Tooltip("value:Q", format=".3f")])
     st.altair_chart(with_annotations(chart, ctx), width="stretch")

@@ -19,7 +19,7 @@ from adhoc.formats import jsonable, render
 from adhoc.runner import Limits, QueryFailed, ReadOnlyRunner, Refused, Result, TableInfo
 from adhoc.saved import EXAMPLE_QUERY, delete_query, save_query, saved_queries
 from dashboard.context import page_context
-from dashboard.marks import TS_TIP, time_x
+from dashboard.marks import LINE, TS_TIP, time_x, with_gaps
 from dashboard.view import FILTER_KEYS
 from fleetscope.queryapi import limits as sql_limits
 from storage.errors import StoreError
@@ -157,7 +157,9 @@ def _charts(result: Result, df: pd.DataFrame) -> tuple[list[alt.Chart], str]:
             data["line"] = df[others].astype(str).agg(" · ".join, axis=1).to_numpy()
             encoding["detail"] = "line:N"
             tooltip.append(alt.Tooltip("line:N", title=" · ".join(others)))
-        chart = alt.Chart(data.dropna(subset=["ts"]), title=column).mark_line(point=len(data) <= MAX_POINTS).encode(
+        series = [c for c in ("group", "line") if c in data]
+        chart = alt.Chart(with_gaps(data.dropna(subset=["ts"]), by=series), title=column).mark_line(
+            point=len(data) <= MAX_POINTS, **LINE).encode(
             x=x, y=alt.Y("value:Q", title=column), tooltip=tooltip, **encoding).properties(height=240)
         charts.append(chart)
     said = f"{', '.join(numbers[:MAX_CHARTS])} over {time}" + (f", by {group}" if group else "") + \

@@ -12,7 +12,7 @@ from analytics.requests import request_totals
 from analytics.timeseries import auto_step
 from dashboard.cache import cached
 from dashboard.context import page_context, plain
-from dashboard.marks import TS_TIP, time_x, with_annotations
+from dashboard.marks import TS_TIP, time_x, with_annotations, with_gaps
 
 REFERENCES = {"trailing-day": "the 24 hours before", "last-week": "the same hours a week earlier"}
 
@@ -34,6 +34,8 @@ if mix.empty:
     st.stop()
 st.subheader(f"Requests per second by {mix_by.replace('_', ' ')}")
 rate = mix.assign(per_s=mix["requests"] / mix.attrs.get("step", step))  # older windows read whole rollup buckets
+# a step without requests has no row: none were sent, so the area goes down to 0 there
+rate = with_gaps(rate, mix.attrs.get("step", step), mix_by).fillna({"per_s": 0.0})
 st.altair_chart(with_annotations(alt.Chart(plain(rate)).mark_area().encode(
     x=time_x(v), y=alt.Y("per_s:Q", title="requests / s", stack="zero"),
     color=alt.Color(f"{mix_by}:N", title=mix_by.replace("_", " ")),

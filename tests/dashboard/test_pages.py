@@ -9,6 +9,7 @@ import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -144,6 +145,49 @@ def test_capacity_page_shows_the_scale_out_recommendation(shift, sessions) -> No
     for row in plan.itertuples():
         assert f"**{row.model}**: {row.replicas} → {row.recommended} replicas" in boxes
         assert row.reasons[0] in boxes
+
+
+def test_capacity_and_fleet_pages_name_a_stalled_replica(chdb_dir, sessions) -> None:  # noqa: ANN001
+    frozen = play(chdb_dir, "engine-stall", seed=1)  # small-1 freezes at 180 s, goes on at 540 s
+    use_stores(frozen.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+    during = {"from": frozen.start.isoformat(), "to": (frozen.start + timedelta(minutes=7)).isoformat()}
+    at = run("capacity", **during)
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("**small-1** (tiny-small) is stalled") for e in errors), errors
+    advice = next(e for e in errors if e.startswith("**tiny-small**"))  # the pool's advice, an error box
+    assert "stalled (small-1)" in advice and "no action" not in advice
+    assert any(m.value.startswith("**tiny-large**") and "no action" in m.value for m in at.success)
+    at = run("fleet", **during)
+    assert not at.exception
+    assert any(e.value.startswith("replica small-1 is stalled since") for e in at.error)
+    table = at.dataframe[0].value.set_index("replica")
+    assert table.loc["small-1", "stalled"].startswith("now, ") and table.loc["small-0", "stalled"] == ""
+
+
+def chart_frames(at: AppTest) -> list:  # noqa: ANN201
+    """The data of every chart on the page, as pandas frames."""
+    return [pa.ipc.open_stream(d.data.data).read_all().to_pandas()
+            for chart in at.get("vega_lite_chart") for d in chart.proto.datasets if d.data.data]
+
+
+def test_a_replica_silent_for_minutes_draws_a_gap_not_a_line_across(chdb_dir, sessions) -> None:  # noqa: ANN001
+    crash = play(chdb_dir, "replica-crash", seed=2)  # small-1 killed at 120 s, back at 300 s: no scrapes between
+    use_stores(crash.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+    killed, back = crash.start + timedelta(seconds=120), crash.start + timedelta(seconds=300)
+    at = run("capacity", **window(crash))
+    assert not at.exception
+    lines = [f for f in chart_frames(at) if {"replica", "ts"} <= set(f.columns)
+             and {"requests", "preemptions_per_s", "prefix_hit_rate"} & set(f.columns)]
+    assert len(lines) == 3  # requests waiting and running, preemptions, prefix-cache hit rate
+    for frame in lines:
+        value = next(c for c in ("requests", "preemptions_per_s", "prefix_hit_rate") if c in frame)
+        ts = pd.to_datetime(frame["ts"], utc=True)
+        hole = frame[(frame["replica"] == "small-1") & (ts > killed) & (ts < back)]
+        # inside the hole only empty points (the path breaks on them), and at least one of them
+        assert len(hole) and hole[value].isna().all(), (value, hole)
+        others = frame[(frame["replica"] == "small-0") & (ts > killed + timedelta(minutes=1)) & (ts < back)]
+        assert others[value].notna().any()  # the replica that served on is drawn through
 
 
 def test_capacity_heatmap_shows_the_hottest_replicas_of_a_large_fleet(ch, sessions) -> None:  # noqa: ANN001
