@@ -8,7 +8,8 @@ A wedged worker, a collective that never returns, a scheduler bug: the engine st
 In:  a client, a window ``[start, end)``, optionally a step (default about 120 points, at least
      ``MIN_STEP_S`` and the tier's resolution), ``Filters`` (model, replica).
 Out: - ``stalled_steps``: ``[ts, replica, model, requests, stalled]``, one row per step in which
-       the replica reported ``vllm:num_requests_running``: ``requests`` the fewest it held in the
+       the replica reported ``vllm:num_requests_running`` and one before it (a replica's first
+       step, without a counter value before it, cannot show progress): ``requests`` the fewest it held in the
        step (the lowest running plus the lowest waiting), ``stalled`` when that is at least one
        and ``vllm:generation_tokens_total`` did not grow in the step (a reset-aware increase,
        ``analytics.timeseries``);
@@ -24,7 +25,7 @@ Out: - ``stalled_steps``: ``[ts, replica, model, requests, stalled]``, one row p
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pandas as pd
 
@@ -51,9 +52,12 @@ def stalled_steps(
     kw = {"filters": filters, "tier": tier, "retention": retention, "now": now}
     if step is None:
         step = max(MIN_STEP_S, auto_step(start, end))
-    gauges = gauges_over_time(client, [RUNNING, WAITING], start, end, "replica", step=step, **kw)
+    # read from a step earlier, then drop each replica's first step: a step without a value before
+    # it (a replica that just appeared) cannot show tokens generated, so it says nothing
+    lead = start - timedelta(seconds=step)
+    gauges = gauges_over_time(client, [RUNNING, WAITING], lead, end, "replica", step=step, **kw)
     s = int(gauges.attrs["step"])
-    tokens = counter_rates_over_time(client, [GENERATION], start, end, "replica", step=s, **kw)
+    tokens = counter_rates_over_time(client, [GENERATION], lead, end, "replica", step=s, **kw)
     models = replica_models(client)
     keys = ["ts", "replica"]
     out = gauges.loc[gauges["metric"] == RUNNING, keys + ["min"]].rename(columns={"min": "running"})
@@ -63,7 +67,11 @@ def stalled_steps(
     # a step whose counter has no sample says nothing about tokens: not stalled, not progress
     out["stalled"] = (out["requests"] >= 1) & (out["increase"] == 0)
     out["model"] = [models.get(str(r), "") for r in out["replica"]]
-    out = out[["ts", "replica", "model", "requests", "stalled"]].sort_values(["replica", "ts"], ignore_index=True)
+    out = out.sort_values(["replica", "ts"], ignore_index=True)
+    first = out.groupby("replica")["ts"].transform("min") == out["ts"]
+    begin = pd.Timestamp(start).tz_convert("UTC") if pd.Timestamp(start).tzinfo else pd.Timestamp(start, tz="UTC")
+    out = out[~first & (out["ts"] > begin - pd.Timedelta(seconds=s))]
+    out = out[["ts", "replica", "model", "requests", "stalled"]].reset_index(drop=True)
     out.attrs.update(step=s, plan=gauges.attrs.get("plan"), end=end)
     return out
 

@@ -200,7 +200,9 @@ def up(
                      rate_scale=rate_scale)
     try:
         flushed = run_up(settings, opts, echo=lambda line: typer.echo(line))
-    except (UpError, FleetError, StoreError, TargetError, YamlConfigError) as exc:
+    except YamlConfigError as exc:  # a bad spec or scenario, as a bad config: 2
+        fail(str(exc), code=2)
+    except (UpError, FleetError, StoreError, TargetError) as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot start: {exc}")

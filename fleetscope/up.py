@@ -30,6 +30,8 @@ from typing import Any
 import httpx
 import yaml
 
+from fleet.sim.engine import EngineConfigError, check_config, engine_config
+from fleet.yamlfile import YamlConfigError
 from fleetscope.settings import Settings
 
 __all__ = ["UpError", "UpOptions", "derived_spec", "seed_slos", "status_line", "up"]
@@ -67,6 +69,12 @@ def derived_spec(spec_path: Path, out: Path, *, fleet: str, replicas: int | None
     count = replicas if replicas is not None else len(base)
     if count < 1:
         raise UpError("--replicas must be at least 1")
+    if fleet == "sim":  # the simulator refuses what vLLM refuses: say so about the user's own spec
+        for r in base:
+            try:
+                check_config(engine_config(r.get("engine_args") or {}))
+            except (EngineConfigError, TypeError, ValueError) as exc:
+                raise YamlConfigError(f"{spec_path}: replica {r.get('name')!r}: engine_args: {exc}") from None
     top = max(int(r["port"]) for r in base)
     made = []
     for i in range(count):

@@ -70,6 +70,21 @@ def test_bad_config_exits_2_with_one_line_and_starts_nothing(tmp_path: Path) -> 
     assert not (tmp_path / "data").exists()
 
 
+def test_up_refuses_a_simulated_cache_that_cannot_hold_max_model_len_with_one_line(tmp_path: Path) -> None:
+    # the budget the shipped spec had before: 40 blocks of 16 tokens for a max_model_len of 2048
+    (tmp_path / "fleet.yaml").write_text(textwrap.dedent("""
+        models:
+          tiny-small: {path: data/models/tiny-small}
+        replicas:
+          - {name: small-0, model: tiny-small, port: 18101, engine_args: {max_model_len: 2048, num_gpu_blocks_override: 40}}
+        """))
+    result = run_cli("up", "--fleet", "sim", "--port", "18599", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: fleet.yaml: replica 'small-0': engine_args: To serve at least one")
+    assert "(128 blocks of 16 tokens) KV cache is needed" in lines[0] and "at least 129" in lines[0]
+
+
 def test_missing_config_file_exits_2(tmp_path: Path) -> None:
     result = run_cli("migrate", "--config", "missing.yaml", cwd=tmp_path)
     assert result.returncode == 2
