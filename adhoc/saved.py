@@ -8,7 +8,7 @@ Out: ``saved_queries`` (by name), ``save_query`` (adds, or replaces the one of t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -38,7 +38,7 @@ def saved_queries(sessions: Any) -> list[Saved]:
     with sessions() as s:
         rows = list(s.scalars(select(SavedQuery).order_by(SavedQuery.name)))
     return [Saved(r.name, r.sql, r.description or "", r.created_by or "",
-                  r.updated_at if r.updated_at.tzinfo else r.updated_at.replace(tzinfo=UTC)) for r in rows]
+                  r.updated_at) for r in rows]
 
 
 def save_query(sessions: Any, name: str, sql: str, description: str = "", created_by: str = "") -> bool:

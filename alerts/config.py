@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from alerts.model import Matcher, parse_matchers
 from alerts.receivers import ReceiverConfig
-from alerts.rules import Duration
+from common.durations import Duration
 
 __all__ = ["AlertsSettings", "InhibitRule", "Route", "rule_groups"]
 

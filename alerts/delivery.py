@@ -38,7 +38,7 @@ import random
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Self
 
 import httpx
@@ -46,6 +46,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from alerts import outbox
 from alerts.receivers import ReceiverConfig
+from common.timeutil import as_utc, aware_utc
 
 __all__ = ["SIGNATURE_HEADER", "Deliverer", "DeliveryReport", "retry_after_seconds", "sign"]
 
@@ -116,7 +117,7 @@ class Deliverer:
 
     def run_once(self, now: datetime | None = None) -> DeliveryReport:
         """Send every row due at ``now`` once (see the module docstring for what follows)."""
-        now = _utc(now)
+        now = aware_utc(now, "delivery times")
         rows = outbox.due(self.sessions, now, limit=BATCH)
         streams = outbox.pending_by_stream(self.sessions) if rows else {}
         counts = {"sent": 0, "delivered": 0, "retrying": 0, "deferred": 0, "failed": 0}
@@ -234,17 +235,10 @@ def retry_after_seconds(value: str | None, now: datetime) -> float | None:
             when = email.utils.parsedate_to_datetime(text)
         except (TypeError, ValueError, IndexError):
             return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
+        when = as_utc(when)
         seconds = (when - now).total_seconds()
     if math.isnan(seconds):
         return None
     return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
 
 
-def _utc(now: datetime | None) -> datetime:
-    if now is None:
-        return datetime.now(UTC)
-    if now.tzinfo is None or now.utcoffset() is None:
-        raise ValueError(f"delivery times must be timezone-aware, got naive {now.isoformat()}")
-    return now.astimezone(UTC)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
+from common.timeutil import as_utc
 
 __all__ = ["ZERO_TIME", "Alert", "Matcher", "fingerprint", "parse_matchers"]
 
@@ -30,9 +31,7 @@ def iso(value: datetime | None) -> str:
     """RFC 3339 in UTC with milliseconds, or the zero time for ``None``."""
     if value is None:
         return ZERO_TIME
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return as_utc(value).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select, update
@@ -52,12 +52,6 @@ def group_key(route_index: int, labels: dict[str, str]) -> str:
 def _digest(alerts: list[Alert]) -> str:
     text = ";".join(sorted(f"{a.fingerprint}:{a.status}" for a in alerts))
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 def _stored(a: Alert) -> dict[str, Any]:
@@ -182,7 +176,7 @@ class Notifier:
                     s.execute(update(AlertGroup).where(AlertGroup.id == row.id).values(first_seen_at=at))
             first_seen, sent_at, last_digest, sequence = at, None, None, row.sequence if row is not None else 0
         else:
-            first_seen, sent_at, last_digest, sequence = _utc(row.first_seen_at), _utc(row.sent_at), row.digest, row.sequence
+            first_seen, sent_at, last_digest, sequence = row.first_seen_at, row.sent_at, row.digest, row.sequence
         r = b.route
         if sent_at is None:
             due = firing and at - first_seen >= timedelta(seconds=r.group_wait_s)

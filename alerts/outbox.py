@@ -18,7 +18,7 @@ UTC in and out (SQLite stores them without a zone: every bound time is converted
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -26,6 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from storage.metadata import AlertOutbox
+from common.timeutil import as_utc, aware_utc
 
 __all__ = [
     "STATUSES",
@@ -77,7 +78,7 @@ def add(session: Any, key: str, receiver: str, body: dict[str, Any], now: dateti
     group was told in one); False when ``key`` exists."""
     if not 0 < len(key) <= 128:
         raise ValueError(f"outbox key must be 1..128 characters, got {len(key)}")
-    now = _utc(now)
+    now = aware_utc(now, "outbox times")
     insert = _INSERTS.get(session.get_bind().dialect.name)
     if insert is None:
         raise ValueError(f"the outbox needs SQLite or PostgreSQL, not {session.get_bind().dialect.name}")
@@ -106,7 +107,7 @@ def pending_by_stream(sessions: Sessions) -> dict[str, list[tuple[int, datetime]
     with sessions() as session:
         query = select(t.id, t.key, t.next_attempt_at).where(t.status == "pending").order_by(t.id)
         for row_id, key, next_at in session.execute(query):
-            out.setdefault(stream(key), []).append((row_id, _stored(next_at)))
+            out.setdefault(stream(key), []).append((row_id, as_utc(next_at)))
     return out
 
 
@@ -115,7 +116,7 @@ def due(sessions: Sessions, now: datetime, limit: int = 100) -> list[OutboxRow]:
     t = AlertOutbox
     query = (
         select(t)
-        .where(t.status == "pending", t.next_attempt_at <= _utc(now))
+        .where(t.status == "pending", t.next_attempt_at <= aware_utc(now, "outbox times"))
         .order_by(t.created_at, t.id)
         .limit(limit)
     )
@@ -126,7 +127,7 @@ def due(sessions: Sessions, now: datetime, limit: int = 100) -> list[OutboxRow]:
 def mark_delivered(sessions: Sessions, key: str, now: datetime, status: int) -> bool:
     """The receiver accepted it (one more attempt); False when the row was no longer pending."""
     return _update(
-        sessions, key, attempted=True, status="delivered", delivered_at=_utc(now), last_status=status, last_error=None
+        sessions, key, attempted=True, status="delivered", delivered_at=aware_utc(now, "outbox times"), last_status=status, last_error=None
     )
 
 
@@ -137,7 +138,7 @@ def mark_retry(
 
     ``attempted=False`` defers a row that was not sent (its receiver is backing off)."""
     return _update(
-        sessions, key, attempted=attempted, next_attempt_at=_utc(next_attempt_at), last_status=status,
+        sessions, key, attempted=attempted, next_attempt_at=aware_utc(next_attempt_at, "outbox times"), last_status=status,
         last_error=error[:_MAX_ERROR],
     )
 
@@ -188,18 +189,9 @@ def _row(r: AlertOutbox, *, redact: bool = False) -> OutboxRow:
         body["routing_key"] = _REDACTED
     return OutboxRow(
         id=r.id, key=r.key, receiver=r.receiver, body=body, status=r.status, attempts=r.attempts,
-        created_at=_stored(r.created_at), next_attempt_at=_stored(r.next_attempt_at),
-        delivered_at=_stored(r.delivered_at) if r.delivered_at is not None else None,
+        created_at=r.created_at, next_attempt_at=r.next_attempt_at,
+        delivered_at=r.delivered_at,
         last_status=r.last_status, last_error=r.last_error,
     )
 
 
-def _utc(value: datetime) -> datetime:
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"outbox times must be timezone-aware, got naive {value.isoformat()}")
-    return value.astimezone(UTC)
-
-
-def _stored(value: datetime) -> datetime:
-    """A time read back: SQLite returns it naive (it was written in UTC), PostgreSQL aware."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

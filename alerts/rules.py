@@ -29,11 +29,10 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -42,39 +41,17 @@ from pydantic import (
 )
 
 from alerts.signals import Expr, parse_expr
-from fleet.yamlfile import YamlConfigError, describe_validation_error, read_yaml
+from common.durations import Duration, parse_duration
+from common.yamlfile import YamlConfigError, describe_validation_error, read_yaml
 
 __all__ = ["OPS", "Duration", "Rule", "RuleFile", "RuleGroup", "load_rules", "parse_duration", "render"]
 
 PACK = Path(__file__).resolve().parent / "packs" / "builtin.yaml"
 OPS = {">": float.__gt__, ">=": float.__ge__, "<": float.__lt__, "<=": float.__le__, "==": float.__eq__,
        "!=": float.__ne__}
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h|d|w))+$")
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TEMPLATE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
 _FIELD = re.compile(r"^\$(value|labels\.([A-Za-z_][A-Za-z0-9_]*)|labels)(?:\s*\|\s*(percent|humanize|seconds|round))?$")
-
-
-def parse_duration(value: str | float) -> float:
-    """``"90s"``, ``"5m"``, ``"1h30m"``, ``"3d"`` (or a number of seconds) -> seconds."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, int | float):
-        if value < 0 or math.isnan(value):
-            raise ValueError(f"a duration cannot be negative: {value}")
-        return float(value)
-    text = str(value).strip()
-    if text == "0":
-        return 0.0
-    if not _DURATION.match(text):
-        raise ValueError(f"not a duration: {text!r} (write e.g. 30s, 5m, 1h30m, 3d)")
-    return sum(float(n) * _UNIT[u] for n, u in _PART.findall(text))
-
-
-# a duration field: "90s", "5m", "1h30m" or a number of seconds, held as seconds
-Duration = Annotated[float, BeforeValidator(lambda v: parse_duration(v))]
 
 
 def _check_template(text: str) -> str:

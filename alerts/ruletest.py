@@ -46,7 +46,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from alerts.rules import PACK, Duration, RuleFile, load_rules, merge
-from fleet.yamlfile import YamlConfigError, describe_validation_error, read_yaml
+from common.yamlfile import YamlConfigError, describe_validation_error, read_yaml
 
 __all__ = ["CaseResult", "expand_values", "load_tests", "run_tests"]
 

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from alerts.model import Matcher
+from common.durations import parse_duration
 
 __all__ = ["SIGNALS", "Context", "Expr", "Sample", "SignalError", "evaluate", "parse_expr"]
 
@@ -120,8 +121,6 @@ def parse_expr(text: str) -> Expr:
 
 def _param(signal: str, key: str, p: Param, value: str) -> Any:
     if p.kind == "duration":
-        from alerts.rules import parse_duration
-
         try:
             seconds = parse_duration(value)
         except ValueError as exc:

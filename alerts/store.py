@@ -20,6 +20,7 @@ from sqlalchemy import delete, select
 from alerts.model import Matcher
 from alerts.state import Instance, Transition
 from storage.metadata import AlertEvaluation, AlertState, Silence
+from common.timeutil import as_utc
 
 __all__ = [
     "Evaluation",
@@ -37,12 +38,6 @@ __all__ = [
 ]
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def load_states(sessions: Any, rules: list[str] | None = None) -> dict[str, dict[str, Instance]]:
     out: dict[str, dict[str, Instance]] = {}
     with sessions() as s:
@@ -52,8 +47,8 @@ def load_states(sessions: Any, rules: list[str] | None = None) -> dict[str, dict
         for row in s.scalars(query):
             out.setdefault(row.rule, {})[row.fingerprint] = Instance(
                 row.fingerprint, dict(row.labels), dict(row.annotations), row.state, row.value,
-                _utc(row.active_at), _utc(row.fired_at), _utc(row.last_true_at), _utc(row.resolved_at),
-                _utc(row.evaluated_at))
+                row.active_at, row.fired_at, row.last_true_at, row.resolved_at,
+                row.evaluated_at)
     return out
 
 
@@ -94,7 +89,7 @@ def evaluations(sessions: Any) -> list[Evaluation]:
     """Each rule group's last evaluation, by group name."""
     with sessions() as s:
         rows = list(s.scalars(select(AlertEvaluation).order_by(AlertEvaluation.group_name)))
-    return [Evaluation(r.group_name, _utc(r.evaluated_at), r.seconds, r.rules, dict(r.errors)) for r in rows]
+    return [Evaluation(r.group_name, r.evaluated_at, r.seconds, r.rules, dict(r.errors)) for r in rows]
 
 
 def prune_states(sessions: Any, keep: list[str]) -> int:
@@ -146,7 +141,7 @@ def add_silence(sessions: Any, matchers: list[Matcher], starts_at: datetime, end
     if not any(_specific(m) for m in matchers):
         raise ValueError("these matchers match every alert: add one that names what to silence "
                          '(name="value", or name=~"regex" that does not match anything)')
-    if _utc(ends_at) <= _utc(starts_at):
+    if as_utc(ends_at) <= as_utc(starts_at):
         raise ValueError("a silence must end after it starts")
     if not created_by.strip() or not comment.strip():
         raise ValueError("a silence needs an author and a comment (why it is silenced)")
@@ -173,9 +168,9 @@ def expire_silence(sessions: Any, silence_id: int, at: datetime | None = None) -
     at = at or datetime.now(UTC)
     with sessions.begin() as s:
         row = s.get(Silence, silence_id)
-        if row is None or _utc(row.ends_at) <= at:
+        if row is None or row.ends_at <= at:
             return False
-        row.ends_at = max(at, _utc(row.starts_at))
+        row.ends_at = max(at, row.starts_at)
         return True
 
 
@@ -186,5 +181,5 @@ def silences(sessions: Any, *, active_at: datetime | None = None, limit: int = 5
         if active_at is not None:
             query = query.where(Silence.ends_at > active_at, Silence.starts_at <= active_at)
         rows = list(s.scalars(query))
-    return [SilenceRow(r.id, [Matcher(*m) for m in r.matchers], _utc(r.starts_at), _utc(r.ends_at), r.created_by,
+    return [SilenceRow(r.id, [Matcher(*m) for m in r.matchers], r.starts_at, r.ends_at, r.created_by,
                        r.comment) for r in rows]

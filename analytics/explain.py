@@ -58,7 +58,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -78,6 +78,7 @@ from analytics.timeseries import (
     gauges_over_time,
     histogram_quantiles_over_time,
 )
+from common.timeutil import as_utc
 
 __all__ = ["Explanation", "cost_around", "explain", "quantile_series"]
 
@@ -120,10 +121,6 @@ class Explanation:
 
 
 # --------------------------------------------------------------------------- inputs
-
-def _utc(t: datetime) -> datetime:
-    """``t`` in UTC (a naive time is taken as UTC)."""
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
 def _requests_where(start: datetime, end: datetime, source: str | None, filters: Filters | None) -> tuple[str, dict]:
@@ -491,7 +488,7 @@ def quantile_series(
         raise ValueError(f"unknown latency {latency!r}; one of {', '.join(LATENCIES)}")
     if not 0 < q < 1:
         raise ValueError(f"q must be within (0, 1), got {q}")
-    start, end = _utc(start), _utc(end)
+    start, end = as_utc(start), as_utc(end)
     step_s = int(step) if step else auto_step(start, end, points=180)
     source = _pick_source(client, start, end, filters)
     column = COLUMNS[latency]
@@ -521,7 +518,7 @@ def explain(
 ) -> Explanation:
     """Find the break in the ``q`` quantile of ``latency`` over ``[start, end)`` and the evidence."""
     ex = quantile_series(client, start, end, latency=latency, q=q, step=step, filters=filters)
-    start, end = _utc(start), _utc(end)
+    start, end = as_utc(start), as_utc(end)
     series, step_s, coarse, column = ex.series, ex.step, ex.request_step, COLUMNS[latency]
     source = ex.log_source
     if len(series) < 8:

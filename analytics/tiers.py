@@ -25,6 +25,7 @@ import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from common.timeutil import as_utc
 
 __all__ = ["HOUR", "MINUTE", "RAW", "SIX_HOURS", "TIERS", "Plan", "Retention", "Tier", "align", "coverage", "param_time", "plan"]
 
@@ -83,7 +84,7 @@ class Plan:
 def param_time(value: datetime) -> str:
     """A query parameter for a ``DateTime64(3)`` placeholder, to the millisecond (a datetime
     parameter would be formatted to whole seconds)."""
-    return _utc(value).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return as_utc(value).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 # client -> kind -> (when read, tier -> earliest row); weak, so a closed client's entry goes
@@ -109,18 +110,15 @@ def coverage(client, kind: str = "samples") -> dict[str, datetime | None]:  # no
             continue
         table = tier.samples if kind == "samples" else tier.requests
         rows, earliest = client.query(f"SELECT count(), min(ts) FROM {table}").result_rows[0]
-        found[tier.name] = _utc(earliest) if rows else None
+        found[tier.name] = as_utc(earliest) if rows else None
     cached[kind] = (now, found)
     return found
 
 
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
 
 def align(start: datetime, end: datetime, step: timedelta) -> tuple[datetime, datetime]:
     """``[start, end)`` widened to whole steps (epoch-aligned): start floored, end ceiled."""
-    return _align(_utc(start), _utc(end), step)
+    return _align(as_utc(start), as_utc(end), step)
 
 
 def _align(start: datetime, end: datetime, step: timedelta) -> tuple[datetime, datetime]:
@@ -147,7 +145,7 @@ def plan(
     ``data`` (from ``coverage``) says where each tier's rows begin: a tier that begins after
     ``start`` is passed over for a coarser one that holds the start.
     """
-    start, end = _utc(start), _utc(end)
+    start, end = as_utc(start), as_utc(end)
     if end <= start:
         raise ValueError(f"empty window: end {end:%Y-%m-%d %H:%M:%S} is not after start {start:%Y-%m-%d %H:%M:%S}")
     if kind not in ("samples", "requests"):
@@ -158,7 +156,7 @@ def plan(
             raise ValueError(f"unknown tier {tier!r} for {kind}; one of {', '.join(names)}")
         chosen = TIERS[tier]
     else:
-        now = _utc(now) if now is not None else datetime.now(UTC)
+        now = as_utc(now) if now is not None else datetime.now(UTC)
         r = retention or Retention()
         span = end - start
         raw_days = r.raw_days if kind == "samples" else r.requests_days

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from analytics.filters import Filters
+from common.timeutil import as_utc
 
 __all__ = ["RANGES", "REFRESH", "View", "floor_time", "grain", "read_view", "view_params"]
 
@@ -57,7 +58,7 @@ def floor_time(t: datetime, seconds: int) -> datetime:
 
 def _time(value: str) -> datetime:
     parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    return as_utc(parsed)
 
 
 def read_view(params: Mapping[str, str], now: datetime | None = None) -> View:

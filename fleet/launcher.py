@@ -262,7 +262,7 @@ class Launcher:
             raise FleetError(
                 f"replicas already running: {', '.join(already)} (`fleetscope fleet down` stops them)"
             )
-        from fleet.yamlfile import YamlConfigError
+        from common.yamlfile import YamlConfigError
 
         try:
             check_ready(self.spec, [r for r in replicas if r.engine == "vllm"])

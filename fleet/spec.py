@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from fleet.gateway.config import GatewaySpec
 from fleet.sim.engine import check_config, engine_config
-from fleet.yamlfile import YamlConfigError, load_model
+from common.yamlfile import YamlConfigError, load_model
 
 __all__ = ["FleetSpec", "ModelSpec", "ReplicaSpec", "check_ready", "load_spec"]
 

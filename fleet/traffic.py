@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from fleet.yamlfile import YamlConfigError, describe_validation_error, read_yaml
+from common.yamlfile import YamlConfigError, describe_validation_error, read_yaml
 
 __all__ = [
     "LengthDist",

@@ -58,7 +58,7 @@ def check(
     """Validate rule files: YAML, keys, durations, expressions and templates. Exit 2 on the first problem."""
     from alerts.config import rule_groups
     from alerts.rules import load_rules, merge
-    from fleet.yamlfile import YamlConfigError
+    from common.yamlfile import YamlConfigError
 
     try:
         if files:
@@ -87,7 +87,7 @@ def test_rules(
     import uuid
 
     from alerts.ruletest import run_tests
-    from fleet.yamlfile import YamlConfigError
+    from common.yamlfile import YamlConfigError
     from migrations import clickhouse_runner
     from storage.clickhouse import connect
 
@@ -129,7 +129,7 @@ def run(
     from alerts.config import rule_groups
     from alerts.evaluator import Evaluator
     from alerts.signals import Context
-    from fleet.yamlfile import YamlConfigError
+    from common.yamlfile import YamlConfigError
     from fleetscope.stores import migrate_all, open_clickhouse
     from storage.errors import StoreError
 
@@ -219,7 +219,7 @@ def silence_add(
     import getpass
 
     from alerts.model import parse_matchers
-    from alerts.rules import parse_duration
+    from common.durations import parse_duration
     from alerts.store import add_silence
 
     try:

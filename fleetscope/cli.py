@@ -80,7 +80,7 @@ def collect(
     import logging
 
     from collector.targets import TargetError
-    from fleet.yamlfile import YamlConfigError
+    from common.yamlfile import YamlConfigError
     from fleetscope.collect import build_collector, run_collector
     from fleetscope.stores import migrate_all, open_clickhouse
     from storage.errors import StoreError
@@ -184,7 +184,7 @@ def up(
 
     from collector.targets import TargetError
     from fleet.launcher import FleetError
-    from fleet.yamlfile import YamlConfigError
+    from common.yamlfile import YamlConfigError
     from fleetscope.up import UpError, UpOptions
     from fleetscope.up import up as run_up
     from storage.errors import StoreError

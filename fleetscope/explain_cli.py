@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
+from common.timeutil import as_utc
 
 EXAMPLES = """Examples:
   fleetscope explain                                 # p99 TTFT over the last hour
@@ -29,12 +30,12 @@ def _when(value: str, option: str) -> datetime:
         t = datetime.fromisoformat(value)
     except ValueError:
         fail(f"{option} {value!r} is not a time: write e.g. 2026-11-30T09:00 (UTC unless an offset is given)", code=2)
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+    return as_utc(t)
 
 
 def window(since: str, start: str | None, end: str | None, now: datetime | None = None) -> tuple[datetime, datetime]:
     """``[start, end)`` from the options: ``--start`` (and ``--end``, default now) or ``--since`` back from the end."""
-    from alerts.rules import parse_duration
+    from common.durations import parse_duration
 
     stop = _when(end, "--end") if end else (now or datetime.now(UTC))
     if start:

@@ -32,7 +32,7 @@ SpecOption = Annotated[
 def _load(config: Path | None, spec_path: Path | None):  # -> (Settings, FleetSpec, Launcher)
     from fleet.launcher import Launcher
     from fleet.spec import load_spec
-    from fleet.yamlfile import YamlConfigError
+    from common.yamlfile import YamlConfigError
 
     settings = settings_or_exit(config)
     path = spec_path or settings.fleet.spec
@@ -194,7 +194,7 @@ def traffic(
     from fleet.launcher import FleetError
     from fleet.loadgen import Targets, run_scenario
     from fleet.traffic import load_scenario
-    from fleet.yamlfile import YamlConfigError
+    from common.yamlfile import YamlConfigError
 
     _settings, fleet_spec, launcher = _load(config, spec)
     try:
@@ -276,7 +276,7 @@ def simulate(
     Example: fleetscope fleet simulate --scenario tenant-shift
     """
     from fleet.traffic import load_scenario
-    from fleet.yamlfile import YamlConfigError
+    from common.yamlfile import YamlConfigError
     from fleetscope.bench_cli import ProgressBar
     from fleetscope.replay import replay
     from fleetscope.stores import migrate_all, open_clickhouse

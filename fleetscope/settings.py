@@ -35,7 +35,7 @@ from alerts.config import AlertsSettings
 from analytics.cost import ReferencePrice, TokenWeights
 from analytics.tiers import Retention
 from collector.sampling import SamplingPolicy
-from fleet.yamlfile import YamlConfigError, describe_validation_error, read_yaml
+from common.yamlfile import YamlConfigError, describe_validation_error, read_yaml
 from storage.retention import Days
 
 __all__ = [

@@ -31,7 +31,7 @@ import httpx
 import yaml
 
 from fleet.sim.engine import EngineConfigError, check_config, engine_config
-from fleet.yamlfile import YamlConfigError
+from common.yamlfile import YamlConfigError
 from fleetscope.settings import Settings
 
 __all__ = ["UpError", "UpOptions", "derived_spec", "seed_slos", "status_line", "up"]

@@ -123,12 +123,6 @@ class Mark:
     created_by: str | None = None
 
 
-def _utc(value: datetime) -> datetime:
-    if value.tzinfo is None:  # SQLite hands naive datetimes back
-        return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
-
-
 def annotations(sessions: Any, start: datetime, end: datetime) -> list[Mark]:
     """The marks that start before ``end`` and have not ended before ``start``, oldest first."""
     start, end = start.astimezone(UTC), end.astimezone(UTC)
@@ -136,7 +130,7 @@ def annotations(sessions: Any, start: datetime, end: datetime) -> list[Mark]:
         query = (select(Annotation).where(Annotation.starts_at < end)
                  .where(or_(and_(Annotation.ends_at.is_(None), Annotation.starts_at >= start), Annotation.ends_at >= start))
                  .order_by(Annotation.starts_at))
-        return [Mark(r.id, _utc(r.starts_at), r.title, _utc(r.ends_at) if r.ends_at else None, r.text,
+        return [Mark(r.id, r.starts_at, r.title, r.ends_at, r.text,
                      dict(r.tags or {}), r.created_by) for r in s.scalars(query)]
 
 

@@ -28,13 +28,14 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, Engine, and_, case, delete, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from storage.metadata import Lease
+from common.timeutil import aware_utc
 
 __all__ = ["LeaseState", "acquire", "holder_id", "holder_of", "read", "release"]
 
@@ -57,7 +58,7 @@ class LeaseState:
     expires_at: datetime
 
     def held_at(self, now: datetime) -> bool:
-        return _utc(now) < self.expires_at
+        return aware_utc(now, "lease times") < self.expires_at
 
 
 def holder_id() -> str:
@@ -70,7 +71,7 @@ def acquire(bind: Bind, name: str, holder: str, ttl_s: float, now: datetime | No
     _check(name, holder)
     if not ttl_s > 0:
         raise ValueError(f"lease {name!r}: ttl_s must be > 0, got {ttl_s!r}")
-    now = _utc(now)
+    now = aware_utc(now, "lease times")
     expires = now + timedelta(seconds=ttl_s)
     t = _leases
     still_ours = and_(t.c.holder == holder, t.c.expires_at > now)
@@ -111,7 +112,7 @@ def release(bind: Bind, name: str, holder: str) -> bool:
 
 def holder_of(bind: Bind, name: str, now: datetime | None = None) -> str | None:
     """Who holds ``name`` at ``now`` (None when nobody does or the lease has expired)."""
-    now = _utc(now)
+    now = aware_utc(now, "lease times")
     t = _leases
     with _transaction(bind) as conn:
         return conn.execute(
@@ -127,7 +128,7 @@ def read(bind: Bind, name: str) -> LeaseState | None:
     if row is None:
         return None
     return LeaseState(
-        row.name, row.holder, _stored(row.acquired_at), _stored(row.renewed_at), _stored(row.expires_at)
+        row.name, row.holder, row.acquired_at, row.renewed_at, row.expires_at
     )
 
 
@@ -154,15 +155,3 @@ def _check(name: str, holder: str) -> None:
         raise ValueError(f"lease {name!r}: holder must be 1..{_MAX_HOLDER} characters, got {holder!r}")
 
 
-def _utc(now: datetime | None) -> datetime:
-    """``now`` in UTC (SQLite stores times without a zone, so every bound time must be UTC)."""
-    if now is None:
-        return datetime.now(UTC)
-    if now.tzinfo is None or now.utcoffset() is None:
-        raise ValueError(f"lease times must be timezone-aware, got naive {now.isoformat()}")
-    return now.astimezone(UTC)
-
-
-def _stored(value: datetime) -> datetime:
-    """A time read back: SQLite returns it naive (it was written in UTC), PostgreSQL aware."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -42,8 +42,11 @@ from sqlalchemy import (
     create_engine,
     func,
 )
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+from sqlalchemy.types import TypeDecorator
+
+from common.timeutil import as_utc, aware_utc
 
 __all__ = [
     "AlertEvaluation",
@@ -58,9 +61,25 @@ __all__ = [
     "SavedQuery",
     "Silence",
     "Slo",
+    "UtcDateTime",
     "make_engine",
     "make_sessionmaker",
 ]
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A point in time, in UTC both ways: a value bound must carry its zone (a naive one is an
+    error, not a guess) and is stored as UTC; a value read back is UTC-aware, also from SQLite,
+    which keeps the wall time and drops the offset."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else aware_utc(value, "stored times")
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else as_utc(value)
+
 
 # Stable constraint names, so that alembic revisions can refer to them on every backend.
 NAMING_CONVENTION = {
@@ -78,10 +97,10 @@ class Base(DeclarativeBase):
 
 class _Timestamps:
     created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), server_default=func.now(), nullable=False
+        UtcDateTime(), server_default=func.now(), nullable=False
     )
     updated_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), server_default=func.now(), onupdate=func.now(), nullable=False
+        UtcDateTime(), server_default=func.now(), onupdate=func.now(), nullable=False
     )
 
 
@@ -139,14 +158,14 @@ class Annotation(Base):
     __tablename__ = "annotations"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    starts_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, index=True)
-    ends_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    starts_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False, index=True)
+    ends_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     title: Mapped[str] = mapped_column(String(256), nullable=False)
     text: Mapped[str | None] = mapped_column(Text)
     tags: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
     created_by: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), server_default=func.now(), nullable=False
+        UtcDateTime(), server_default=func.now(), nullable=False
     )
 
 
@@ -161,9 +180,9 @@ class Lease(Base):
 
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
     holder: Mapped[str] = mapped_column(String(256), nullable=False)
-    acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    renewed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    acquired_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    renewed_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 class AlertState(Base):
@@ -182,11 +201,11 @@ class AlertState(Base):
     annotations: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
     state: Mapped[str] = mapped_column(String(16), nullable=False)
     value: Mapped[float | None] = mapped_column(Float)
-    active_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)  # condition first true
-    fired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    last_true_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # for keep_firing_for
-    resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    evaluated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    active_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)  # condition first true
+    fired_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    last_true_at: Mapped[datetime | None] = mapped_column(UtcDateTime())  # for keep_firing_for
+    resolved_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    evaluated_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 class AlertEvaluation(Base):
@@ -195,7 +214,7 @@ class AlertEvaluation(Base):
     __tablename__ = "alert_evaluations"
 
     group_name: Mapped[str] = mapped_column(String(200), primary_key=True)
-    evaluated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    evaluated_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
     seconds: Mapped[float] = mapped_column(Float, nullable=False)
     rules: Mapped[int] = mapped_column(Integer, nullable=False)
     errors: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)  # rule -> message
@@ -212,8 +231,8 @@ class AlertGroup(Base):
     group_key: Mapped[str] = mapped_column(String(512), nullable=False)
     # when the group's current episode began (None: closed, nothing firing; the row stays so that
     # ``sequence``, part of the idempotency keys, keeps counting when the group opens again)
-    first_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    first_seen_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    sent_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     digest: Mapped[str | None] = mapped_column(String(64))  # the alerts and statuses last sent
     sequence: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     # the group's labels and the firing alerts last sent: one that leaves the group (resolved and
@@ -233,9 +252,9 @@ class AlertOutbox(Base):
     body: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
     status: Mapped[str] = mapped_column(String(16), nullable=False, default="pending", index=True)
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     last_status: Mapped[int | None] = mapped_column(Integer)  # the receiver's last HTTP status
     last_error: Mapped[str | None] = mapped_column(Text)
 
@@ -247,12 +266,12 @@ class Silence(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     matchers: Mapped[list[Any]] = mapped_column(JSON, nullable=False)  # [[name, op, value], ...]
-    starts_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    ends_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, index=True)
+    starts_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    ends_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False, index=True)
     created_by: Mapped[str] = mapped_column(String(128), nullable=False)
     comment: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), server_default=func.now(), nullable=False
+        UtcDateTime(), server_default=func.now(), nullable=False
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from fleet.gateway.routing import ReplicaState
 from fleet.gateway.server import Gateway
 from fleet.spec import load_spec
-from fleet.yamlfile import YamlConfigError
+from common.yamlfile import YamlConfigError
 
 
 async def _main(spec_path: Path) -> None:

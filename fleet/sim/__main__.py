@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from fleet.sim.server import SimFleet, SimReplica, engine_config
-from fleet.yamlfile import YamlConfigError
+from common.yamlfile import YamlConfigError
 
 
 def replicas_from_args(args: argparse.Namespace) -> tuple[list[SimReplica], str | None, str]:

@@ -12,7 +12,7 @@ import yaml
 from alerts.rules import PACK, load_rules, parse_duration, render
 from alerts.ruletest import expand_values
 from alerts.signals import SIGNALS, parse_expr
-from fleet.yamlfile import YamlConfigError
+from common.yamlfile import YamlConfigError
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]

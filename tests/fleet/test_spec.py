@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fleet.spec import check_ready, load_spec
-from fleet.yamlfile import YamlConfigError
+from common.yamlfile import YamlConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ import pytest
 from fleet.gateway.routing import Router
 from fleet.spec import load_spec
 from fleet.traffic import LengthDist, load_scenario, next_gap, plan_request, rate_at, system_prompt
-from fleet.yamlfile import YamlConfigError
+from common.yamlfile import YamlConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ["steady", "long-context-rollout", "tenant-shift", "replica-crash"]

@@ -2,7 +2,7 @@
 
 In:  a path (or text) and a pydantic model class.
 Out: the validated model, or ``YamlConfigError`` whose message is a single line
-     ``FILE:LINE: KEY: PROBLEM``. Used for the fleet spec and scenarios here, and by
+     ``FILE:LINE: KEY: PROBLEM``. Used for the fleet spec and scenarios, alert rule files, and by
      ``fleetscope.settings`` for the main configuration.
 """
 
