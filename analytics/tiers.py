@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from common.timeutil import as_utc
+from storage.retention import Retention
 
 __all__ = ["HOUR", "MINUTE", "RAW", "SIX_HOURS", "TIERS", "Plan", "Retention", "Tier", "align", "coverage", "param_time", "plan"]
 
@@ -48,22 +49,6 @@ HOUR = Tier("1h", "samples_1h", "requests_1h", timedelta(hours=1))
 # samples only: the request log keeps no 6-hour rollup (``plan`` never picks this tier for it)
 SIX_HOURS = Tier("6h", "samples_6h", "requests_1h", timedelta(hours=6))
 TIERS = {t.name: t for t in (RAW, MINUTE, HOUR, SIX_HOURS)}
-
-
-@dataclass(frozen=True)
-class Retention:
-    """Days each tier keeps (0: forever). Defaults match ``clickhouse.retention``."""
-
-    raw_days: float = 7
-    requests_days: float = 30
-    minute_days: float = 90
-    hour_days: float = 730
-    raw_max_span: timedelta = timedelta(hours=6)
-    minute_max_span: timedelta = timedelta(days=7)
-    hour_max_span: timedelta = timedelta(days=15)
-
-    def keeps(self, days: float, start: datetime, now: datetime) -> bool:
-        return days <= 0 or start >= now - timedelta(days=days)
 
 
 @dataclass(frozen=True)

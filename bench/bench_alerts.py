@@ -1,6 +1,6 @@
 """Benchmark: 500 alert rules evaluated per 15 s cycle on a 200-replica fleet (issue 9: <= 1 s).
 
-1. Seeds a temporary chDB store with ``fleet.sim.history`` (``--replicas`` simulated engines,
+1. Seeds a temporary chDB store with ``fleetscope.history`` (``--replicas`` simulated engines,
    2 days, the last hour raw at 5 s, a sampled request log) and a SQLite metadata DB with a
    TTFT and an ITL SLO per model.
 2. Builds rules in groups: the built-in pack, then the rules teams add on top of it, up to
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print the time of each distinct signal query")
     args = parser.parse_args()
 
-    from fleet.sim.history import seed
+    from fleetscope.history import seed
     from migrations import clickhouse_runner, metadata_runner
     from storage.catalog import SloTarget, set_slo
     from storage.clickhouse import connect

@@ -1,6 +1,6 @@
 """Benchmark: analytics computed in ClickHouse against the obvious Python way, on the same store.
 
-1. Seeds a temporary chDB store: ``fleet.sim.history`` (simulated engines, ``--replicas``
+1. Seeds a temporary chDB store: ``fleetscope.history`` (simulated engines, ``--replicas``
    replicas, 2 days, the last hour raw, a sampled request log), then a long-context rollout on
    the bundled fleet (``fleetscope.replay``) in a second database.
 2. Times, side by side on the same data (median of ``--repeats`` runs after a warm-up):
@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    from fleet.sim.history import seed
+    from fleetscope.history import seed
     from fleet.spec import load_spec
     from fleet.traffic import load_scenario
     from fleetscope.replay import replay

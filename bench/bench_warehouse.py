@@ -1,7 +1,7 @@
 """Benchmark: the warehouse at fleet scale — bytes per raw sample, and dashboard-panel queries
 over 30 days of a 200-replica fleet, rollups against the raw table.
 
-1. Seeds a temporary chDB store with ``fleetscope bench seed``'s history (``fleet.sim.history``:
+1. Seeds a temporary chDB store with ``fleetscope bench seed``'s history (``fleetscope.history``:
    the simulator's engine model, 200 replicas, 30 days; the recent hours raw, older history in
    the rollups), timing it.
 2. Bytes per raw sample after merges (``OPTIMIZE ... FINAL``; ``bytes_on_disk`` of the active
@@ -54,7 +54,7 @@ def peak_mib() -> float:
 
 # ---------------------------------------------------------------------------- phase: seed + bytes
 def phase_seed(store: str, args: argparse.Namespace) -> dict:
-    from fleet.sim.history import seed
+    from fleetscope.history import seed
     from migrations import clickhouse_runner
     from storage.clickhouse import connect
 

@@ -23,6 +23,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from collector.config import GRPC_PORT, HTTP_PORT, LISTEN_HOST, MAX_BODY_BYTES
 from collector.convert import Batch, SeriesConverter
 from collector.otlp import OtlpError, SpanRecord, decode_json, request_columns, request_row
 from collector.requestlog import parse_request_log
@@ -46,14 +47,14 @@ MAX_OTLP_BODY = 32 * 1024 * 1024  # also the limit after gzip/deflate decoding
 
 @dataclass
 class CollectorConfig:
-    host: str = "127.0.0.1"
-    http_port: int = 4318
-    grpc_port: int = 4317  # 0: no gRPC receiver
+    host: str = LISTEN_HOST
+    http_port: int = HTTP_PORT
+    grpc_port: int = GRPC_PORT  # 0: no gRPC receiver
     static_targets: list[Target] = field(default_factory=list)
     file_sd: list[FileDiscovery] = field(default_factory=list)
     file_sd_poll_s: float = 5.0
     shard: Shard = field(default_factory=Shard)  # scrape only this share of the targets
-    max_body_bytes: int = 16 * 1024 * 1024
+    max_body_bytes: int = MAX_BODY_BYTES
     sampling: SamplingPolicy = field(default_factory=SamplingPolicy)
     # fingerprint -> last stored value: the previous sample for the first reset check after a restart
     prior: dict[int, float] = field(default_factory=dict)

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collector.config import BATCH_ROWS, FLUSH_INTERVAL_S, SPOOL_MAX_BYTES
 
 __all__ = ["Writer", "WriterConfig", "TIME_COLUMNS"]
 
@@ -58,10 +59,10 @@ TIME_COLUMNS = {"ts", "first_seen", "last_seen"}
 @dataclass(frozen=True)
 class WriterConfig:
     spool_dir: Path
-    batch_rows: int = 50_000
-    flush_interval_s: float = 1.0
+    batch_rows: int = BATCH_ROWS
+    flush_interval_s: float = FLUSH_INTERVAL_S
     max_buffer_rows: int = 500_000
-    spool_max_bytes: int = 1024 * 1024 * 1024
+    spool_max_bytes: int = SPOOL_MAX_BYTES
     retry_initial_s: float = 0.5
     retry_max_s: float = 30.0
     max_attempts: int = 5

@@ -1,9 +1,11 @@
 """What every page starts with: the stores, and the global controls in the sidebar, kept in the
 URL query string.
 
-In:  settings (``FLEETSCOPE_CONFIG`` / ``./fleetscope.yaml``; the ClickHouse client is opened once
-     per server process with ``st.cache_resource``) or stores handed in with ``use_stores``
-     (tests, ``fleetscope up``); the query string.
+In:  stores handed in with ``use_stores`` (tests, ``fleetscope up``), or else a provider that
+     loads the settings and opens the stores, registered with ``provide`` by whoever starts the
+     server (``fleetscope dashboard``, through ``fleetscope.dashboard_main``; the stores are
+     opened once per server process with ``st.cache_resource``); the query string. The
+     dashboard knows the settings by their sections' attributes only: it does not load them.
 Out: ``page_context()`` -> ``Context(view, client, sessions, settings, marks)`` after drawing the
      sidebar (time range, refresh, filters) and writing the choice back to the query string;
      a store that cannot be opened stops the page with one clear error instead of a traceback;
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +24,8 @@ import streamlit as st
 
 from dashboard.view import FILTER_KEYS, RANGES, REFRESH, View, read_view, view_params
 
-__all__ = ["PERCENT", "Context", "current_params", "page_context", "plain", "settings_for_login", "shown", "use_stores"]
+__all__ = ["PERCENT", "Context", "Provider", "current_params", "page_context", "plain", "provide", "settings_for_login",
+           "shown", "use_stores"]
 
 _INJECTED: dict[str, Any] = {}
 # columns that analytics returns as fractions, shown as percentages wherever a table has them
@@ -31,6 +35,21 @@ _FRACTIONS = ("attainment", "objective", "idle_share", "share", "up_share", "hea
 PERCENT = {name: st.column_config.NumberColumn(name, format="percent") for name in _FRACTIONS}
 VIEW_KEYS = {"range", "from", "to", "refresh", *FILTER_KEYS}
 _LAST_VIEW = "fleetscope_view"
+
+
+@dataclass(frozen=True)
+class Provider:
+    """How the pages get their configuration when no stores were handed in: ``settings()`` reads
+    it (``ValueError`` with one line when it is bad), ``stores(settings)`` opens (client,
+    metadata sessions)."""
+
+    settings: Callable[[], Any]
+    stores: Callable[[Any], tuple[Any, Any]]
+
+
+_PROVIDER: list[Provider] = []
+_NO_PROVIDER = ("This dashboard was started without its configuration: run it with `fleetscope dashboard` "
+                "(or `fleetscope up`), which reads fleetscope.yaml and opens the stores.")
 
 
 @dataclass
@@ -63,14 +82,24 @@ def use_stores(client: Any, sessions: Any = None, settings: Any = None) -> None:
     _INJECTED.update(client=client, sessions=sessions, settings=settings)
 
 
+def provide(provider: Provider) -> None:
+    """Register how the pages load the settings and open the stores (once, before the server runs)."""
+    _PROVIDER[:] = [provider]
+
+
+def _provider() -> Provider:
+    if not _PROVIDER:
+        st.error(_NO_PROVIDER)
+        st.stop()
+    return _PROVIDER[0]
+
+
 @st.cache_resource(show_spinner=False)
 def _configured() -> tuple[Any, Any, Any]:
-    from fleetscope.settings import load_settings
-    from fleetscope.stores import open_clickhouse
-    from storage.metadata import make_engine, make_sessionmaker
-
-    settings = load_settings()
-    return open_clickhouse(settings), make_sessionmaker(make_engine(settings.metadata.url)), settings
+    provider = _provider()
+    settings = provider.settings()
+    client, sessions = provider.stores(settings)
+    return client, sessions, settings
 
 
 def settings_for_login() -> Any:
@@ -78,11 +107,10 @@ def settings_for_login() -> Any:
     without opening any store, so an unreachable ClickHouse cannot skip the gate)."""
     if _INJECTED:
         return _INJECTED["settings"]
-    from fleetscope.settings import SettingsError, load_settings
-
+    provider = _provider()
     try:
-        return load_settings()
-    except SettingsError as exc:  # no page without the login it may configure; details in the server's log only
+        return provider.settings()
+    except ValueError as exc:  # no page without the login it may configure; details in the server's log only
         print(f"fleetscope dashboard: configuration error: {exc}", file=sys.stderr, flush=True)
         st.error("The fleetscope configuration cannot be read: see the dashboard server's log (`fleetscope config check`).")
         st.stop()

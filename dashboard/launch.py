@@ -1,5 +1,6 @@
 """``python -m dashboard.launch run dashboard/app.py [streamlit options]``: ``streamlit run`` in a
-process that has already imported what the pages import (``fleetscope dashboard`` starts this).
+process that has already imported what the pages import (``fleetscope dashboard`` starts this through
+``fleetscope.dashboard_main``, which registers the pages' configuration first).
 
 In:  Streamlit's command line.
 Out: the Streamlit server, its first viewer of each page not paying for the imports: Streamlit

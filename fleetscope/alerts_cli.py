@@ -86,7 +86,7 @@ def test_rules(
     import tempfile
     import uuid
 
-    from alerts.ruletest import run_tests
+    from fleetscope.ruletest import run_tests
     from common.yamlfile import YamlConfigError
     from migrations import clickhouse_runner
     from storage.clickhouse import connect

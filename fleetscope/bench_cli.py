@@ -1,7 +1,7 @@
 """``fleetscope bench ...``: write synthetic fleet history into the store, for benchmarks and demos.
 
 In:  settings (ClickHouse URL, cluster) and command-line options (fleet size, days, resolution).
-Out: ``fleet.sim.history.seed`` run against the configured store (after its schema migrations),
+Out: ``fleetscope.history.seed`` run against the configured store (after its schema migrations),
      with a progress bar on stderr and a summary of what was written. A store that already
      holds samples is refused unless ``--force``: seeded history must not mix silently with a
      real fleet's.
@@ -64,7 +64,7 @@ def seed(
 
     Example: fleetscope bench seed --replicas 200 --days 30
     """
-    from fleet.sim.history import seed as write_history
+    from fleetscope.history import seed as write_history
     from fleetscope.stores import migrate_all, open_clickhouse
     from storage.errors import StoreError
 

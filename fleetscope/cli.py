@@ -132,11 +132,11 @@ def dashboard(
     if config is not None:
         env["FLEETSCOPE_CONFIG"] = str(Path(config).resolve())
     typer.echo(f"dashboard on http://{host}:{port} (store {settings.clickhouse.url}); Ctrl-C stops it", err=True)
-    # dashboard.launch: streamlit with the pages' imports done before the first viewer; no file
+    # fleetscope.dashboard_main: the pages' configuration, then streamlit with their imports done before the first viewer; no file
     # watcher (without the watchdog package it polls every module file the app imports), no magic,
     # and no forced full garbage collection after every page run (it held each render up; Python's
     # own generational collection still runs)
-    command = [sys.executable, "-m", "dashboard.launch", "run", str(app_path), "--server.address", host, "--server.port",
+    command = [sys.executable, "-m", "fleetscope.dashboard_main", "run", str(app_path), "--server.address", host, "--server.port",
                str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
                "--server.fileWatcherType", "none", "--server.runOnSave", "false", "--runner.magicEnabled", "false",
                "--runner.postScriptGC", "false"]

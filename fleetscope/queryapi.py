@@ -29,7 +29,7 @@ def is_loopback(host: str) -> bool:
 
 
 def limits(settings: Settings) -> Limits:
-    return Limits(settings.sql.timeout_s, settings.sql.max_rows, settings.sql.max_memory_bytes)
+    return settings.sql.limits()
 
 
 def runner(settings: Settings) -> ReadOnlyRunner:

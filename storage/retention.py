@@ -1,4 +1,5 @@
-"""Retention: days per tier (from ``clickhouse.retention``) -> table TTLs in ClickHouse.
+"""Retention: days per tier (from ``clickhouse.retention``) -> table TTLs in ClickHouse, and
+``Retention``, the same days as the query planner reads them.
 
 In:  a client, the days each tier keeps (``Days``; 0 keeps forever) and the cluster name.
 Out: ``ALTER TABLE ... MODIFY TTL`` (or ``REMOVE TTL``) on every table whose TTL differs;
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from clickhouse_connect.driver.client import Client
 
-__all__ = ["TABLES", "Days", "apply", "current", "statements"]
+__all__ = ["TABLES", "Days", "Retention", "apply", "current", "statements"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,24 @@ class Days:
     requests: float = 30  # the raw request log
     minute: float = 90  # samples_1m, requests_1m
     hour: float = 730  # samples_1h, requests_1h, samples_6h
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What the query planner (``analytics.tiers``) needs to know of retention: the days each tier
+    keeps (0: forever) and the longest window each tier serves. Defaults match
+    ``clickhouse.retention``."""
+
+    raw_days: float = 7
+    requests_days: float = 30
+    minute_days: float = 90
+    hour_days: float = 730
+    raw_max_span: timedelta = timedelta(hours=6)
+    minute_max_span: timedelta = timedelta(days=7)
+    hour_max_span: timedelta = timedelta(days=15)
+
+    def keeps(self, days: float, start: datetime, now: datetime) -> bool:
+        return days <= 0 or start >= now - timedelta(days=days)
 
 
 # table -> (Days field, TTL time expression)

@@ -21,7 +21,6 @@ from adhoc.saved import EXAMPLE_QUERY, delete_query, save_query, saved_queries
 from dashboard.context import page_context
 from dashboard.marks import LINE, TS_TIP, time_x, with_gaps
 from dashboard.view import FILTER_KEYS
-from fleetscope.queryapi import limits as sql_limits
 from storage.errors import StoreError
 
 DEFAULT_SQL = EXAMPLE_QUERY
@@ -201,7 +200,7 @@ client, sessions, settings = ctx.client, ctx.sessions, ctx.settings
 if settings is None:
     st.info("No settings: the SQL page needs `clickhouse.url` and the `sql` limits (fleetscope.yaml).")
     st.stop()
-limits = sql_limits(settings)
+limits = settings.sql.limits()
 st.caption(f"One read-only statement: SELECT, DESCRIBE, SHOW or EXPLAIN (no SETTINGS or FORMAT clause, nothing "
            f"that reaches files, the network or other databases). At most {limits.max_rows:,} rows, "
            f"{limits.timeout_s:g} s and {limits.max_memory_bytes / 1024**3:g} GiB per query. Times are UTC. "

@@ -2,8 +2,8 @@
 
 The URL comes from, in order: a connection handed over by ``migrations.metadata_runner``
 (``config.attributes["connection"]``), ``sqlalchemy.url`` set on the config, ``-x url=...``
-on the alembic command line, and finally fleetscope's settings (fleetscope.yaml /
-FLEETSCOPE_METADATA_URL) when alembic is run by hand.
+on the alembic command line, and finally the ``metadata`` section of fleetscope's configuration
+(fleetscope.yaml / FLEETSCOPE_METADATA_URL, read by ``common.config``) when alembic is run by hand.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
+from common.config import Section, load_config
+from storage.config import MetadataSettings
 from storage.metadata import Base, make_engine
 
 config = context.config
@@ -22,13 +24,17 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
 target_metadata = Base.metadata
 
 
+class _MetadataOnly(Section):
+    """The one section alembic needs, read from fleetscope.yaml and FLEETSCOPE_METADATA_URL."""
+
+    metadata: MetadataSettings = MetadataSettings()
+
+
 def _url() -> str:
     url = config.get_main_option("sqlalchemy.url") or context.get_x_argument(as_dictionary=True).get("url")
     if url:
         return url
-    from fleetscope.settings import load_settings  # only when alembic runs by hand
-
-    return load_settings().metadata.url
+    return load_config(_MetadataOnly, strict=False).metadata.url  # alembic run by hand: fleetscope.yaml
 
 
 def _configure(connection: Connection) -> None:

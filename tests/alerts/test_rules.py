@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from alerts.rules import PACK, load_rules, parse_duration, render
-from alerts.ruletest import expand_values
+from fleetscope.ruletest import expand_values
 from alerts.signals import SIGNALS, parse_expr
 from common.yamlfile import YamlConfigError
 from tests.conftest import run_cli

@@ -28,7 +28,7 @@ from analytics.saturation import kv_over_time, scale_out
 from analytics.timeseries import histogram_steps_and_window
 from dashboard.context import use_stores
 from dashboard.view import read_view, view_params
-from fleet.sim.history import seed
+from fleetscope.history import seed
 from fleetscope.settings import load_settings
 from migrations import clickhouse_runner
 from storage.catalog import add_annotation, annotations, gpu_prices

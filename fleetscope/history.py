@@ -1,5 +1,10 @@
 """Synthetic history for a large fleet, from the simulator's engine model, straight into the store.
 
+It lives in the wiring layer because it joins two parts that may not know each other: the
+simulator of the fleet (``fleet.sim``) and the collector's naming of what it scrapes
+(``collector.exposition``, ``collector.convert``: the fingerprints, canonical names and counter
+kinds the warehouse is keyed by).
+
 In:  a ClickHouse client (migrated), the fleet size and the days of history, how much of the
      recent past to write at full resolution (raw samples every ``interval_s``, 1-minute rows),
      the request-log sampling rate and a seed.

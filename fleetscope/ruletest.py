@@ -45,7 +45,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from alerts.rules import PACK, Duration, RuleFile, load_rules, merge
+from alerts.rules import PACK, RuleFile, load_rules, merge
+from common.durations import Duration
 from common.yamlfile import YamlConfigError, describe_validation_error, read_yaml
 
 __all__ = ["CaseResult", "expand_values", "load_tests", "run_tests"]
