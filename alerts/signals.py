@@ -24,12 +24,16 @@ from typing import Any
 
 import pandas as pd
 
+from adhoc.guard import Refused, check
+from adhoc.runner import Limits
 from alerts.model import Matcher
+from analytics.vllm import KV_CACHE_USAGE, REQUESTS_WAITING
 from common.durations import parse_duration
 
 __all__ = ["SIGNALS", "Context", "Expr", "Sample", "SignalError", "evaluate", "parse_expr"]
 
-READONLY = {"readonly": 1, "max_execution_time": 10, "max_result_rows": 10_000, "result_overflow_mode": "throw"}
+# what a rule's SQL may take: ad-hoc SQL's read-only settings (adhoc.runner.Limits) with a rule's budget
+RULE_LIMITS = Limits(timeout_s=10, max_rows=10_000)
 
 
 class SignalError(Exception):
@@ -90,6 +94,10 @@ _SQL = re.compile(r"^\s*(SELECT|WITH)\b", re.IGNORECASE)
 def parse_expr(text: str) -> Expr:
     """Read ``signal{k="v", ...}`` or a SQL ``SELECT``; raise ``ValueError`` saying what is wrong."""
     if _SQL.match(text):
+        try:  # the same statement check as ad-hoc SQL: one read-only SELECT of this store
+            check(text)
+        except Refused as exc:
+            raise ValueError(f"the rule's SQL is refused: {exc}") from None
         return Expr(text=text.strip(), signal=None)
     m = _CALL.match(text)
     if not m:
@@ -257,7 +265,7 @@ def _quantile(metric: str | None, q: float | None) -> Callable[[Context, dict[st
         from analytics.metrics import bucket_quantile
 
         start, end = _window(at, p)
-        buckets = _buckets(ctx, LATENCIES[metric or p["metric"]][0], start, end, p["by"])
+        buckets = _buckets(ctx, LATENCIES[metric or p["metric"]].family, start, end, p["by"])
         level = q if q is not None else p["q"]
         out = []
         for group, frame in (buckets.groupby(p["by"], sort=True) if len(buckets) else ()):
@@ -357,11 +365,19 @@ def _drift(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
 
 
 def _sql(ctx: Context, text: str, at: datetime) -> list[Sample]:
+    """A rule's SQL, checked as ad-hoc SQL is (``adhoc.guard``) and run with its read-only
+    settings (``readonly=1``, time, rows and memory: ``RULE_LIMITS``) on the shared client."""
+    try:
+        sql = check(text).sql
+    except Refused as exc:
+        raise SignalError(f"the rule's SQL is refused: {exc}") from None
     params = {"eval_time": at.replace(tzinfo=None).isoformat(timespec="milliseconds")} if "{eval_time" in text else None
     try:
-        result = ctx.client.query(text, parameters=params, settings=READONLY)
-    except Exception as exc:  # noqa: BLE001
+        result = ctx.client.query(sql, parameters=params, settings=RULE_LIMITS.settings())
+    except Exception as exc:  # noqa: BLE001 - ClickHouse's refusal, timeout, memory limit, bad SQL: said as is
         raise SignalError(f"SQL failed: {str(exc).strip().splitlines()[0][:300]}") from None
+    if len(result.result_rows) > RULE_LIMITS.max_rows:
+        raise SignalError(f"the SQL returns more than {RULE_LIMITS.max_rows:,} rows: aggregate it")
     names = list(result.column_names)
     if "value" not in names:
         raise SignalError(f"the SQL returns no `value` column (columns: {', '.join(names) or 'none'}); "
@@ -388,11 +404,11 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
     Signal("scrape_success_ratio", "share of successful scrapes per target", {"window": W5}, _scrape_success,
            ("replica", "instance", "job")),
     Signal("kv_cache_usage_max", "highest KV-cache usage (0-1)", {"window": W, "by": BY},
-           _gauge("vllm:kv_cache_usage_perc", "max"), ("replica",)),
+           _gauge(KV_CACHE_USAGE, "max"), ("replica",)),
     Signal("kv_cache_usage_avg", "mean KV-cache usage (0-1)", {"window": W, "by": BY},
-           _gauge("vllm:kv_cache_usage_perc", "avg"), ("replica",)),
+           _gauge(KV_CACHE_USAGE, "avg"), ("replica",)),
     Signal("requests_waiting", "mean requests waiting in the engine's queue", {"window": W, "by": BY},
-           _gauge("vllm:num_requests_waiting", "avg"), ("replica",)),
+           _gauge(REQUESTS_WAITING, "avg"), ("replica",)),
     Signal("waiting_growth", "mean queue in the window's second half minus its first half", {"window": Param("10m"), "by": BY},
            _waiting_growth, ("replica",)),
     Signal("preemption_rate", "preemptions per second", {"window": W5, "by": BY}, _preemptions, ("replica",)),

@@ -42,15 +42,16 @@ from analytics.frames import query_df
 from analytics.metrics import counter_increases
 from analytics.requests import request_totals
 from analytics.tiers import HOUR, SIX_HOURS, Retention, coverage, param_time, plan
+from analytics.vllm import CACHED_PROMPT_TOKENS, GENERATION_TOKENS, PROMPT_TOKENS, REQUESTS_RUNNING
 
 __all__ = ["FLEET", "UP_METRIC", "ReferencePrice", "TokenWeights", "compare_reference", "cost_by_tenant",
            "cost_per_token", "gpu_hours", "gpu_spend"]
 
-UP_METRIC = "vllm:num_requests_running"  # every vLLM engine reports it; present while it is up
+UP_METRIC = REQUESTS_RUNNING  # every vLLM engine reports it; present while it is up
 FLEET = "(fleet)"
 IDLE = "(idle)"
 UNATTRIBUTED = "(unattributed)"  # spend of pools no request-log row accounts for
-PROMPT, CACHED, OUTPUT = "vllm:prompt_tokens_total", "vllm:prompt_tokens_cached_total", "vllm:generation_tokens_total"
+PROMPT, CACHED, OUTPUT = PROMPT_TOKENS, CACHED_PROMPT_TOKENS, GENERATION_TOKENS
 
 
 @dataclass(frozen=True)

@@ -67,8 +67,8 @@ from analytics.changepoints import best_split, change_points, episode
 from analytics.cost import cost_per_token
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
-from analytics.latency import LATENCIES
-from analytics.requests import CONTEXT_BUCKET
+from analytics.vllm import LATENCIES
+from analytics.requests import CONTEXT_BUCKET, log_source
 from analytics.saturation import KV, PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES, RUNNING, WAITING
 from analytics.stalls import stalled_steps
 from analytics.tiers import param_time
@@ -84,8 +84,6 @@ __all__ = ["Explanation", "cost_around", "explain", "quantile_series"]
 
 SATURATED = 0.9  # KV-cache usage at which a replica counts as saturated
 PRESSURE = 0.5  # ... or this much with requests waiting (a long prompt's blocks no longer fit)
-COLUMNS = {"ttft": "ttft_seconds", "e2e": "e2e_seconds", "tpot": "tpot_seconds", "itl": "itl_seconds",
-           "queue": "queue_seconds"}
 MIN_PER_STEP = 10  # requests per step the quantile series needs on average (its step widens to get them)
 MIX_CHANGE = 0.1  # a share that moved this much (10 points) or more counts in full
 LONG_FACTOR = 3.0  # a "long-context" prompt: more than this many times the baseline's median prompt
@@ -129,17 +127,8 @@ def _requests_where(start: datetime, end: datetime, source: str | None, filters:
     return f"ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}} AND {condition}", params
 
 
-def _pick_source(client, start, end, filters) -> str | None:  # noqa: ANN001
-    where, params = _requests_where(start, end, None, filters)
-    rows = dict(client.query(f"SELECT source, count() FROM requests WHERE {where} GROUP BY source",
-                             parameters=params).result_rows)
-    if rows.get("gateway"):
-        return "gateway"
-    return "otlp" if rows.get("otlp") else None
-
-
 def _metric_series(client, latency: str, q: float, start, end, step: int, source: str | None, filters) -> pd.DataFrame:  # noqa: ANN001
-    column = COLUMNS[latency]
+    column = LATENCIES[latency].column
     if source is not None:
         where, params = _requests_where(start, end, source, filters)
         sql = f"""
@@ -148,7 +137,7 @@ def _metric_series(client, latency: str, q: float, start, end, step: int, source
             FROM requests WHERE {where} AND {column} > 0 GROUP BY step_ts ORDER BY step_ts"""
         df = query_df(client, sql, parameters=params).rename(columns={"step_ts": "ts"})
     else:
-        df = histogram_quantiles_over_time(client, LATENCIES[latency][0], [q], start, end, "fleet", step=step,
+        df = histogram_quantiles_over_time(client, LATENCIES[latency].family, [q], start, end, "fleet", step=step,
                                            filters=filters)
         df = df.rename(columns={"count": "n"})[["ts", "value", "n"]]
     df["ts"] = pd.to_datetime(df["ts"], utc=True)
@@ -490,8 +479,8 @@ def quantile_series(
         raise ValueError(f"q must be within (0, 1), got {q}")
     start, end = as_utc(start), as_utc(end)
     step_s = int(step) if step else auto_step(start, end, points=180)
-    source = _pick_source(client, start, end, filters)
-    column = COLUMNS[latency]
+    source = log_source(client, start, end, filters)
+    column = LATENCIES[latency].column
     coarse = step_s
     if source is not None:  # enough requests per step for a quantile to mean something
         where, params = _requests_where(start, end, source, filters)
@@ -519,7 +508,7 @@ def explain(
     """Find the break in the ``q`` quantile of ``latency`` over ``[start, end)`` and the evidence."""
     ex = quantile_series(client, start, end, latency=latency, q=q, step=step, filters=filters)
     start, end = as_utc(start), as_utc(end)
-    series, step_s, coarse, column = ex.series, ex.step, ex.request_step, COLUMNS[latency]
+    series, step_s, coarse, column = ex.series, ex.step, ex.request_step, LATENCIES[latency].column
     source = ex.log_source
     if len(series) < 8:
         ex.sentence = f"not enough data between {start:%H:%M} and {end:%H:%M} to find a break ({len(series)} steps)."

@@ -23,18 +23,11 @@ import pandas as pd
 from analytics.filters import Filters
 from analytics.requests import request_quantiles, request_totals
 from analytics.tiers import Retention
+from analytics.vllm import LATENCIES
 from analytics.timeseries import _plan, _step, histograms
 
 __all__ = ["LATENCIES", "LEVELS", "SOURCES", "latency_over_time"]
 
-# name -> (vLLM histogram family, request-log field)
-LATENCIES = {
-    "ttft": ("vllm:time_to_first_token_seconds", "ttft"),
-    "itl": ("vllm:inter_token_latency_seconds", "itl"),
-    "tpot": ("vllm:request_time_per_output_token_seconds", "tpot"),
-    "e2e": ("vllm:e2e_request_latency_seconds", "e2e"),
-    "queue": ("vllm:request_queue_time_seconds", "queue"),
-}
 LEVELS = (0.5, 0.9, 0.95, 0.99)
 SOURCES = ("engine histograms", "request log")
 
@@ -63,7 +56,7 @@ def latency_over_time(
     unknown = set(sources) - set(SOURCES)
     if unknown:
         raise ValueError(f"unknown source {min(unknown)!r}; one of {', '.join(SOURCES)}")
-    family, field = LATENCIES[latency]
+    family, field = LATENCIES[latency].family, LATENCIES[latency].sketch
     columns = ["ts", "source", by, "q", "value", "count"]
     _p, step_s = _step(_plan(client, start, end, tier, retention, now), step)
     frames, plans, unapplied = [], {}, {}

@@ -20,6 +20,7 @@ Out: DataFrames, one row per group, with ``.attrs["plan"]``:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 import pandas as pd
@@ -27,24 +28,39 @@ import pandas as pd
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
 from analytics.tiers import Plan, Retention, align, coverage, param_time, plan
+from analytics.vllm import LATENCIES
+from storage.clickhouse import Client
 
-__all__ = ["CONTEXT_BUCKET", "DIMENSIONS", "FIELDS", "SERVER_ERRORS", "error_ratio", "request_quantile", "request_quantiles",
-           "request_totals"]
+__all__ = ["CONTEXT_BUCKET", "DIMENSIONS", "FIELDS", "SERVER_ERRORS", "error_ratio", "log_source", "prefer_source",
+           "request_quantile", "request_quantiles", "request_totals"]
 
 CONTEXT_BUCKET = "multiIf(prompt_tokens < 2048, '<2k', prompt_tokens < 8192, '2-8k', prompt_tokens < 32768, '8-32k', '>32k')"
 DIMENSIONS = ("model", "tenant", "route", "outcome", "finish_reason", "context_bucket", "source")
 RAW_ONLY = ("replica",)  # kept per row, not in the rollups (per-replica latency: analytics.metrics)
 # field -> (raw column, rollup sketch column, is a latency)
 FIELDS = {
-    "ttft": ("ttft_seconds", "ttft", True),
-    "e2e": ("e2e_seconds", "e2e", True),
-    "tpot": ("tpot_seconds", "tpot", True),
-    "itl": ("itl_seconds", "itl", True),
-    "queue": ("queue_seconds", "queue", True),
+    **{name: (latency.column, latency.sketch, True) for name, latency in LATENCIES.items()},
     "prompt_tokens": ("prompt_tokens", "prompt_tokens_q", False),
     "completion_tokens": ("completion_tokens", "completion_tokens_q", False),
     "max_tokens": ("max_tokens", "max_tokens_q", False),
 }
+
+
+def prefer_source(sources: Iterable[str]) -> str | None:
+    """Which request log to read, of the ``sources`` that have rows: the gateway's (it knows
+    tenants and routes, and logs the requests it refused) when it has some, else the engines'
+    spans (``otlp``), else None. The same request is in both; read one, never their sum."""
+    present = set(sources)
+    return "gateway" if "gateway" in present else "otlp" if "otlp" in present else None
+
+
+def log_source(client: Client, start: datetime, end: datetime, filters: Filters | None = None) -> str | None:
+    """``prefer_source`` of the raw request log's rows in ``[start, end)`` (``filters`` applied)."""
+    condition, params = request_rows(None, filters)
+    rows = client.query(f"SELECT DISTINCT source FROM requests WHERE ts >= {{start:DateTime64(3)}} "
+                        f"AND ts < {{end:DateTime64(3)}} AND {condition}",
+                        parameters={**params, "start": param_time(start), "end": param_time(end)}).result_rows
+    return prefer_source(str(r[0]) for r in rows)
 
 
 def _prepare(

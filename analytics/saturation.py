@@ -36,6 +36,16 @@ from analytics.metrics import counter_increases, gauge_summaries, histogram_quan
 from analytics.stalls import replica_models, stalls
 from analytics.tiers import Retention, coverage, plan
 from analytics.timeseries import counter_rates_over_time, gauges_over_time
+from analytics.vllm import (
+    ITERATION_TOKENS,
+    KV_CACHE_USAGE,
+    PREEMPTIONS,
+    PREFIX_HITS,
+    PREFIX_QUERIES,
+    REQUESTS_RUNNING,
+    REQUESTS_WAITING,
+    TTFT,
+)
 
 __all__ = [
     "KV",
@@ -51,14 +61,8 @@ __all__ = [
     "scale_out",
 ]
 
-KV = "vllm:kv_cache_usage_perc"
-WAITING = "vllm:num_requests_waiting"
-RUNNING = "vllm:num_requests_running"
-PREEMPTIONS = "vllm:num_preemptions_total"
-PREFIX_HITS = "vllm:prefix_cache_hits_total"
-PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
-ITERATION = "vllm:iteration_tokens_total"
-TTFT = "vllm:time_to_first_token_seconds"
+KV, WAITING, RUNNING = KV_CACHE_USAGE, REQUESTS_WAITING, REQUESTS_RUNNING
+ITERATION = ITERATION_TOKENS
 # the counters ``saturation`` reads, by the column they become
 COUNTERS = {"preemptions": PREEMPTIONS, "hits": PREFIX_HITS, "queries": PREFIX_QUERIES, "it_sum": f"{ITERATION}_sum",
             "it_n": f"{ITERATION}_count"}

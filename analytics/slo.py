@@ -38,7 +38,7 @@ import pandas as pd
 from analytics.cost import FLEET, gpu_hours, gpu_spend
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
-from analytics.latency import LATENCIES
+from analytics.vllm import LATENCIES
 from analytics.metrics import bucket_quantile, bucket_share_below, histogram_buckets
 from analytics.tiers import Retention, param_time
 from storage.catalog import SloTarget
@@ -55,7 +55,6 @@ BURN_WINDOWS = (
     ("page", timedelta(hours=6), timedelta(minutes=30), 6.0),
     ("ticket", timedelta(days=3), timedelta(hours=6), 1.0),
 )
-REQUEST_COLUMN = {"ttft": "ttft_seconds", "itl": "itl_seconds", "tpot": "tpot_seconds", "e2e": "e2e_seconds"}
 
 
 def _good(client, targets: list[SloTarget], start: datetime, end: datetime, kw: dict,  # noqa: ANN001
@@ -63,7 +62,7 @@ def _good(client, targets: list[SloTarget], start: datetime, end: datetime, kw: 
     """Per target: requests, good, observed (one histogram query per metric)."""
     rows = []
     for metric in sorted({t.metric for t in targets}):
-        family = LATENCIES[metric][0]
+        family = LATENCIES[metric].family
         buckets = (fetch(family, start, end) if fetch is not None
                    else histogram_buckets(client, family, start, end, "model", **kw))
         by_model = {m: (f["le"].to_numpy(float), f["count"].to_numpy(float)) for m, f in buckets.groupby("model")}
@@ -156,7 +155,7 @@ def _good_condition(targets: list[SloTarget]) -> tuple[str, dict[str, object]]:
     for j, model in enumerate(sorted({t.model for t in targets})):
         checks = []
         for k, t in enumerate(t for t in targets if t.model == model):
-            column = REQUEST_COLUMN[t.metric]
+            column = LATENCIES[t.metric].column
             params[f"g_{j}_{k}"] = t.threshold_seconds
             checks.append(f"{column} <= {{g_{j}_{k}:Float64}}")
         params[f"g_{j}"] = model

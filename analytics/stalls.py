@@ -32,12 +32,11 @@ import pandas as pd
 from analytics.filters import Filters
 from analytics.tiers import Retention
 from analytics.timeseries import auto_step, counter_rates_over_time, gauges_over_time
+from analytics.vllm import GENERATION_TOKENS, REQUESTS_RUNNING, REQUESTS_WAITING
 
 __all__ = ["GAP_STEPS", "GENERATION", "MIN_STEP_S", "episodes", "replica_models", "stalled_steps", "stalls"]
 
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-GENERATION = "vllm:generation_tokens_total"
+RUNNING, WAITING, GENERATION = REQUESTS_RUNNING, REQUESTS_WAITING, GENERATION_TOKENS
 MIN_STEP_S = 15  # a step holds a few scrapes (5-15 s apart): a tokenless step is not one late scrape
 GAP_STEPS = 2  # steps without samples (failed scrapes) a stall runs across
 

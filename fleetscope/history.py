@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from analytics.vllm import KV_CACHE_USAGE
 from collector.convert import canonical_name, cumulative, fingerprint
 from collector.exposition import parse
 from fleet.sim.engine import EngineConfig, SimEngine
@@ -67,7 +68,7 @@ CHAT = RequestShape(prompt_median=500, prompt_sigma=0.9, output_median=120, outp
 LONG = RequestShape(prompt_median=3000, prompt_sigma=0.4, output_median=120, output_sigma=0.6, shared_share=0.2)
 LEVELS = (0.1, 0.4, 0.8, 1.4, 2.2)  # requests/s per replica the engines are calibrated at
 TENANTS = {"acme": 0.38, "globex": 0.24, "initech": 0.16, "umbrella": 0.12, "hooli": 0.10}
-_FRACTIONS = ["vllm:kv_cache_usage_perc"]
+_FRACTIONS = [KV_CACHE_USAGE]
 ROUTES = {"llama-3.1-8b": "model-router:default", "llama-3.1-70b": "model-router:large"}
 
 
@@ -387,7 +388,7 @@ def seed(
         # gauges as an engine shows them: whole numbers stay whole, KV usage is used blocks / blocks
         gauges = gauge_s + rng.standard_normal(gauge_s.shape) * spread_s * 0.5
         gauges = np.where(cal.whole, np.round(gauges), gauges)
-        kv = np.flatnonzero(metric == "vllm:kv_cache_usage_perc")
+        kv = np.flatnonzero(metric == KV_CACHE_USAGE)
         blocks = replica.profile.config.num_blocks
         gauges[:, kv] = np.clip(np.round(gauges[:, kv] * blocks) / blocks, 0.0, 1.0)
         value = np.where(cal.cumulative, value, np.maximum(gauges, 0.0))

@@ -100,8 +100,9 @@ def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
     from alerts.store import load_states
     from analytics.health import scrape_health
     from analytics.metrics import histogram_quantile
-    from analytics.requests import request_totals
+    from analytics.requests import prefer_source, request_totals
     from analytics.saturation import saturation
+    from analytics.vllm import TTFT
 
     end = now or datetime.now(UTC)
     health = scrape_health(client, end - timedelta(seconds=30), end)  # the targets scraped now (not a past run's)
@@ -109,8 +110,9 @@ def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
     # each request once: the gateway's log when there is one, else the engines' spans
     totals = request_totals(client, end - timedelta(minutes=1), end, by=["source"], source=None)
     per_source = dict(zip(totals["source"], totals["requests"], strict=True)) if len(totals) else {}
-    rate = float(per_source.get("gateway") or max(per_source.values(), default=0.0)) / 60
-    ttft = histogram_quantile(client, "vllm:time_to_first_token_seconds", 0.99, end - timedelta(minutes=5), end, "fleet")
+    chosen = prefer_source(s for s, n in per_source.items() if n)
+    rate = float(per_source[chosen]) / 60 if chosen else 0.0
+    ttft = histogram_quantile(client, TTFT, 0.99, end - timedelta(minutes=5), end, "fleet")
     p99 = float(ttft["quantile"].iloc[0]) if len(ttft) else float("nan")
     sat = saturation(client, end - timedelta(minutes=1), end, "replica")
     kv = float(sat["kv_max"].max()) if len(sat) else float("nan")

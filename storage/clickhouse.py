@@ -29,7 +29,7 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from storage.errors import StoreUnavailable
 
-__all__ = ["StoreTarget", "connect", "parse_url", "ensure_database"]
+__all__ = ["Client", "StoreTarget", "connect", "ensure_database", "parse_url"]
 
 # Timestamps come back as timezone-aware UTC datetimes on both backends.
 TZ_MODE = "aware"

@@ -20,6 +20,7 @@ from analytics.requests import request_totals
 from analytics.saturation import KV, saturation
 from analytics.slo import slo_attainment
 from analytics.timeseries import gauge_over_time, histograms
+from analytics.vllm import ITL, TTFT
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain, shown
 from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
@@ -63,7 +64,6 @@ if sat.empty:
     st.stop()
 # p99 TTFT and ITL per step by model (the chart below), for the fleet (the sparklines) and over the window,
 # from one query
-TTFT, ITL = "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds"
 hist = cached(histograms, client, (TTFT, ITL), (0.99,), v.start, v.end, "model", filters=v.filters, total=True)
 ttft_steps, ttft_window = hist[TTFT].steps, hist[TTFT].window
 itl_steps = hist[ITL].steps[hist[ITL].steps["model"] == "(fleet)"]

@@ -75,6 +75,11 @@ def test_duplicate_rules_and_groups_are_refused(tmp_path: Path) -> None:
 
 def test_sql_expressions_and_signal_parameters() -> None:
     assert parse_expr("SELECT replica, max(x) AS value FROM t GROUP BY replica").signal is None
+    # a rule's SQL passes ad-hoc SQL's statement check: one read-only SELECT of this store
+    with pytest.raises(ValueError, match=r"the rule's SQL is refused: file\(\) reaches files"):
+        parse_expr("SELECT file('/etc/passwd') AS value")
+    with pytest.raises(ValueError, match="refused"):
+        parse_expr("SELECT 1 AS value SETTINGS readonly = 0")
     burn = parse_expr('slo_burn_rate{window="6h", short="30m"}')
     assert burn.kwargs["window"] == 6 * 3600 and burn.kwargs["short"] == 1800
     with pytest.raises(ValueError, match="by must be one of replica, model"):
