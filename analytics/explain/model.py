@@ -1,0 +1,56 @@
+"""What ``explain`` returns, and the thresholds its scoring and its words share.
+
+In:  nothing.
+Out: ``Explanation`` (its fields: ``analytics.explain``'s docstring), the thresholds
+     (``SATURATED``, ``PRESSURE``, ``MIX_CHANGE``, ``LONG_FACTOR``, ``MIN_PER_STEP``), the
+     tie-break order of the signals (``PRIORITY``) and the evidence table's columns.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pandas as pd
+
+__all__ = ["EVIDENCE_COLUMNS", "LONG_FACTOR", "MIN_PER_STEP", "MIX_CHANGE", "MIX_DIMENSIONS", "PRESSURE", "PRIORITY",
+           "SATURATED", "Explanation"]
+
+SATURATED = 0.9  # KV-cache usage at which a replica counts as saturated
+PRESSURE = 0.5  # ... or this much with requests waiting (a long prompt's blocks no longer fit)
+MIN_PER_STEP = 10  # requests per step the quantile series needs on average (its step widens to get them)
+MIX_CHANGE = 0.1  # a share that moved this much (10 points) or more counts in full
+LONG_FACTOR = 3.0  # a "long-context" prompt: more than this many times the baseline's median prompt
+# tie-break order: who sent the traffic and what the router did before what it looked like and
+# what it did to the engines
+PRIORITY = ("tenant mix", "route decisions", "long-context share", "context length", "model mix", "request rate",
+            "stalled replicas", "KV-cache saturation", "replicas up", "prefix-cache hit rate",
+            "queueing without KV saturation")
+MIX_DIMENSIONS = {"tenant": "tenant mix", "model": "model mix", "route": "route decisions", "context_bucket": "context length"}
+
+EVIDENCE_COLUMNS = ["signal", "kind", "before", "after", "score", "moved_at", "lead_s", "detail", "resolution_s"]
+
+
+
+@dataclass
+class Explanation:
+    metric: str
+    source: str
+    step: int  # the step of the engine signals and of the timing (``lead_s``)
+    series: pd.DataFrame
+    breaks: list[dict] = field(default_factory=list)
+    break_at: datetime | None = None
+    onset: datetime | None = None  # when the leading evidence moved (at or before break_at)
+    before: float = math.nan
+    after: float = math.nan
+    evidence: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVIDENCE_COLUMNS))
+    dimensions: pd.DataFrame = field(default_factory=pd.DataFrame)
+    strata: pd.DataFrame = field(default_factory=pd.DataFrame)
+    cost: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # per step (index ts) over the fleet: kv_avg, kv_peak, waiting, replicas_up, preemptions, prefix_hit_rate
+    capacity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    periods: tuple[datetime, datetime, datetime] | None = None  # baseline start, break, end of the regression
+    sentence: str = ""
+    request_step: int = 0  # the step of the quantile series (wider when requests are few)
+    log_source: str | None = None  # the request log's rows read ("gateway" or "otlp"); None: engine histograms

@@ -1,0 +1,83 @@
+"""``explain``'s scoring on its own: frames built by hand, no store (``analytics.explain.scoring``
+is pure pandas). What a user reads in the evidence table follows from these rules."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analytics.explain.model import Explanation
+from analytics.explain.scoring import capacity_evidence, evidence_row, onset, rank, split_at
+
+STEP = 10
+T0 = pd.Timestamp("2026-12-01 10:00", tz="UTC")
+
+
+def steps(n: int) -> pd.DatetimeIndex:
+    return pd.date_range(T0, periods=n, freq=f"{STEP}s")
+
+
+def capacity_grid(n: int, brk: int, **after: float) -> pd.DataFrame:
+    """A quiet fleet for ``n`` steps; from step ``brk`` on, the columns in ``after`` take their values."""
+    grid = pd.DataFrame({"kv_avg": 0.2, "kv_peak": 0.3, "waiting": 0.0, "replicas_up": 3.0, "preemptions": 0.0,
+                         "prefix_hit_rate": 0.4, "stalled": 0.0}, index=steps(n))
+    for column, value in after.items():
+        grid.iloc[brk:, grid.columns.get_loc(column)] = value
+    return grid
+
+
+def by_signal(rows: list[dict]) -> dict[str, dict]:
+    return {r["signal"]: r for r in rows}
+
+
+def test_a_cache_that_fills_at_the_break_scores_the_share_of_steps_it_was_full() -> None:
+    grid = capacity_grid(60, 30, kv_avg=0.85, kv_peak=1.0, waiting=4.0)
+    rows = by_signal(capacity_evidence(grid, steps(60)[30], steps(60)[-1] + pd.Timedelta(seconds=STEP), STEP))
+    kv = rows["KV-cache saturation"]
+    assert (kv["before"], kv["after"]) == ("0% of steps", "100% of steps")
+    assert kv["score"] == 1.0 and abs(kv["lead_s"]) <= 2 * STEP  # it moved at the break
+    assert rows["queueing without KV saturation"]["score"] == 0.0  # the queue is the cache's, not a batch limit
+    assert "stalled replicas" not in rows  # none stalled, no row
+
+
+def test_a_signal_that_moved_well_after_the_break_scores_half() -> None:
+    grid = capacity_grid(60, 45, kv_avg=0.85, kv_peak=1.0, waiting=4.0)  # fills 15 steps after the latency broke
+    end = steps(60)[-1] + pd.Timedelta(seconds=STEP)
+    kv = by_signal(capacity_evidence(grid, steps(60)[30], end, STEP))["KV-cache saturation"]
+    assert kv["lead_s"] < -2 * STEP and kv["score"] == 0.5 * 15 / 30  # full in half the steps after the break
+
+
+def test_stalled_replicas_and_replicas_down_are_capacity_evidence() -> None:
+    grid = capacity_grid(60, 30, stalled=1.0, replicas_up=2.0)
+    grid.attrs["stalled_replicas"] = {"small-1": (steps(60)[30], 30)}
+    rows = by_signal(capacity_evidence(grid, steps(60)[30], steps(60)[-1] + pd.Timedelta(seconds=STEP), STEP))
+    assert rows["stalled replicas"]["score"] == 1.0 and "small-1 (from 10:05:00, 5.0 min)" in rows["stalled replicas"]["detail"]
+    assert math.isclose(rows["replicas up"]["score"], 1 - 2 / 3, abs_tol=1e-4)
+
+
+def test_ties_go_to_the_signal_nearer_a_decision() -> None:
+    cap = evidence_row("KV-cache saturation", "capacity", "0%", "80%", 0.604, None, None, "", STEP)
+    tenant = evidence_row("tenant mix", "mix", "10%", "40%", 0.600, None, None, "", 0)  # within 0.02: a tie
+    weak = evidence_row("prefix-cache hit rate", "capacity", "40%", "30%", 0.10, None, None, "", STEP)
+    assert list(rank([weak, cap, tenant])["signal"]) == ["tenant mix", "KV-cache saturation", "prefix-cache hit rate"]
+
+
+def test_a_shift_in_arrival_order_is_found_where_it_starts() -> None:
+    ts = pd.Series(pd.date_range(T0, periods=40, freq="1s"))
+    long = pd.Series(np.r_[np.zeros(25), np.ones(15)])
+    assert split_at(ts, long) == T0 + pd.Timedelta(seconds=25)
+    assert split_at(ts.head(6), long.head(6)) is None  # too few rows to tell
+    assert split_at(ts, long[::-1].reset_index(drop=True), rise=True) is None  # a fall is no rise
+
+
+def test_the_onset_is_the_earliest_leading_move_and_request_times_win_over_steps() -> None:
+    ex = Explanation("p99 ttft", "request log", STEP, pd.DataFrame(), break_at=(T0 + pd.Timedelta(minutes=5)).to_pydatetime())
+    exact = T0 + pd.Timedelta(seconds=262)  # a request's own arrival time
+    ex.evidence = rank([evidence_row("long-context share", "mix", "5%", "35%", 0.8, exact, 38.0, "", 0),
+                        evidence_row("KV-cache saturation", "capacity", "0%", "70%", 0.7, T0 + pd.Timedelta(seconds=250),
+                                     50.0, "", STEP)])
+    assert onset(ex) == exact.to_pydatetime()  # the step-resolved move 12 s away is the same move
+    ex.evidence = rank([evidence_row("KV-cache saturation", "capacity", "0%", "70%", 0.7, None, None, "", STEP)])
+    assert onset(ex) == ex.break_at  # nothing moved before it: the break is the onset
