@@ -21,16 +21,23 @@ class SqlSettings(Section):
     """Ad-hoc SQL (``fleetscope sql``, the dashboard's SQL page, the read-only query endpoint)."""
 
     token: SecretStr | None = Field(
-        default=None, description="bearer token the query endpoint asks for (set it through FLEETSCOPE_SQL_TOKEN)")
+        default=None, description="bearer token the query endpoint asks for (set it through FLEETSCOPE_SQL_TOKEN)"
+    )
     endpoint: str | None = Field(
-        default=None, description="where `fleetscope sql` reaches a running fleetscope that holds the chDB store "
-                                  "(default: the collector's HTTP address)")
+        default=None,
+        description="where `fleetscope sql` reaches a running fleetscope that holds the chDB store "
+        "(default: the collector's HTTP address)",
+    )
     max_rows: int = Field(default=Limits.max_rows, ge=1, le=1_000_000, description="most rows a query returns")
     timeout_s: float = Field(default=Limits.timeout_s, gt=0, le=3600, description="a query running longer is stopped")
-    max_memory_bytes: int = Field(default=Limits.max_memory_bytes, ge=64 * 1024**2, description="memory a query may use")
+    max_memory_bytes: int = Field(
+        default=Limits.max_memory_bytes, ge=64 * 1024**2, description="memory a query may use"
+    )
     server_enforces_readonly: bool = Field(
-        default=False, description="the ClickHouse server user's settings profile fixes readonly (docs/operations.md): "
-                                   "fleetscope then does not send readonly=1, which such a profile refuses to change")
+        default=False,
+        description="the ClickHouse server user's settings profile fixes readonly (docs/operations.md): "
+        "fleetscope then does not send readonly=1, which such a profile refuses to change",
+    )
 
     @field_validator("token", mode="after")
     @classmethod

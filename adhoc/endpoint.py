@@ -45,8 +45,7 @@ def _error(status: int, message: str, **headers: str) -> web.Response:
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
-def routes(app: web.Application, runner: ReadOnlyRunner, token: str | None, *,
-           hosts: tuple[str, ...] = ()) -> None:
+def routes(app: web.Application, runner: ReadOnlyRunner, token: str | None, *, hosts: tuple[str, ...] = ()) -> None:
     """Serve the query and schema endpoints on ``app`` (with ``token``: only to its bearer).
 
     Without a token (loopback only) a request must name a loopback host (or one of ``hosts``) in
@@ -66,8 +65,11 @@ def routes(app: web.Application, runner: ReadOnlyRunner, token: str | None, *,
     def refused_auth() -> web.Response:
         if not token:
             return _error(403, "this endpoint answers requests addressed to this machine's loopback name only")
-        return _error(401, "this endpoint needs a token: send Authorization: Bearer <sql.token>",
-                      **{"WWW-Authenticate": 'Bearer realm="fleetscope"'})
+        return _error(
+            401,
+            "this endpoint needs a token: send Authorization: Bearer <sql.token>",
+            **{"WWW-Authenticate": 'Bearer realm="fleetscope"'},
+        )
 
     async def query(request: web.Request) -> web.Response:
         if not allowed(request):
@@ -89,16 +91,23 @@ def routes(app: web.Application, runner: ReadOnlyRunner, token: str | None, *,
             return _error(400, "max_rows and timeout_s must be finite numbers")
         loop = asyncio.get_running_loop()
         try:
-            result = await loop.run_in_executor(None, lambda: runner.run(body["sql"], max_rows=max_rows,
-                                                                       timeout_s=timeout_s))
+            result = await loop.run_in_executor(
+                None, lambda: runner.run(body["sql"], max_rows=max_rows, timeout_s=timeout_s)
+            )
         except Refused as exc:
             return _error(400, f"refused: {exc}")
         except QueryFailed as exc:
             return _error(422, str(exc))
-        return web.json_response({
-            "columns": [{"name": n, "type": t} for n, t in zip(result.columns, result.types, strict=True)],
-            "rows": [[jsonable(v) for v in row] for row in result.rows], "row_count": len(result.rows),
-            "truncated": result.truncated, "elapsed_s": round(result.elapsed_s, 6), "kind": result.kind})
+        return web.json_response(
+            {
+                "columns": [{"name": n, "type": t} for n, t in zip(result.columns, result.types, strict=True)],
+                "rows": [[jsonable(v) for v in row] for row in result.rows],
+                "row_count": len(result.rows),
+                "truncated": result.truncated,
+                "elapsed_s": round(result.elapsed_s, 6),
+                "kind": result.kind,
+            }
+        )
 
     async def schema(request: web.Request) -> web.Response:
         if not allowed(request):
@@ -108,9 +117,20 @@ def routes(app: web.Application, runner: ReadOnlyRunner, token: str | None, *,
             tables = await loop.run_in_executor(None, runner.schema)
         except (Refused, QueryFailed) as exc:
             return _error(422, str(exc))
-        return web.json_response({"tables": [
-            {"name": t.name, "engine": t.engine, "comment": t.comment, "rows": t.rows,
-             "columns": [{"name": c, "type": k, "comment": m} for c, k, m in t.columns]} for t in tables]})
+        return web.json_response(
+            {
+                "tables": [
+                    {
+                        "name": t.name,
+                        "engine": t.engine,
+                        "comment": t.comment,
+                        "rows": t.rows,
+                        "columns": [{"name": c, "type": k, "comment": m} for c, k, m in t.columns],
+                    }
+                    for t in tables
+                ]
+            }
+        )
 
     app.router.add_post(QUERY_PATH, query)
     app.router.add_get(SCHEMA_PATH, schema)

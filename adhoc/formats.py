@@ -84,9 +84,13 @@ def render(result: Result, fmt: str, *, max_width: int = 60) -> bytes:
         return out.getvalue().encode()
     if fmt == "json":
         names = unique_names(result.columns)
-        body = {"columns": [{"name": n, "type": t} for n, t in zip(names, result.types, strict=True)],
-                "rows": [{n: jsonable(v) for n, v in zip(names, row, strict=True)} for row in result.rows],
-                "row_count": len(result.rows), "truncated": result.truncated, "elapsed_s": round(result.elapsed_s, 6)}
+        body = {
+            "columns": [{"name": n, "type": t} for n, t in zip(names, result.types, strict=True)],
+            "rows": [{n: jsonable(v) for n, v in zip(names, row, strict=True)} for row in result.rows],
+            "row_count": len(result.rows),
+            "truncated": result.truncated,
+            "elapsed_s": round(result.elapsed_s, 6),
+        }
         return (json.dumps(body, ensure_ascii=False) + "\n").encode()
     if fmt == "parquet":
         import pandas as pd
@@ -95,8 +99,12 @@ def render(result: Result, fmt: str, *, max_width: int = 60) -> bytes:
 
         frame = pd.DataFrame(result.rows, columns=unique_names(result.columns))
         for column in frame.columns:  # types Arrow has no mapping for (IP addresses, ...): their text
-            if frame[column].dtype == object and not frame[column].map(
-                    lambda v: v is None or isinstance(v, str | bytes | int | float | bool | datetime | date)).all():
+            if (
+                frame[column].dtype == object
+                and not frame[column]
+                .map(lambda v: v is None or isinstance(v, str | bytes | int | float | bool | datetime | date))
+                .all()
+            ):
                 frame[column] = frame[column].map(lambda v: None if v is None else str(jsonable(v)))
         table = pa.Table.from_pandas(frame, preserve_index=False)
         sink = io.BytesIO()
@@ -108,9 +116,13 @@ def render(result: Result, fmt: str, *, max_width: int = 60) -> bytes:
     cells = [[c if len(c) <= max_width else c[: max_width - 1] + "…" for c in row] for row in cells]
     widths = [max([len(name)] + [len(row[i]) for row in cells]) for i, name in enumerate(result.columns)]
     numeric = [t.removeprefix("Nullable(").startswith(("Int", "UInt", "Float", "Decimal")) for t in result.types]
-    lines = [" | ".join(n.ljust(w) for n, w in zip(result.columns, widths, strict=True)),
-             "-+-".join("-" * w for w in widths)]
+    lines = [
+        " | ".join(n.ljust(w) for n, w in zip(result.columns, widths, strict=True)),
+        "-+-".join("-" * w for w in widths),
+    ]
     for row in cells:
-        lines.append(" | ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric, strict=True)))
+        lines.append(
+            " | ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric, strict=True))
+        )
     lines.append(_footer(result))
     return ("\n".join(line.rstrip() for line in lines) + "\n").encode()

@@ -34,34 +34,98 @@ from sqlglot.errors import ParseError, TokenError
 __all__ = ["ALLOWED_SYSTEM_TABLES", "Checked", "Refused", "check"]
 
 # table functions that only compute
-ALLOWED_TABLE_FUNCTIONS = frozenset({"numbers", "numbers_mt", "zeros", "zeros_mt", "values", "generate_series",
-                                     "generateseries", "view", "null"})
+ALLOWED_TABLE_FUNCTIONS = frozenset(
+    {"numbers", "numbers_mt", "zeros", "zeros_mt", "values", "generate_series", "generateseries", "view", "null"}
+)
 # functions (scalar or table) that reach outside the store: files, the network, programs, other databases
-DENIED_FUNCTIONS = frozenset({
-    "file", "filecluster", "url", "urlcluster", "s3", "s3cluster", "gcs", "cosn", "oss", "azureblobstorage",
-    "azureblobstoragecluster", "hdfs", "hdfscluster", "remote", "remotesecure", "cluster", "clusterallreplicas",
-    "executable", "executablepool", "input", "jdbc", "odbc", "mysql", "postgresql", "sqlite", "mongodb", "redis",
-    "iceberg", "icebergs3", "icebergazure", "iceberghdfs", "icebergcluster", "deltalake", "deltalakecluster", "hudi",
-    "hudicluster", "dictionary", "loop", "fuzzjson", "fuzzquery", "mergetreeindex", "mergetreeparts", "prometheusquery",
-    "ytsaurus", "arrowflight", "paimon", "getsetting", "getsettingordefault", "getmacro", "getclientsetting",
-})
+DENIED_FUNCTIONS = frozenset(
+    {
+        "file",
+        "filecluster",
+        "url",
+        "urlcluster",
+        "s3",
+        "s3cluster",
+        "gcs",
+        "cosn",
+        "oss",
+        "azureblobstorage",
+        "azureblobstoragecluster",
+        "hdfs",
+        "hdfscluster",
+        "remote",
+        "remotesecure",
+        "cluster",
+        "clusterallreplicas",
+        "executable",
+        "executablepool",
+        "input",
+        "jdbc",
+        "odbc",
+        "mysql",
+        "postgresql",
+        "sqlite",
+        "mongodb",
+        "redis",
+        "iceberg",
+        "icebergs3",
+        "icebergazure",
+        "iceberghdfs",
+        "icebergcluster",
+        "deltalake",
+        "deltalakecluster",
+        "hudi",
+        "hudicluster",
+        "dictionary",
+        "loop",
+        "fuzzjson",
+        "fuzzquery",
+        "mergetreeindex",
+        "mergetreeparts",
+        "prometheusquery",
+        "ytsaurus",
+        "arrowflight",
+        "paimon",
+        "getsetting",
+        "getsettingordefault",
+        "getmacro",
+        "getclientsetting",
+    }
+)
 # the system tables a user may read: the schema browser's and harmless generators
 # (the schema browser reads system.tables/columns itself, for this database only: ``ReadOnlyRunner.schema``)
-ALLOWED_SYSTEM_TABLES = frozenset({"one", "numbers", "numbers_mt", "zeros", "zeros_mt", "functions", "table_functions",
-                                   "data_type_families"})
+ALLOWED_SYSTEM_TABLES = frozenset(
+    {"one", "numbers", "numbers_mt", "zeros", "zeros_mt", "functions", "table_functions", "data_type_families"}
+)
 # function families that read dictionaries, join tables or server settings by name
 DENIED_PREFIXES = ("dict", "joinget", "getserversetting", "getsetting", "getmacro")
-_EXPLAIN = re.compile(r"^\s*EXPLAIN(?:\s+(?:AST|SYNTAX|QUERY\s+TREE|PLAN|PIPELINE|ESTIMATE))?\s+(.*)$", re.IGNORECASE | re.DOTALL)
-_SHOW = re.compile(r"^\s*SHOW\s+(?:TABLES|(?:CREATE\s+TABLE|COLUMNS\s+FROM)\s+([A-Za-z_][\w.`]*))\s*;?\s*$",
-                   re.IGNORECASE | re.DOTALL)
+_EXPLAIN = re.compile(
+    r"^\s*EXPLAIN(?:\s+(?:AST|SYNTAX|QUERY\s+TREE|PLAN|PIPELINE|ESTIMATE))?\s+(.*)$", re.IGNORECASE | re.DOTALL
+)
+_SHOW = re.compile(
+    r"^\s*SHOW\s+(?:TABLES|(?:CREATE\s+TABLE|COLUMNS\s+FROM)\s+([A-Za-z_][\w.`]*))\s*;?\s*$", re.IGNORECASE | re.DOTALL
+)
 _WORD = re.compile(r"^\s*([A-Za-z]+)(?:\s+([A-Za-z]+))?")
 MAX_CHARS = 100_000
-_REASONS = {"SYSTEM": "controls the server", "KILL": "stops other queries", "GRANT": "changes access",
-            "REVOKE": "changes access", "CREATE": "changes the store", "OPTIMIZE": "rewrites table parts",
-            "ATTACH": "changes the store", "DETACH": "changes the store", "RENAME": "changes the store",
-            "EXCHANGE": "changes the store", "BACKUP": "writes files", "RESTORE": "changes the store",
-            "UNDROP": "changes the store", "WATCH": "never ends", "CHECK": "is an administrative command",
-            "SET": "changes settings", "USE": "changes the session"}
+_REASONS = {
+    "SYSTEM": "controls the server",
+    "KILL": "stops other queries",
+    "GRANT": "changes access",
+    "REVOKE": "changes access",
+    "CREATE": "changes the store",
+    "OPTIMIZE": "rewrites table parts",
+    "ATTACH": "changes the store",
+    "DETACH": "changes the store",
+    "RENAME": "changes the store",
+    "EXCHANGE": "changes the store",
+    "BACKUP": "writes files",
+    "RESTORE": "changes the store",
+    "UNDROP": "changes the store",
+    "WATCH": "never ends",
+    "CHECK": "is an administrative command",
+    "SET": "changes settings",
+    "USE": "changes the session",
+}
 _WRITES = {"INSERT", "ALTER", "DELETE", "UPDATE", "DROP", "TRUNCATE", "REPLACE", "MOVE"}
 
 
@@ -93,19 +157,24 @@ def _check(sql: str, database: str | None) -> Checked:
     if re.search(r"\bINTO\s+OUTFILE\b", text, re.IGNORECASE) and _parses_with_outfile(text):
         raise Refused("INTO OUTFILE writes a file on the server: refused (choose the output with --format/--output)")
     try:
-        statements = [s for s in sqlglot.parse(text, read="clickhouse", error_level=sqlglot.ErrorLevel.RAISE) if s is not None]
+        statements = [
+            s for s in sqlglot.parse(text, read="clickhouse", error_level=sqlglot.ErrorLevel.RAISE) if s is not None
+        ]
     except (ParseError, TokenError) as exc:
         words = _WORD.match(text)
         word = words.group(1).upper() if words else ""
         if word in _REASONS or word in _WRITES:  # a statement fleetscope never runs, whether or not sqlglot knows it
             what = " ".join(w for w in words.groups() if w).upper()
-            raise Refused(f"only SELECT, DESCRIBE, SHOW and EXPLAIN run here; {what} "
-                          f"{_REASONS.get(word, 'changes the store')}") from None
+            raise Refused(
+                f"only SELECT, DESCRIBE, SHOW and EXPLAIN run here; {what} {_REASONS.get(word, 'changes the store')}"
+            ) from None
         first = str(exc).strip().splitlines()[0]
         raise Refused(f"cannot parse the query as ClickHouse SQL: {first}") from None
     if len(statements) != 1:
         kinds = ", ".join(_kind(s) for s in statements)
-        raise Refused(f"one statement per query, got {len(statements)} ({kinds}): remove the extra ';'-separated statements")
+        raise Refused(
+            f"one statement per query, got {len(statements)} ({kinds}): remove the extra ';'-separated statements"
+        )
     (tree,) = statements
     if isinstance(tree, exp.Command):
         return _command(tree, text, database)
@@ -116,8 +185,10 @@ def _check(sql: str, database: str | None) -> Checked:
         tables = _tables(tree, database)
         return Checked(text, "describe", tables)
     if not isinstance(tree, exp.Query):
-        raise Refused(f"only SELECT, DESCRIBE, SHOW and EXPLAIN run here; this is {_kind(tree)}, which "
-                      f"{'changes the store' if _writes(tree) else 'is not a query'}")
+        raise Refused(
+            f"only SELECT, DESCRIBE, SHOW and EXPLAIN run here; this is {_kind(tree)}, which "
+            f"{'changes the store' if _writes(tree) else 'is not a query'}"
+        )
     return Checked(text, "select", _tables(tree, database))
 
 
@@ -135,14 +206,26 @@ def _kind(tree: exp.Expression) -> str:
     if isinstance(tree, exp.Command):
         return f"{str(tree.this).upper()}"
     name = type(tree).__name__.upper()
-    return {"ALTER": "ALTER", "INSERT": "INSERT", "DELETE": "DELETE", "DROP": "DROP", "CREATE": "CREATE", "UPDATE":
-            "UPDATE", "SET": "SET", "USE": "USE", "TRUNCATETABLE": "TRUNCATE", "KILL": "KILL", "GRANT": "GRANT",
-            "REVOKE": "REVOKE"}.get(name, name)
+    return {
+        "ALTER": "ALTER",
+        "INSERT": "INSERT",
+        "DELETE": "DELETE",
+        "DROP": "DROP",
+        "CREATE": "CREATE",
+        "UPDATE": "UPDATE",
+        "SET": "SET",
+        "USE": "USE",
+        "TRUNCATETABLE": "TRUNCATE",
+        "KILL": "KILL",
+        "GRANT": "GRANT",
+        "REVOKE": "REVOKE",
+    }.get(name, name)
 
 
 def _writes(tree: exp.Expression) -> bool:
-    return isinstance(tree, exp.Insert | exp.Delete | exp.Update | exp.Drop | exp.Create | exp.Alter | exp.TruncateTable
-                      | exp.Merge)
+    return isinstance(
+        tree, exp.Insert | exp.Delete | exp.Update | exp.Drop | exp.Create | exp.Alter | exp.TruncateTable | exp.Merge
+    )
 
 
 def _command(tree: exp.Command, text: str, database: str | None) -> Checked:
@@ -165,8 +248,11 @@ def _command(tree: exp.Command, text: str, database: str | None) -> Checked:
     words = _WORD.match(text)
     what = " ".join(w for w in (words.groups() if words else ()) if w).upper() or word
     reason = _REASONS.get(word, "is not a query")
-    if word == "CREATE" and words and (words.group(2) or "").upper() in ("USER", "ROLE", "QUOTA", "POLICY", "PROFILE",
-                                                                          "SETTINGS", "ROW"):
+    if (
+        word == "CREATE"
+        and words
+        and (words.group(2) or "").upper() in ("USER", "ROLE", "QUOTA", "POLICY", "PROFILE", "SETTINGS", "ROW")
+    ):
         reason = "changes access"
     raise Refused(f"only SELECT, DESCRIBE, SHOW and EXPLAIN run here; {what} {reason}")
 
@@ -177,16 +263,21 @@ def _clauses(tree: exp.Expression, database: str | None = None) -> None:
             continue
         if isinstance(node, exp.Query):  # (formatDateTime and friends carry a "format" argument too)
             if node.args.get("settings"):
-                raise Refused("a SETTINGS clause is not allowed: fleetscope sets the query's limits (time, rows, "
-                              "memory) and read-only mode itself")
+                raise Refused(
+                    "a SETTINGS clause is not allowed: fleetscope sets the query's limits (time, rows, "
+                    "memory) and read-only mode itself"
+                )
             if node.args.get("format"):
-                raise Refused("a FORMAT clause is not allowed: choose the output format with --format (or the page's "
-                              "download)")
+                raise Refused(
+                    "a FORMAT clause is not allowed: choose the output format with --format (or the page's download)"
+                )
         if isinstance(node, exp.Func):
             name = _func_name(node)
             if name in DENIED_FUNCTIONS or name.startswith(DENIED_PREFIXES):
-                raise Refused(f"{name}() reaches files, the network, programs, other databases or the server's "
-                              "configuration: refused (ad-hoc SQL reads the fleetscope store only)")
+                raise Refused(
+                    f"{name}() reaches files, the network, programs, other databases or the server's "
+                    "configuration: refused (ad-hoc SQL reads the fleetscope store only)"
+                )
         if isinstance(node, exp.In) and node.args.get("field") is not None:
             _in_target(node.args["field"], database)
 
@@ -200,8 +291,10 @@ def _in_target(target: exp.Expression, database: str | None) -> None:
     if isinstance(target, exp.Func):
         name = _func_name(target)
         if name not in ALLOWED_TABLE_FUNCTIONS:
-            raise Refused(f"IN {name}(...) reads through a table function: only "
-                          f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS - {'generateseries'}))} run here")
+            raise Refused(
+                f"IN {name}(...) reads through a table function: only "
+                f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS - {'generateseries'}))} run here"
+            )
         return
     if isinstance(target, exp.Column):
         parts = [p.name for p in target.parts]
@@ -217,8 +310,10 @@ def _tables(tree: exp.Expression, database: str | None) -> list[str]:
         if isinstance(table.this, exp.Func):
             name = _func_name(table.this)
             if name in DENIED_FUNCTIONS or name not in ALLOWED_TABLE_FUNCTIONS:
-                raise Refused(f"the table function {name}() is not allowed: only "
-                              f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS - {'generateseries'}))} run here")
+                raise Refused(
+                    f"the table function {name}() is not allowed: only "
+                    f"{', '.join(sorted(ALLOWED_TABLE_FUNCTIONS - {'generateseries'}))} run here"
+                )
             continue
         name, db = table.name, table.db
         if not db and name in ctes:
@@ -232,7 +327,9 @@ def _check_table(name: str, db: str, database: str | None) -> None:
     if table_catalog := db.lower():
         if table_catalog == "system":
             if name.lower() not in ALLOWED_SYSTEM_TABLES:
-                raise Refused(f"system.{name} is not readable here; the system tables allowed are "
-                              f"{', '.join(sorted(ALLOWED_SYSTEM_TABLES))}")
+                raise Refused(
+                    f"system.{name} is not readable here; the system tables allowed are "
+                    f"{', '.join(sorted(ALLOWED_SYSTEM_TABLES))}"
+                )
         elif database is not None and table_catalog != database.lower():
             raise Refused(f"{db}.{name}: only the fleetscope database ({database}) is readable here")

@@ -23,6 +23,7 @@ was cut.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import OrderedDict
@@ -49,9 +50,13 @@ class Limits:
 
     def settings(self, readonly: bool = True) -> dict[str, Any]:
         # readonly last: on a server the HTTP parameters are applied in order
-        out: dict[str, Any] = {"max_execution_time": max(1, round(self.timeout_s)), "max_result_rows": self.max_rows + 1,
-                               "result_overflow_mode": "break", "max_memory_usage": self.max_memory_bytes,
-                               "max_ast_elements": 100_000}
+        out: dict[str, Any] = {
+            "max_execution_time": max(1, round(self.timeout_s)),
+            "max_result_rows": self.max_rows + 1,
+            "result_overflow_mode": "break",
+            "max_memory_usage": self.max_memory_bytes,
+            "max_ast_elements": 100_000,
+        }
         if readonly:
             out["readonly"] = 1
         return out
@@ -83,8 +88,8 @@ class TableInfo:
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    for line in text.splitlines():
-        line = line.strip()
+    for raw in text.splitlines():
+        line = raw.strip()
         if line:
             # clickhouse-connect repeats "Code: N. DB::Exception: " prefixes; keep ClickHouse's sentence
             while "DB::Exception: " in line:
@@ -96,8 +101,15 @@ def _first_line(exc: BaseException) -> str:
 class ReadOnlyRunner:
     """Runs checked queries read-only against one store; thread-safe (one session per limit set)."""
 
-    def __init__(self, url: str, *, database: str | None = None, limits: Limits | None = None,
-                 connect_timeout_s: float = 10, server_enforces_readonly: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        database: str | None = None,
+        limits: Limits | None = None,
+        connect_timeout_s: float = 10,
+        server_enforces_readonly: bool = False,
+    ) -> None:
         self.url = url
         # a server user whose settings profile fixes readonly (docs/operations.md): it is not sent
         self.server_enforces_readonly = server_enforces_readonly
@@ -122,8 +134,12 @@ class ReadOnlyRunner:
                     for name, value in limits.settings().items():  # readonly = 1 comes last, then nothing changes
                         client.command(f"SET {name} = {value!r}" if isinstance(value, str) else f"SET {name} = {value}")
                 else:
-                    client = connect(self.url, database=self.database, connect_timeout_s=self.connect_timeout_s,
-                                     query_timeout_s=limits.timeout_s + 10)
+                    client = connect(
+                        self.url,
+                        database=self.database,
+                        connect_timeout_s=self.connect_timeout_s,
+                        query_timeout_s=limits.timeout_s + 10,
+                    )
                 self._clients[limits] = client
             return client
 
@@ -148,22 +164,38 @@ class ReadOnlyRunner:
         elapsed = time.perf_counter() - began
         rows = [tuple(r) for r in answer.result_rows]
         truncated = len(rows) > limits.max_rows
-        return Result(list(answer.column_names), [t.name for t in answer.column_types], rows[:limits.max_rows],
-                      truncated, elapsed, kind)
+        return Result(
+            list(answer.column_names),
+            [t.name for t in answer.column_types],
+            rows[: limits.max_rows],
+            truncated,
+            elapsed,
+            kind,
+        )
 
     def schema(self) -> list[TableInfo]:
         """The store's tables and views with their columns (types and comments)."""
         # fixed queries, this database only (users' own queries may not read system.tables/columns)
         limits = self.limits_for(10_000)
-        tables = self._run("SELECT name, engine, comment, total_rows FROM system.tables WHERE database = currentDatabase() "
-                           "AND NOT startsWith(name, '.inner') ORDER BY name", "select", limits)
-        columns = self._run("SELECT table, name, type, comment FROM system.columns WHERE database = currentDatabase() "
-                            "ORDER BY table, position", "select", limits)
+        tables = self._run(
+            "SELECT name, engine, comment, total_rows FROM system.tables WHERE database = currentDatabase() "
+            "AND NOT startsWith(name, '.inner') ORDER BY name",
+            "select",
+            limits,
+        )
+        columns = self._run(
+            "SELECT table, name, type, comment FROM system.columns WHERE database = currentDatabase() "
+            "ORDER BY table, position",
+            "select",
+            limits,
+        )
         by_table: dict[str, list[tuple[str, str, str]]] = {}
         for table, name, kind, comment in columns.rows:
             by_table.setdefault(table, []).append((name, kind, comment))
-        return [TableInfo(name, engine, comment, None if total is None else int(total), by_table.get(name, []))
-                for name, engine, comment, total in tables.rows]
+        return [
+            TableInfo(name, engine, comment, None if total is None else int(total), by_table.get(name, []))
+            for name, engine, comment, total in tables.rows
+        ]
 
     def close(self) -> None:
         with self._lock:
@@ -173,7 +205,5 @@ class ReadOnlyRunner:
 
 
 def _close(client: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):  # closing is best effort
         client.close()
-    except Exception:  # noqa: BLE001, S110 - closing is best effort
-        pass

@@ -21,8 +21,10 @@ __all__ = ["EXAMPLE_QUERY", "Saved", "delete_query", "save_query", "saved_querie
 # what the SQL page's editor opens with: it has a time column, so the page draws its chart; the last
 # day only (the whole history is 720 hours a model: cut at the row limit, it would show the oldest);
 # sampled rows count by their weight, and each source (gateway, engine spans) on its own line
-EXAMPLE_QUERY = ("SELECT toStartOfHour(ts) AS hour, model, source, round(sum(weight)) AS requests\n"
-                 "FROM requests\nWHERE ts >= now() - INTERVAL 1 DAY\nGROUP BY hour, model, source\nORDER BY hour, model, source")
+EXAMPLE_QUERY = (
+    "SELECT toStartOfHour(ts) AS hour, model, source, round(sum(weight)) AS requests\n"
+    "FROM requests\nWHERE ts >= now() - INTERVAL 1 DAY\nGROUP BY hour, model, source\nORDER BY hour, model, source"
+)
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,7 @@ class Saved:
 def saved_queries(sessions: Any) -> list[Saved]:
     with sessions() as s:
         rows = list(s.scalars(select(SavedQuery).order_by(SavedQuery.name)))
-    return [Saved(r.name, r.sql, r.description or "", r.created_by or "",
-                  r.updated_at) for r in rows]
+    return [Saved(r.name, r.sql, r.description or "", r.created_by or "", r.updated_at) for r in rows]
 
 
 def save_query(sessions: Any, name: str, sql: str, description: str = "", created_by: str = "") -> bool:
@@ -53,8 +54,14 @@ def save_query(sessions: Any, name: str, sql: str, description: str = "", create
     with sessions.begin() as s:
         row = s.scalars(select(SavedQuery).where(SavedQuery.name == name)).first()
         if row is None:
-            s.add(SavedQuery(name=name, sql=sql.strip(), description=description.strip() or None,
-                             created_by=created_by.strip() or None))
+            s.add(
+                SavedQuery(
+                    name=name,
+                    sql=sql.strip(),
+                    description=description.strip() or None,
+                    created_by=created_by.strip() or None,
+                )
+            )
             return False
         row.sql, row.description = sql.strip(), description.strip() or None
         row.created_by = created_by.strip() or row.created_by

@@ -41,8 +41,9 @@ class Route(BaseModel):
 
     receiver: str = Field(min_length=1)
     matchers: list[Matcher] = Field(default_factory=list, description="alerts this route takes (all must match)")
-    group_by: list[str] = Field(default_factory=lambda: ["alertname"],
-                                description="labels that make a group; ['...'] groups by every label")
+    group_by: list[str] = Field(
+        default_factory=lambda: ["alertname"], description="labels that make a group; ['...'] groups by every label"
+    )
     group_wait_s: Duration = Field(default=30.0, alias="group_wait")
     group_interval_s: Duration = Field(default=300.0, alias="group_interval")
     repeat_interval_s: Duration = Field(default=4 * 3600.0, alias="repeat_interval")
@@ -75,15 +76,21 @@ class InhibitRule(BaseModel):
             if source is target or source == target:
                 continue
             if all(m.matches(source) for m in self.source_matchers) and all(
-                    source.get(k, "") == target.get(k, "") for k in self.equal):
+                source.get(k, "") == target.get(k, "") for k in self.equal
+            ):
                 return True
         return False
 
 
 def _default_inhibit() -> list[InhibitRule]:
     # a replica that is down explains its latency, cache and queue alerts: page once, for the cause
-    return [InhibitRule(source_matchers=parse_matchers('alertname="ReplicaDown"'),
-                        target_matchers=parse_matchers('alertname!="ReplicaDown"'), equal=["replica"])]
+    return [
+        InhibitRule(
+            source_matchers=parse_matchers('alertname="ReplicaDown"'),
+            target_matchers=parse_matchers('alertname!="ReplicaDown"'),
+            equal=["replica"],
+        )
+    ]
 
 
 class AlertsSettings(BaseModel):
@@ -92,13 +99,18 @@ class AlertsSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     builtin_rules: bool = Field(default=True, description="evaluate the shipped rule pack (alerts/packs/builtin.yaml)")
-    rule_files: list[Path] = Field(default_factory=list, description="more rule files (YAML, `fleetscope alerts check`)")
+    rule_files: list[Path] = Field(
+        default_factory=list, description="more rule files (YAML, `fleetscope alerts check`)"
+    )
     receivers: list[ReceiverConfig] = Field(default_factory=list)
-    route: Route | None = Field(default=None, description="the default route (default: every alert to the first receiver)")
+    route: Route | None = Field(
+        default=None, description="the default route (default: every alert to the first receiver)"
+    )
     routes: list[Route] = Field(default_factory=list, description="routes tried before the default, first match wins")
     inhibit_rules: list[InhibitRule] = Field(default_factory=_default_inhibit)
-    external_url: str = Field(default="http://127.0.0.1:8501",
-                              description="the dashboard's address, for links in notifications")
+    external_url: str = Field(
+        default="http://127.0.0.1:8501", description="the dashboard's address, for links in notifications"
+    )
     delivery_poll_s: float = Field(default=1.0, gt=0, description="how often the outbox is looked at")
 
     @model_validator(mode="after")
@@ -109,8 +121,10 @@ class AlertsSettings(BaseModel):
             raise ValueError(f"receiver {min(dup)!r} is defined twice")
         for route in [*self.routes, *([self.route] if self.route else [])]:
             if route.receiver not in names:
-                raise ValueError(f"route to receiver {route.receiver!r}, which is not defined"
-                                 + (f" (receivers: {', '.join(names)})" if names else " (no receivers are defined)"))
+                raise ValueError(
+                    f"route to receiver {route.receiver!r}, which is not defined"
+                    + (f" (receivers: {', '.join(names)})" if names else " (no receivers are defined)")
+                )
         return self
 
     def default_route(self) -> Route | None:

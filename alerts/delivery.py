@@ -125,21 +125,31 @@ class Deliverer:
         for row in rows:
             receiver = self.receivers.get(row.receiver)
             if receiver is None:
-                self._fail(row, None, f"receiver {row.receiver!r} is no longer configured: not delivered",
-                           attempted=False)
+                self._fail(
+                    row, None, f"receiver {row.receiver!r} is no longer configured: not delivered", attempted=False
+                )
                 counts["failed"] += 1
                 continue
             if now - row.created_at > timedelta(hours=receiver.max_age_h):
                 last = row.last_error or "no answer recorded"
-                self._fail(row, row.last_status,
-                           f"gave up after {row.attempts} attempts over {receiver.max_age_h:g} h: {last}",
-                           attempted=False)
+                self._fail(
+                    row,
+                    row.last_status,
+                    f"gave up after {row.attempts} attempts over {receiver.max_age_h:g} h: {last}",
+                    attempted=False,
+                )
                 counts["failed"] += 1
                 continue
             waiting = streams.get(outbox.stream(row.key), [])
             if waiting and waiting[0][0] != row.id:  # an older notification of its group is not delivered yet
-                outbox.mark_retry(self.sessions, row.key, max(now, waiting[0][1]), None,
-                                  "not sent: waiting for an earlier notification of its group", attempted=False)
+                outbox.mark_retry(
+                    self.sessions,
+                    row.key,
+                    max(now, waiting[0][1]),
+                    None,
+                    "not sent: waiting for an earlier notification of its group",
+                    attempted=False,
+                )
                 counts["deferred"] += 1
                 continue
             if row.receiver in held:
@@ -165,7 +175,12 @@ class Deliverer:
                 counts["retrying"] += 1
                 log.warning(
                     "notification %s to receiver %s not delivered (status %s: %s); attempt %d, next at %s",
-                    row.key, row.receiver, outcome.status, outcome.error, row.attempts + 1, at.isoformat(),
+                    row.key,
+                    row.receiver,
+                    outcome.status,
+                    outcome.error,
+                    row.attempts + 1,
+                    at.isoformat(),
                 )
                 if outcome.hold_receiver:
                     held[row.receiver] = (at, f"receiver {row.receiver!r} was unavailable ({outcome.error})")
@@ -240,5 +255,3 @@ def retry_after_seconds(value: str | None, now: datetime) -> float | None:
     if math.isnan(seconds):
         return None
     return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
-
-

@@ -67,8 +67,9 @@ class Evaluator:
         self.sessions = sessions
         self.settings = settings
         self.notifier = Notifier(sessions, settings)
-        longest = max([r.group_interval_s for r in [*settings.routes, *filter(None, [settings.default_route()])]],
-                      default=300.0)
+        longest = max(
+            [r.group_interval_s for r in [*settings.routes, *filter(None, [settings.default_route()])]], default=300.0
+        )
         self.resolved_keep_s = max(900.0, 2 * longest)  # a resolve is kept until its group was told
         self.rule_names = names
         self.states: dict[str, dict[str, Instance]] = load_states(sessions, names)
@@ -83,7 +84,9 @@ class Evaluator:
         from storage.leases import holder_id
 
         self.holder = holder_id()
-        self.lease_ttl_s = max(10.0, 3 * min([g.interval_s for g in groups], default=15.0))  # a killed holder's lease lapses after this
+        self.lease_ttl_s = max(
+            10.0, 3 * min([g.interval_s for g in groups], default=15.0)
+        )  # a killed holder's lease lapses after this
         self._held = False
         self._lease_lock = threading.Lock()
 
@@ -110,8 +113,11 @@ class Evaluator:
                 self._events.clear()
             except Exception as exc:  # noqa: BLE001 - history is secondary to state and paging: kept for the next try
                 del self._events[:-MAX_UNWRITTEN_EVENTS]
-                log.warning("could not write %d alert event(s) to ClickHouse (kept for the next evaluation): %s",
-                            len(self._events), exc)
+                log.warning(
+                    "could not write %d alert event(s) to ClickHouse (kept for the next evaluation): %s",
+                    len(self._events),
+                    exc,
+                )
             report.sent = self.notifier.dispatch(self.current_alerts(), at)
             for instances in changed.values():
                 for inst in instances.values():
@@ -142,8 +148,15 @@ class Evaluator:
             log.warning("rule %s: %s", rule.name, exc)
             outcome = Outcome([], error=str(exc))
         timing = Timing(rule.for_s, rule.keep_firing_for_s, self.resolved_keep_s)
-        return step(timing, self.states.get(rule.name, {}), outcome, at, base_labels=base, no_data=rule.no_data,
-                    error=rule.error)
+        return step(
+            timing,
+            self.states.get(rule.name, {}),
+            outcome,
+            at,
+            base_labels=base,
+            no_data=rule.no_data,
+            error=rule.error,
+        )
 
     def current_alerts(self) -> list[Alert]:
         """Every firing alert and every resolved one still kept, as receivers see them."""
@@ -154,11 +167,18 @@ class Evaluator:
             for inst in instances.values():
                 if inst.state == "pending":
                     continue
-                out.append(Alert(labels=inst.labels, annotations=inst.annotations,
-                                 status="firing" if inst.state == "firing" else "resolved",
-                                 starts_at=inst.fired_at or inst.active_at,
-                                 ends_at=inst.resolved_at if inst.state == "resolved" else None,
-                                 generator_url=self.link(rule, inst), value=inst.value, fingerprint=inst.fingerprint))
+                out.append(
+                    Alert(
+                        labels=inst.labels,
+                        annotations=inst.annotations,
+                        status="firing" if inst.state == "firing" else "resolved",
+                        starts_at=inst.fired_at or inst.active_at,
+                        ends_at=inst.resolved_at if inst.state == "resolved" else None,
+                        generator_url=self.link(rule, inst),
+                        value=inst.value,
+                        fingerprint=inst.fingerprint,
+                    )
+                )
         return out
 
     def link(self, rule: Rule | None, inst: Instance) -> str:
@@ -168,8 +188,11 @@ class Evaluator:
             return ""
         start = inst.active_at - timedelta(hours=1)
         end = (inst.resolved_at or inst.active_at) + timedelta(minutes=30)
-        query = {"metric": _latency(rule, inst),
-                 "from": start.strftime("%Y-%m-%dT%H:%M:%SZ"), "to": end.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        query = {
+            "metric": _latency(rule, inst),
+            "from": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "to": end.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
         if inst.labels.get("model") and REASON not in inst.labels:
             query["model"] = inst.labels["model"]
         return f"{base}/investigate?{urlencode(query)}"
@@ -191,8 +214,9 @@ class Evaluator:
             log.warning("cannot renew the %s lease: %s", LEASE, exc)
             return False
         if held != self._held:
-            log.info("%s the %s lease (%s)", "holding" if held else "standing by: another process holds", LEASE,
-                     self.holder)
+            log.info(
+                "%s the %s lease (%s)", "holding" if held else "standing by: another process holds", LEASE, self.holder
+            )
             if held:  # taking over: continue from what the last holder saved, not from this process's start
                 with self._lock:
                     self.states = load_states(self.sessions, self.rule_names)
@@ -212,9 +236,16 @@ class Evaluator:
         )
         for g in self.groups:
             # a run that could not start in time is dropped once the next one is due
-            self._scheduler.add_job(self._safe, "interval", seconds=g.interval_s, args=[g], id=f"group:{g.name}",
-                                    name=g.name, misfire_grace_time=max(1, int(g.interval_s)),
-                                    next_run_time=datetime.now(UTC))
+            self._scheduler.add_job(
+                self._safe,
+                "interval",
+                seconds=g.interval_s,
+                args=[g],
+                id=f"group:{g.name}",
+                name=g.name,
+                misfire_grace_time=max(1, int(g.interval_s)),
+                next_run_time=datetime.now(UTC),
+            )
         self._scheduler.start()
         if deliver and self.settings.receivers:
             from alerts.delivery import Deliverer
@@ -228,7 +259,7 @@ class Evaluator:
             if self.holding():
                 try:
                     self._deliverer.run_once()
-                except Exception:  # noqa: BLE001 - the loop must outlive a database hiccup
+                except Exception:
                     log.warning("notification delivery pass failed; trying again", exc_info=True)
             self._stop.wait(self.settings.delivery_poll_s)
 
@@ -237,7 +268,7 @@ class Evaluator:
             return
         try:
             report = self.evaluate_group(group, aligned(datetime.now(UTC), group.interval_s))
-        except Exception:  # noqa: BLE001 - the next interval tries again; the scheduler must live
+        except Exception:
             log.exception("evaluating rule group %s failed", group.name)
             return
         for rule, t in report.transitions:

@@ -13,6 +13,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+
 from common.timeutil import as_utc
 
 __all__ = ["ZERO_TIME", "Alert", "Matcher", "fingerprint", "parse_matchers"]
@@ -75,7 +76,9 @@ class Matcher:
             try:
                 re.compile(self.value)
             except re.error as exc:
-                raise ValueError(f"matcher {self.name}{self.op}{self.value!r}: bad regular expression ({exc})") from None
+                raise ValueError(
+                    f"matcher {self.name}{self.op}{self.value!r}: bad regular expression ({exc})"
+                ) from None
 
     def matches(self, labels: dict[str, str]) -> bool:
         actual = labels.get(self.name, "")
@@ -99,7 +102,7 @@ def parse_matchers(text: str | list[str]) -> list[Matcher]:
             continue
         m = _MATCHER.match(part)
         if not m:
-            raise ValueError(f"cannot read matcher {part.strip()!r}: write name=\"value\" (or != =~ !~)")
+            raise ValueError(f'cannot read matcher {part.strip()!r}: write name="value" (or != =~ !~)')
         value = m.group(3) if m.group(3) is not None else m.group(4)
         out.append(Matcher(m.group(1), m.group(2), re.sub(r"\\(.)", r"\1", value)))
     return out

@@ -55,15 +55,26 @@ def _digest(alerts: list[Alert]) -> str:
 
 
 def _stored(a: Alert) -> dict[str, Any]:
-    return {"labels": a.labels, "annotations": a.annotations, "starts_at": a.starts_at.isoformat(),
-            "generator_url": a.generator_url, "fingerprint": a.fingerprint}
+    return {
+        "labels": a.labels,
+        "annotations": a.annotations,
+        "starts_at": a.starts_at.isoformat(),
+        "generator_url": a.generator_url,
+        "fingerprint": a.fingerprint,
+    }
 
 
 def _gone(item: dict[str, Any], at: datetime) -> Alert:
     """A firing alert the receiver was told about and that is no longer in its group: resolved now."""
-    return Alert(labels=item["labels"], annotations=item["annotations"], status="resolved",
-                 starts_at=datetime.fromisoformat(item["starts_at"]), ends_at=at,
-                 generator_url=item.get("generator_url", ""), fingerprint=item["fingerprint"])
+    return Alert(
+        labels=item["labels"],
+        annotations=item["annotations"],
+        status="resolved",
+        starts_at=datetime.fromisoformat(item["starts_at"]),
+        ends_at=at,
+        generator_url=item.get("generator_url", ""),
+        fingerprint=item["fingerprint"],
+    )
 
 
 @dataclass(frozen=True)
@@ -143,7 +154,7 @@ class Notifier:
             row = rows.pop((receiver, key), None)
             try:
                 done = self._one(receiver, key, bucket, row, at)
-            except Exception:  # noqa: BLE001 - one group's failure must not stop the others' notifications
+            except Exception:
                 log.exception("could not notify %s of group %s", receiver, key)
                 continue
             if done is not None:
@@ -151,8 +162,11 @@ class Notifier:
         stale = [g.id for g in rows.values() if g.first_seen_at is not None]  # no alert left, nothing to resolve
         if stale:
             with self.sessions.begin() as s:
-                s.execute(update(AlertGroup).where(AlertGroup.id.in_(stale))
-                          .values(first_seen_at=None, sent_at=None, digest=None, sent=None))
+                s.execute(
+                    update(AlertGroup)
+                    .where(AlertGroup.id.in_(stale))
+                    .values(first_seen_at=None, sent_at=None, digest=None, sent=None)
+                )
         return sent
 
     def _one(self, receiver: str, key: str, b: _Bucket, row: AlertGroup | None, at: datetime) -> Sent | None:
@@ -170,8 +184,11 @@ class Notifier:
                 return None  # resolved before it was ever notified
             with self.sessions.begin() as s:  # a group opens (again): group_wait counts from now
                 if row is None:
-                    s.add(AlertGroup(receiver=receiver, group_key=key, first_seen_at=at, sent_at=None, digest=None,
-                                     sequence=0))
+                    s.add(
+                        AlertGroup(
+                            receiver=receiver, group_key=key, first_seen_at=at, sent_at=None, digest=None, sequence=0
+                        )
+                    )
                 else:
                     s.execute(update(AlertGroup).where(AlertGroup.id == row.id).values(first_seen_at=at))
             first_seen, sent_at, last_digest, sequence = at, None, None, row.sequence if row is not None else 0
@@ -190,18 +207,29 @@ class Notifier:
             return None
         sequence += 1
         alerts = sorted(b.alerts, key=lambda a: (a.status != "firing", a.starts_at, a.fingerprint))
-        n = Notification(receiver=receiver, group_key=key, group_labels=b.labels, alerts=alerts,
-                         external_url=self.settings.external_url, sequence=sequence)
+        n = Notification(
+            receiver=receiver,
+            group_key=key,
+            group_labels=b.labels,
+            alerts=alerts,
+            external_url=self.settings.external_url,
+            sequence=sequence,
+        )
         rows = bodies(config, n)
         if firing:
-            values = {"sent_at": at, "digest": digest, "sequence": sequence,
-                      "sent": {"labels": b.labels, "firing": [_stored(a) for a in alerts if a.status == "firing"]}}
+            values = {
+                "sent_at": at,
+                "digest": digest,
+                "sequence": sequence,
+                "sent": {"labels": b.labels, "firing": [_stored(a) for a in alerts if a.status == "firing"]},
+            }
         else:  # everything in it resolved and was told so: the group closes, its sequence goes on
             values = {"first_seen_at": None, "sent_at": None, "digest": None, "sequence": sequence, "sent": None}
         with self.sessions.begin() as s:  # the rows and what the group was told: both or neither
             added = [outbox.add(s, k, receiver, body, at) for k, body in rows]
-            s.execute(update(AlertGroup).where(AlertGroup.receiver == receiver, AlertGroup.group_key == key)
-                      .values(**values))
+            s.execute(
+                update(AlertGroup).where(AlertGroup.receiver == receiver, AlertGroup.group_key == key).values(**values)
+            )
         if not all(added):
             log.warning("notification %s #%d of group %s was already in the outbox", receiver, sequence, key)
         log.info("notify %s %s #%d: %d alert(s), %d outbox row(s)", receiver, key, sequence, len(alerts), len(rows))

@@ -25,8 +25,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
-from storage.metadata import AlertOutbox
 from common.timeutil import as_utc, aware_utc
+from storage.metadata import AlertOutbox
 
 __all__ = [
     "STATUSES",
@@ -85,8 +85,9 @@ def add(session: Any, key: str, receiver: str, body: dict[str, Any], now: dateti
     t = AlertOutbox.__table__
     added = session.execute(
         insert(t)
-        .values(key=key, receiver=receiver, body=body, status="pending", attempts=0,
-                created_at=now, next_attempt_at=now)
+        .values(
+            key=key, receiver=receiver, body=body, status="pending", attempts=0, created_at=now, next_attempt_at=now
+        )
         .on_conflict_do_nothing(index_elements=[t.c.key])
         .returning(t.c.id)
     ).first()
@@ -127,7 +128,13 @@ def due(sessions: Sessions, now: datetime, limit: int = 100) -> list[OutboxRow]:
 def mark_delivered(sessions: Sessions, key: str, now: datetime, status: int) -> bool:
     """The receiver accepted it (one more attempt); False when the row was no longer pending."""
     return _update(
-        sessions, key, attempted=True, status="delivered", delivered_at=aware_utc(now, "outbox times"), last_status=status, last_error=None
+        sessions,
+        key,
+        attempted=True,
+        status="delivered",
+        delivered_at=aware_utc(now, "outbox times"),
+        last_status=status,
+        last_error=None,
     )
 
 
@@ -138,7 +145,11 @@ def mark_retry(
 
     ``attempted=False`` defers a row that was not sent (its receiver is backing off)."""
     return _update(
-        sessions, key, attempted=attempted, next_attempt_at=aware_utc(next_attempt_at, "outbox times"), last_status=status,
+        sessions,
+        key,
+        attempted=attempted,
+        next_attempt_at=aware_utc(next_attempt_at, "outbox times"),
+        last_status=status,
         last_error=error[:_MAX_ERROR],
     )
 
@@ -176,9 +187,7 @@ def _update(sessions: Sessions, key: str, *, attempted: bool, **values: Any) -> 
     if attempted:
         values["attempts"] = t.attempts + 1
     with sessions() as session:
-        changed = session.execute(
-            update(t).where(t.key == key, t.status == "pending").values(**values)
-        ).rowcount
+        changed = session.execute(update(t).where(t.key == key, t.status == "pending").values(**values)).rowcount
         session.commit()
     return changed == 1
 
@@ -188,10 +197,15 @@ def _row(r: AlertOutbox, *, redact: bool = False) -> OutboxRow:
     if redact and "routing_key" in body:  # a PagerDuty integration key pages people: not for display
         body["routing_key"] = _REDACTED
     return OutboxRow(
-        id=r.id, key=r.key, receiver=r.receiver, body=body, status=r.status, attempts=r.attempts,
-        created_at=r.created_at, next_attempt_at=r.next_attempt_at,
+        id=r.id,
+        key=r.key,
+        receiver=r.receiver,
+        body=body,
+        status=r.status,
+        attempts=r.attempts,
+        created_at=r.created_at,
+        next_attempt_at=r.next_attempt_at,
         delivered_at=r.delivered_at,
-        last_status=r.last_status, last_error=r.last_error,
+        last_status=r.last_status,
+        last_error=r.last_error,
     )
-
-

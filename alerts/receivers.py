@@ -58,9 +58,7 @@ class ReceiverConfig(BaseModel):
     routing_key: SecretStr | None = Field(default=None, description="PagerDuty Events v2 integration key")
     send_resolved: bool = Field(default=True, description="also notify when alerts resolve")
     timeout_s: float = Field(default=10.0, gt=0, description="per request")
-    max_age_h: float = Field(
-        default=24.0, gt=0, description="give up on a notification not delivered after this long"
-    )
+    max_age_h: float = Field(default=24.0, gt=0, description="give up on a notification not delivered after this long")
 
     @field_validator("name")
     @classmethod

@@ -47,8 +47,14 @@ from common.yamlfile import YamlConfigError, describe_validation_error, read_yam
 __all__ = ["OPS", "Duration", "Rule", "RuleFile", "RuleGroup", "load_rules", "parse_duration", "render"]
 
 PACK = Path(__file__).resolve().parent / "packs" / "builtin.yaml"
-OPS = {">": float.__gt__, ">=": float.__ge__, "<": float.__lt__, "<=": float.__le__, "==": float.__eq__,
-       "!=": float.__ne__}
+OPS = {
+    ">": float.__gt__,
+    ">=": float.__ge__,
+    "<": float.__lt__,
+    "<=": float.__le__,
+    "==": float.__eq__,
+    "!=": float.__ne__,
+}
 _LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TEMPLATE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
 _FIELD = re.compile(r"^\$(value|labels\.([A-Za-z_][A-Za-z0-9_]*)|labels)(?:\s*\|\s*(percent|humanize|seconds|round))?$")
@@ -57,8 +63,10 @@ _FIELD = re.compile(r"^\$(value|labels\.([A-Za-z_][A-Za-z0-9_]*)|labels)(?:\s*\|
 def _check_template(text: str) -> str:
     for inner in _TEMPLATE.findall(text):
         if not _FIELD.match(inner):
-            raise ValueError(f"unknown template field {{{{ {inner} }}}}: use {{{{ $value }}}}, {{{{ $labels.NAME }}}}, "
-                             "optionally with | percent, | humanize, | seconds or | round")
+            raise ValueError(
+                f"unknown template field {{{{ {inner} }}}}: use {{{{ $value }}}}, {{{{ $labels.NAME }}}}, "
+                "optionally with | percent, | humanize, | seconds or | round"
+            )
     return text
 
 

@@ -101,15 +101,20 @@ def parse_expr(text: str) -> Expr:
         return Expr(text=text.strip(), signal=None)
     m = _CALL.match(text)
     if not m:
-        raise ValueError(f"expr {text.strip()[:60]!r}: write a built-in signal such as kv_cache_usage_max{{window=\"1m\"}} "
-                         "or a ClickHouse SELECT")
+        raise ValueError(
+            f'expr {text.strip()[:60]!r}: write a built-in signal such as kv_cache_usage_max{{window="1m"}} '
+            "or a ClickHouse SELECT"
+        )
     name, inner = m.group(1), m.group(2) or ""
     if name not in SIGNALS:
         import difflib
 
         hint = difflib.get_close_matches(name, SIGNALS, n=1)
-        raise ValueError(f"unknown signal {name!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                         + f"; known: {', '.join(sorted(SIGNALS))}")
+        raise ValueError(
+            f"unknown signal {name!r}"
+            + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            + f"; known: {', '.join(sorted(SIGNALS))}"
+        )
     signal = SIGNALS[name]
     from alerts.model import parse_matchers
 
@@ -162,7 +167,9 @@ def evaluate(ctx: Context, expr: Expr, at: datetime) -> list[Sample]:
         except SignalError as exc:
             ctx.cache[key] = exc
         except Exception as exc:  # noqa: BLE001 - the store's or the analytics' failure, named
-            ctx.cache[key] = SignalError(f"{expr.signal or 'SQL'}: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+            ctx.cache[key] = SignalError(
+                f"{expr.signal or 'SQL'}: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            )
     answer = ctx.cache[key]
     if isinstance(answer, SignalError):
         raise answer
@@ -244,8 +251,10 @@ def _stalled(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
     start, end = _window(at, p)
     found = stalls(ctx.client, start, end)
     found = found[found["ongoing"]]
-    return [Sample({"replica": str(r.replica), "model": str(r.model)}, float(r.seconds))
-            for r in found.itertuples(index=False)]
+    return [
+        Sample({"replica": str(r.replica), "model": str(r.model)}, float(r.seconds))
+        for r in found.itertuples(index=False)
+    ]
 
 
 def _buckets(ctx: Context, family: str, start: datetime, end: datetime, by: str = "model") -> pd.DataFrame:
@@ -268,7 +277,7 @@ def _quantile(metric: str | None, q: float | None) -> Callable[[Context, dict[st
         buckets = _buckets(ctx, LATENCIES[metric or p["metric"]].family, start, end, p["by"])
         level = q if q is not None else p["q"]
         out = []
-        for group, frame in (buckets.groupby(p["by"], sort=True) if len(buckets) else ()):
+        for group, frame in buckets.groupby(p["by"], sort=True) if len(buckets) else ():
             counts = frame["count"].to_numpy(float)
             if counts[-1] > 0:
                 out.append(Sample({p["by"]: str(group)}, bucket_quantile(level, frame["le"].to_numpy(float), counts)))
@@ -299,7 +308,11 @@ def _over_slo(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
     out = []
     for t, row in zip(targets, df.itertuples(index=False), strict=True):
         if row.requests and not pd.isna(row.observed):
-            out.append(Sample({"model": t.model, "metric": t.metric, "slo": t.label}, float(row.observed) / t.threshold_seconds))
+            out.append(
+                Sample(
+                    {"model": t.model, "metric": t.metric, "slo": t.label}, float(row.observed) / t.threshold_seconds
+                )
+            )
     return out
 
 
@@ -312,8 +325,11 @@ def _burn(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
     windows = (("x", timedelta(seconds=p["window"]), timedelta(seconds=p["short"]), 0.0),)
     df = burn_rates(ctx.client, targets, at, windows=windows, buckets=lambda f, s, e: _buckets(ctx, f, s, e))
     df["burn"] = df[["burn_long", "burn_short"]].min(axis=1, skipna=False)
-    return [Sample({"model": r.model, "metric": r.metric, "slo": r.label}, float(r.burn))
-            for r in df.itertuples(index=False) if not pd.isna(r.burn)]
+    return [
+        Sample({"model": r.model, "metric": r.metric, "slo": r.label}, float(r.burn))
+        for r in df.itertuples(index=False)
+        if not pd.isna(r.burn)
+    ]
 
 
 def _errors(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
@@ -380,8 +396,10 @@ def _sql(ctx: Context, text: str, at: datetime) -> list[Sample]:
         raise SignalError(f"the SQL returns more than {RULE_LIMITS.max_rows:,} rows: aggregate it")
     names = list(result.column_names)
     if "value" not in names:
-        raise SignalError(f"the SQL returns no `value` column (columns: {', '.join(names) or 'none'}); "
-                          "alias the number to check as value")
+        raise SignalError(
+            f"the SQL returns no `value` column (columns: {', '.join(names) or 'none'}); "
+            "alias the number to check as value"
+        )
     out = []
     i = names.index("value")
     for row in result.result_rows:
@@ -398,44 +416,127 @@ def _sql(ctx: Context, text: str, at: datetime) -> list[Sample]:
 
 W = Param("1m")
 W5 = Param("5m")
-SIGNALS: dict[str, Signal] = {s.name: s for s in (
-    Signal("replica_up", "1 when the target's last scrape succeeded, 0 when it failed", {"window": W},
-           _replica_up, ("replica", "instance", "job")),
-    Signal("scrape_success_ratio", "share of successful scrapes per target", {"window": W5}, _scrape_success,
-           ("replica", "instance", "job")),
-    Signal("kv_cache_usage_max", "highest KV-cache usage (0-1)", {"window": W, "by": BY},
-           _gauge(KV_CACHE_USAGE, "max"), ("replica",)),
-    Signal("kv_cache_usage_avg", "mean KV-cache usage (0-1)", {"window": W, "by": BY},
-           _gauge(KV_CACHE_USAGE, "avg"), ("replica",)),
-    Signal("requests_waiting", "mean requests waiting in the engine's queue", {"window": W, "by": BY},
-           _gauge(REQUESTS_WAITING, "avg"), ("replica",)),
-    Signal("waiting_growth", "mean queue in the window's second half minus its first half", {"window": Param("10m"), "by": BY},
-           _waiting_growth, ("replica",)),
-    Signal("preemption_rate", "preemptions per second", {"window": W5, "by": BY}, _preemptions, ("replica",)),
-    Signal("engine_stalled", "seconds a replica has held requests (running or waiting) without generating a token, "
-           "while it is stalled (looked for in the window)", {"window": Param("10m")}, _stalled,
-           ("replica", "model")),
-    Signal("ttft_p99", "p99 time to first token (s), engine histograms", {"window": W5, "by": BY_MODEL},
-           _quantile("ttft", 0.99), ("model",)),
-    Signal("itl_p99", "p99 inter-token latency (s), engine histograms", {"window": W5, "by": BY_MODEL},
-           _quantile("itl", 0.99), ("model",)),
-    Signal("latency_quantile", "a latency quantile (s), engine histograms",
-           {"window": W5, "by": BY_MODEL, "metric": Param("ttft", "choice", ("ttft", "itl", "tpot", "e2e", "queue")),
-            "q": Param("0.99", "number")}, _quantile(None, None), ("model",)),
-    Signal("latency_over_slo", "observed percentile / SLO threshold per model (> 1: over the SLO)",
-           {"window": W5, "metric": Param("ttft", "choice", ("ttft", "itl", "tpot", "e2e"))}, _over_slo,
-           ("model", "metric", "slo")),
-    Signal("slo_burn_rate", "error-budget burn rate, the lower of the long and the short window",
-           {"window": Param("1h"), "short": W5, "metric": Param("any", "choice", ("any", "ttft", "itl", "tpot", "e2e"))},
-           _burn, ("model", "metric", "slo")),
-    Signal("error_ratio", "share of requests that failed on the server side (request log)",
-           {"window": W5, "by": BY_MODEL}, _errors, ("model",)),
-    Signal("cost_per_mtok", "USD per 1M tokens", {"window": Param("1h"), "by": BY_MODEL}, _cost_per_mtok,
-           ("model",)),
-    Signal("cost_per_mtok_change", "percent change of USD per 1M tokens against the same window `offset` earlier",
-           {"window": Param("1h"), "by": BY_MODEL, "offset": Param("7d")}, _cost_change, ("model",)),
-    Signal("drift_share", "share of request features that drifted against the reference (0-1)",
-           {"window": Param("1h"), "reference": Param("trailing-day", "choice",
-                                                      ("trailing-day", "last-week"))},
-           _drift, ()),
-)}
+SIGNALS: dict[str, Signal] = {
+    s.name: s
+    for s in (
+        Signal(
+            "replica_up",
+            "1 when the target's last scrape succeeded, 0 when it failed",
+            {"window": W},
+            _replica_up,
+            ("replica", "instance", "job"),
+        ),
+        Signal(
+            "scrape_success_ratio",
+            "share of successful scrapes per target",
+            {"window": W5},
+            _scrape_success,
+            ("replica", "instance", "job"),
+        ),
+        Signal(
+            "kv_cache_usage_max",
+            "highest KV-cache usage (0-1)",
+            {"window": W, "by": BY},
+            _gauge(KV_CACHE_USAGE, "max"),
+            ("replica",),
+        ),
+        Signal(
+            "kv_cache_usage_avg",
+            "mean KV-cache usage (0-1)",
+            {"window": W, "by": BY},
+            _gauge(KV_CACHE_USAGE, "avg"),
+            ("replica",),
+        ),
+        Signal(
+            "requests_waiting",
+            "mean requests waiting in the engine's queue",
+            {"window": W, "by": BY},
+            _gauge(REQUESTS_WAITING, "avg"),
+            ("replica",),
+        ),
+        Signal(
+            "waiting_growth",
+            "mean queue in the window's second half minus its first half",
+            {"window": Param("10m"), "by": BY},
+            _waiting_growth,
+            ("replica",),
+        ),
+        Signal("preemption_rate", "preemptions per second", {"window": W5, "by": BY}, _preemptions, ("replica",)),
+        Signal(
+            "engine_stalled",
+            "seconds a replica has held requests (running or waiting) without generating a token, "
+            "while it is stalled (looked for in the window)",
+            {"window": Param("10m")},
+            _stalled,
+            ("replica", "model"),
+        ),
+        Signal(
+            "ttft_p99",
+            "p99 time to first token (s), engine histograms",
+            {"window": W5, "by": BY_MODEL},
+            _quantile("ttft", 0.99),
+            ("model",),
+        ),
+        Signal(
+            "itl_p99",
+            "p99 inter-token latency (s), engine histograms",
+            {"window": W5, "by": BY_MODEL},
+            _quantile("itl", 0.99),
+            ("model",),
+        ),
+        Signal(
+            "latency_quantile",
+            "a latency quantile (s), engine histograms",
+            {
+                "window": W5,
+                "by": BY_MODEL,
+                "metric": Param("ttft", "choice", ("ttft", "itl", "tpot", "e2e", "queue")),
+                "q": Param("0.99", "number"),
+            },
+            _quantile(None, None),
+            ("model",),
+        ),
+        Signal(
+            "latency_over_slo",
+            "observed percentile / SLO threshold per model (> 1: over the SLO)",
+            {"window": W5, "metric": Param("ttft", "choice", ("ttft", "itl", "tpot", "e2e"))},
+            _over_slo,
+            ("model", "metric", "slo"),
+        ),
+        Signal(
+            "slo_burn_rate",
+            "error-budget burn rate, the lower of the long and the short window",
+            {
+                "window": Param("1h"),
+                "short": W5,
+                "metric": Param("any", "choice", ("any", "ttft", "itl", "tpot", "e2e")),
+            },
+            _burn,
+            ("model", "metric", "slo"),
+        ),
+        Signal(
+            "error_ratio",
+            "share of requests that failed on the server side (request log)",
+            {"window": W5, "by": BY_MODEL},
+            _errors,
+            ("model",),
+        ),
+        Signal(
+            "cost_per_mtok", "USD per 1M tokens", {"window": Param("1h"), "by": BY_MODEL}, _cost_per_mtok, ("model",)
+        ),
+        Signal(
+            "cost_per_mtok_change",
+            "percent change of USD per 1M tokens against the same window `offset` earlier",
+            {"window": Param("1h"), "by": BY_MODEL, "offset": Param("7d")},
+            _cost_change,
+            ("model",),
+        ),
+        Signal(
+            "drift_share",
+            "share of request features that drifted against the reference (0-1)",
+            {"window": Param("1h"), "reference": Param("trailing-day", "choice", ("trailing-day", "last-week"))},
+            _drift,
+            (),
+        ),
+    )
+}

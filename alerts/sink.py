@@ -36,8 +36,11 @@ def describe(body: Any) -> list[str]:
         for alert in body["alerts"]:
             labels = alert.get("labels") or {}
             notes = alert.get("annotations") or {}
-            parts = [f"{str(alert.get('status', '?')).upper():<8} {labels.get('alertname', '?')}"
-                     + (f" [{labels['severity']}]" if labels.get("severity") else ""), _labels(labels)]
+            parts = [
+                f"{str(alert.get('status', '?')).upper():<8} {labels.get('alertname', '?')}"
+                + (f" [{labels['severity']}]" if labels.get("severity") else ""),
+                _labels(labels),
+            ]
             parts += [notes.get("summary") or notes.get("description") or "", alert.get("generatorURL") or ""]
             lines.append(" — ".join(p for p in parts if p))
         return lines or [f"{str(body.get('status', '?')).upper()} (no alerts in the message)"]
@@ -46,7 +49,10 @@ def describe(body: Any) -> list[str]:
     if isinstance(body, dict) and "event_action" in body:  # PagerDuty Events v2
         payload = body.get("payload") or {}
         summary = payload.get("summary") or body.get("dedup_key", "")
-        return [f"{str(body['event_action']).upper():<8} {summary}" + (f" [{payload['severity']}]" if payload.get("severity") else "")]
+        return [
+            f"{str(body['event_action']).upper():<8} {summary}"
+            + (f" [{payload['severity']}]" if payload.get("severity") else "")
+        ]
     text = json.dumps(body, separators=(",", ":"), default=str)
     return [text if len(text) <= 300 else text[:297] + "..."]
 
@@ -54,15 +60,16 @@ def describe(body: Any) -> list[str]:
 class Sink:
     """A webhook receiver on ``host:port`` (0: a free port) printing what arrives through ``out``."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, out: Callable[[str], None] = print,
-                 record: Path | None = None) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, out: Callable[[str], None] = print, record: Path | None = None
+    ) -> None:
         self.out, self.record = out, record
         self.received: list[Any] = []
         self._lock = threading.Lock()
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 size = int(self.headers.get("content-length") or 0)
                 if size > MAX_BODY:
                     sink._say(f"refused a body of {size} bytes (over {MAX_BODY})")

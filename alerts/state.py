@@ -83,8 +83,13 @@ class Transition:
 
 def _special(base: dict[str, str], reason: str, message: str) -> Active:
     labels = {**base, REASON: reason}
-    return Active(labels, {"summary": f"{base.get('alertname', 'rule')}: {message}", "error": message}
-                  if reason == "Error" else {"summary": f"{base.get('alertname', 'rule')}: {message}"}, None)
+    return Active(
+        labels,
+        {"summary": f"{base.get('alertname', 'rule')}: {message}", "error": message}
+        if reason == "Error"
+        else {"summary": f"{base.get('alertname', 'rule')}: {message}"},
+        None,
+    )
 
 
 def step(
@@ -131,7 +136,9 @@ def step(
         # a NoData/Error instance waits at least SPECIAL_FOR_S: one failed query is not a page
         for_s = max(timing.for_s, SPECIAL_FOR_S) if REASON in a.labels else timing.for_s
         if old is None or old.state == "resolved":
-            inst = Instance(fp, a.labels, a.annotations, "pending", a.value, active_at=at, last_true_at=at, evaluated_at=at)
+            inst = Instance(
+                fp, a.labels, a.annotations, "pending", a.value, active_at=at, last_true_at=at, evaluated_at=at
+            )
             before = "inactive" if old is None else "resolved"
             if for_s <= 0:
                 inst = replace(inst, state="firing", fired_at=at)
@@ -140,7 +147,9 @@ def step(
             else:
                 move(inst, before, "pending")
         else:
-            inst = replace(old, labels=a.labels, annotations=a.annotations, value=a.value, last_true_at=at, evaluated_at=at)
+            inst = replace(
+                old, labels=a.labels, annotations=a.annotations, value=a.value, last_true_at=at, evaluated_at=at
+            )
             if old.state == "pending" and at - old.active_at >= timedelta(seconds=for_s):
                 inst = replace(inst, state="firing", fired_at=at)
                 move(inst, "pending", "firing")
@@ -162,7 +171,10 @@ def step(
             gone = replace(old, state="resolved", resolved_at=at, evaluated_at=at)
             move(gone, "firing", "resolved")
             new[fp] = gone
-        elif (old.state == "resolved" and old.resolved_at is not None
-              and at - old.resolved_at < timedelta(seconds=timing.resolved_keep_s)):
+        elif (
+            old.state == "resolved"
+            and old.resolved_at is not None
+            and at - old.resolved_at < timedelta(seconds=timing.resolved_keep_s)
+        ):
             new[fp] = old
     return new, moves

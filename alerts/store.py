@@ -19,8 +19,8 @@ from sqlalchemy import delete, select
 
 from alerts.model import Matcher
 from alerts.state import Instance, Transition
-from storage.metadata import AlertEvaluation, AlertState, Silence
 from common.timeutil import as_utc
+from storage.metadata import AlertEvaluation, AlertState, Silence
 
 __all__ = [
     "Evaluation",
@@ -46,9 +46,17 @@ def load_states(sessions: Any, rules: list[str] | None = None) -> dict[str, dict
             query = query.where(AlertState.rule.in_(rules))
         for row in s.scalars(query):
             out.setdefault(row.rule, {})[row.fingerprint] = Instance(
-                row.fingerprint, dict(row.labels), dict(row.annotations), row.state, row.value,
-                row.active_at, row.fired_at, row.last_true_at, row.resolved_at,
-                row.evaluated_at)
+                row.fingerprint,
+                dict(row.labels),
+                dict(row.annotations),
+                row.state,
+                row.value,
+                row.active_at,
+                row.fired_at,
+                row.last_true_at,
+                row.resolved_at,
+                row.evaluated_at,
+            )
     return out
 
 
@@ -59,11 +67,21 @@ def save_states(sessions: Any, states: dict[str, dict[str, Instance]]) -> None:
             s.execute(delete(AlertState).where(AlertState.rule.in_(list(states))))
         for rule, instances in states.items():
             for inst in instances.values():
-                s.add(AlertState(rule=rule, fingerprint=inst.fingerprint, labels=inst.labels,
-                                 annotations=inst.annotations, state=inst.state,
-                                 value=None if inst.value is None or inst.value != inst.value else inst.value,
-                                 active_at=inst.active_at, fired_at=inst.fired_at, last_true_at=inst.last_true_at,
-                                 resolved_at=inst.resolved_at, evaluated_at=inst.evaluated_at or inst.active_at))
+                s.add(
+                    AlertState(
+                        rule=rule,
+                        fingerprint=inst.fingerprint,
+                        labels=inst.labels,
+                        annotations=inst.annotations,
+                        state=inst.state,
+                        value=None if inst.value is None or inst.value != inst.value else inst.value,
+                        active_at=inst.active_at,
+                        fired_at=inst.fired_at,
+                        last_true_at=inst.last_true_at,
+                        resolved_at=inst.resolved_at,
+                        evaluated_at=inst.evaluated_at or inst.active_at,
+                    )
+                )
 
 
 @dataclass(frozen=True)
@@ -75,7 +93,9 @@ class Evaluation:
     errors: dict[str, str]
 
 
-def save_evaluation(sessions: Any, group: str, at: datetime, seconds: float, rules: int, errors: dict[str, str]) -> None:
+def save_evaluation(
+    sessions: Any, group: str, at: datetime, seconds: float, rules: int, errors: dict[str, str]
+) -> None:
     """Record a rule group's evaluation (the last one per group is kept)."""
     with sessions.begin() as s:
         row = s.get(AlertEvaluation, group)
@@ -101,11 +121,24 @@ def prune_states(sessions: Any, keep: list[str]) -> int:
 def write_events(client: Any, rule_moves: list[tuple[str, Transition]]) -> None:
     if not rule_moves:
         return
-    rows = [[t.at, rule, t.fingerprint, t.labels, t.before, t.after,
-             None if t.value is None or t.value != t.value else float(t.value), t.annotations.get("summary", "")]
-            for rule, t in rule_moves]
-    client.insert("alert_events", rows, column_names=["ts", "rule", "fingerprint", "labels", "state_before", "state",
-                                                      "value", "summary"])
+    rows = [
+        [
+            t.at,
+            rule,
+            t.fingerprint,
+            t.labels,
+            t.before,
+            t.after,
+            None if t.value is None or t.value != t.value else float(t.value),
+            t.annotations.get("summary", ""),
+        ]
+        for rule, t in rule_moves
+    ]
+    client.insert(
+        "alert_events",
+        rows,
+        column_names=["ts", "rule", "fingerprint", "labels", "state_before", "state", "value", "summary"],
+    )
 
 
 def history(client: Any, start: datetime, end: datetime, limit: int = 500) -> list[dict[str, Any]]:
@@ -113,8 +146,12 @@ def history(client: Any, start: datetime, end: datetime, limit: int = 500) -> li
     result = client.query(
         "SELECT ts, rule, fingerprint, labels, state_before, state, value, summary FROM alert_events "
         "WHERE ts >= {s:DateTime64(3)} AND ts < {e:DateTime64(3)} ORDER BY ts DESC LIMIT {n:UInt32}",
-        parameters={"s": start.astimezone(UTC).replace(tzinfo=None), "e": end.astimezone(UTC).replace(tzinfo=None),
-                    "n": limit})
+        parameters={
+            "s": start.astimezone(UTC).replace(tzinfo=None),
+            "e": end.astimezone(UTC).replace(tzinfo=None),
+            "n": limit,
+        },
+    )
     return [dict(zip(result.column_names, row, strict=True)) for row in result.result_rows]
 
 
@@ -134,20 +171,28 @@ class SilenceRow:
         return self.active(at) and all(m.matches(labels) for m in self.matchers)
 
 
-def add_silence(sessions: Any, matchers: list[Matcher], starts_at: datetime, ends_at: datetime, created_by: str,
-                comment: str) -> int:
+def add_silence(
+    sessions: Any, matchers: list[Matcher], starts_at: datetime, ends_at: datetime, created_by: str, comment: str
+) -> int:
     if not matchers:
         raise ValueError("a silence needs at least one matcher")
     if not any(_specific(m) for m in matchers):
-        raise ValueError("these matchers match every alert: add one that names what to silence "
-                         '(name="value", or name=~"regex" that does not match anything)')
+        raise ValueError(
+            "these matchers match every alert: add one that names what to silence "
+            '(name="value", or name=~"regex" that does not match anything)'
+        )
     if as_utc(ends_at) <= as_utc(starts_at):
         raise ValueError("a silence must end after it starts")
     if not created_by.strip() or not comment.strip():
         raise ValueError("a silence needs an author and a comment (why it is silenced)")
     with sessions.begin() as s:
-        row = Silence(matchers=[[m.name, m.op, m.value] for m in matchers], starts_at=starts_at, ends_at=ends_at,
-                      created_by=created_by.strip(), comment=comment.strip())
+        row = Silence(
+            matchers=[[m.name, m.op, m.value] for m in matchers],
+            starts_at=starts_at,
+            ends_at=ends_at,
+            created_by=created_by.strip(),
+            comment=comment.strip(),
+        )
         s.add(row)
         s.flush()
         return int(row.id)
@@ -181,5 +226,7 @@ def silences(sessions: Any, *, active_at: datetime | None = None, limit: int = 5
         if active_at is not None:
             query = query.where(Silence.ends_at > active_at, Silence.starts_at <= active_at)
         rows = list(s.scalars(query))
-    return [SilenceRow(r.id, [Matcher(*m) for m in r.matchers], r.starts_at, r.ends_at, r.created_by,
-                       r.comment) for r in rows]
+    return [
+        SilenceRow(r.id, [Matcher(*m) for m in r.matchers], r.starts_at, r.ends_at, r.created_by, r.comment)
+        for r in rows
+    ]

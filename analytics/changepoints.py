@@ -40,7 +40,9 @@ def best_split(x: np.ndarray, min_size: int) -> tuple[int, float]:
     return int(k[i]), float(gain[i])
 
 
-def change_points(values: np.ndarray, *, min_size: int = 3, penalty: float | None = None, max_breaks: int = 6) -> list[int]:
+def change_points(
+    values: np.ndarray, *, min_size: int = 3, penalty: float | None = None, max_breaks: int = 6
+) -> list[int]:
     """Indices where the mean of ``values`` shifts (binary segmentation on squared error; a split
     is kept when it removes more than ``penalty``, by default 3 x noise variance x ln n, with the
     noise estimated robustly from successive differences)."""
@@ -64,8 +66,9 @@ def change_points(values: np.ndarray, *, min_size: int = 3, penalty: float | Non
     return sorted(found)
 
 
-def episode(levels: list[float], bounds: list[int], rise: float = math.log(1.5),
-             gap: int = 8, min_base: int = 3) -> tuple[int, int, int] | None:
+def episode(
+    levels: list[float], bounds: list[int], rise: float = math.log(1.5), gap: int = 8, min_base: int = 3
+) -> tuple[int, int, int] | None:
     """The regression to explain: (base, first, end) segment indices: the run of segments
     [first, end) that stay ``rise`` above segment ``base`` (dips back shorter than ``gap`` steps
     do not end it), with the largest excess (log level x steps). A short blip that falls back

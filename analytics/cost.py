@@ -33,19 +33,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import pandas as pd
+from typing_extensions import Unpack
 
 from analytics.counters import series_latest
 from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.metrics import counter_increases
 from analytics.requests import request_totals
-from analytics.tiers import HOUR, SIX_HOURS, Retention, coverage, param_time, plan
+from analytics.tiers import HOUR, SIX_HOURS, coverage, param_time, plan
 from analytics.vllm import CACHED_PROMPT_TOKENS, GENERATION_TOKENS, PROMPT_TOKENS, REQUESTS_RUNNING
+from analytics.window import Scope, scope_parts
+from storage.clickhouse import Client
 
-__all__ = ["FLEET", "UP_METRIC", "ReferencePrice", "TokenWeights", "compare_reference", "cost_by_tenant",
-           "cost_per_token", "gpu_hours", "gpu_spend"]
+__all__ = [
+    "FLEET",
+    "UP_METRIC",
+    "ReferencePrice",
+    "TokenWeights",
+    "compare_reference",
+    "cost_by_tenant",
+    "cost_per_token",
+    "gpu_hours",
+    "gpu_spend",
+]
 
 UP_METRIC = REQUESTS_RUNNING  # every vLLM engine reports it; present while it is up
 FLEET = "(fleet)"
@@ -78,13 +91,18 @@ class ReferencePrice:
     cached: float | None = None  # None: priced as input
 
 
-def gpu_hours(
-    client, start: datetime, end: datetime, *, filters: Filters | None = None,  # noqa: ANN001
-    tier: str | None = None, retention: Retention | None = None, now: datetime | None = None,
-) -> pd.DataFrame:
+def gpu_hours(client: Client, start: datetime, end: datetime, **scope: Unpack[Scope]) -> pd.DataFrame:
     """Seconds up and busy, and GPU-hours, per replica over ``[start, end)``."""
-    p = plan(start, end, now=now, retention=retention, kind="samples", tier=tier,
-             data=coverage(client, "samples") if tier is None else None)
+    tier, retention, now, filters = scope_parts(scope)
+    p = plan(
+        start,
+        end,
+        now=now,
+        retention=retention,
+        kind="samples",
+        tier=tier,
+        data=coverage(client, "samples") if tier is None else None,
+    )
     if p.tier is SIX_HOURS:  # uptime counts whole buckets: hours are close enough, 6 hours are not
         p = plan(start, end, now=now, retention=retention, kind="samples", tier=HOUR.name)
     bucket, width = ("toStartOfHour(ts)", 3600) if p.tier is HOUR else ("toStartOfMinute(ts)", 60)
@@ -114,19 +132,22 @@ def gpu_hours(
 
 
 def gpu_spend(
-    client, start: datetime, end: datetime, prices: dict[str, float], *, filters: Filters | None = None,  # noqa: ANN001
-    tier: str | None = None, retention: Retention | None = None, now: datetime | None = None,
+    client: Client, start: datetime, end: datetime, prices: dict[str, float], **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """Spend per replica over ``[start, end)``: all of it, its idle part and its busy part."""
+    tier, retention, now, filters = scope_parts(scope)
     df = gpu_hours(client, start, end, filters=filters, tier=tier, retention=retention, now=now)
     unlabelled = df.loc[df["gpu_type"] == "", "replica"].tolist()
     if unlabelled:
-        raise KeyError(f"no gpu_type label on {', '.join(repr(r) for r in unlabelled[:5])}: give the scrape target "
-                       "gpu_type and gpu_count labels (the fleet spec does) to price it")
+        raise KeyError(
+            f"no gpu_type label on {', '.join(repr(r) for r in unlabelled[:5])}: give the scrape target "
+            "gpu_type and gpu_count labels (the fleet spec does) to price it"
+        )
     missing = sorted(set(df["gpu_type"]) - set(prices))
     if missing:
-        raise KeyError(f"no GPU price for {', '.join(repr(m) for m in missing)}: add one (USD per GPU-hour, "
-                       "fleetscope prices set)")
+        raise KeyError(
+            f"no GPU price for {', '.join(repr(m) for m in missing)}: add one (USD per GPU-hour, fleetscope prices set)"
+        )
     per_second = df["gpu_count"] * df["gpu_type"].map(prices).astype(float) / 3600.0
     df["spend"] = df["up_seconds"] * per_second
     df["idle_spend"] = (df["up_seconds"] - df["busy_seconds"]) * per_second
@@ -134,7 +155,7 @@ def gpu_spend(
     return df
 
 
-def _engine_tokens(client, start, end, by, kw) -> pd.DataFrame:  # noqa: ANN001
+def _engine_tokens(client: Client, start: datetime, end: datetime, by: str, kw: Scope) -> pd.DataFrame:
     names = {PROMPT: "prompt_tokens", CACHED: "cached_tokens", OUTPUT: "completion_tokens"}
     found = counter_increases(client, list(names), start, end, by, **kw)  # one query for the three counters
     if found.empty:
@@ -147,7 +168,9 @@ def _engine_tokens(client, start, end, by, kw) -> pd.DataFrame:  # noqa: ANN001
 
 def _price_list(df: pd.DataFrame, weights: TokenWeights) -> pd.DataFrame:
     computed = df["prompt_tokens"] - df["cached_tokens"]
-    weighted = computed * weights.input + df["cached_tokens"] * weights.cached + df["completion_tokens"] * weights.output
+    weighted = (
+        computed * weights.input + df["cached_tokens"] * weights.cached + df["completion_tokens"] * weights.output
+    )
     per_weighted = (df["spend"] / weighted).where(weighted > 0)
     billed = df["prompt_tokens"] + df["completion_tokens"]
     df["cost_per_million_tokens"] = (df["spend"] / billed * 1e6).where(billed > 0)
@@ -159,15 +182,20 @@ def _price_list(df: pd.DataFrame, weights: TokenWeights) -> pd.DataFrame:
 
 
 def cost_per_token(
-    client, start: datetime, end: datetime, prices: dict[str, float], *, by: str = "model",  # noqa: ANN001
-    weights: TokenWeights | None = None, filters: Filters | None = None, tier: str | None = None,
-    retention: Retention | None = None, now: datetime | None = None,
+    client: Client,
+    start: datetime,
+    end: datetime,
+    prices: dict[str, float],
+    *,
+    by: str = "model",
+    weights: TokenWeights | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Spend, tokens served and cost per 1M tokens per ``by`` (model or replica) and for the fleet."""
     if by not in ("model", "replica"):
         raise ValueError("by must be 'model' or 'replica'")
     weights = weights or TokenWeights()
-    kw = {"filters": filters, "tier": tier, "retention": retention, "now": now}
+    kw = scope
     spend = gpu_spend(client, start, end, prices, **kw)
     money = spend.groupby(by)[["spend", "idle_spend", "busy_spend", "gpu_hours"]].sum().reset_index()
     tokens = _engine_tokens(client, start, end, by, kw)
@@ -181,12 +209,18 @@ def cost_per_token(
 
 
 def cost_by_tenant(
-    client, start: datetime, end: datetime, prices: dict[str, float], *,  # noqa: ANN001
-    weights: TokenWeights | None = None, idle: str = "share", filters: Filters | None = None,
-    tier: str | None = None, retention: Retention | None = None, now: datetime | None = None,
+    client: Client,
+    start: datetime,
+    end: datetime,
+    prices: dict[str, float],
+    *,
+    weights: TokenWeights | None = None,
+    idle: str = "share",
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Showback: each model pool's spend shared among the tenants that used it, by weighted
     tokens (direct: the busy spend; idle: the idle spend, in proportion or as its own row)."""
+    tier, retention, now, filters = scope_parts(scope)
     if idle not in ("share", "separate"):
         raise ValueError("idle must be 'share' (in proportion to use) or 'separate' (its own row)")
     weights = weights or TokenWeights()
@@ -194,12 +228,23 @@ def cost_by_tenant(
     pool_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
     spend = gpu_spend(client, start, end, prices, filters=pool_filters, tier=tier, retention=retention, now=now)
     pools = spend.groupby("model")[["busy_spend", "idle_spend"]].sum()
-    tokens = request_totals(client, start, end, by=["model", "tenant", "route"], tier=tier, retention=retention,
-                            now=now, filters=pool_filters)
+    tokens = request_totals(
+        client,
+        start,
+        end,
+        by=["model", "tenant", "route"],
+        tier=tier,
+        retention=retention,
+        now=now,
+        filters=pool_filters,
+    )
     plan_used = tokens.attrs["plan"]
     computed = tokens["prompt_tokens"] - tokens["cached_tokens"]
-    tokens["weighted_tokens"] = (computed * weights.input + tokens["cached_tokens"] * weights.cached
-                                 + tokens["completion_tokens"] * weights.output)
+    tokens["weighted_tokens"] = (
+        computed * weights.input
+        + tokens["cached_tokens"] * weights.cached
+        + tokens["completion_tokens"] * weights.output
+    )
     pool_tokens = tokens.groupby("model")["weighted_tokens"].transform("sum")
     pool_share = (tokens["weighted_tokens"] / pool_tokens).where(pool_tokens > 0, 0.0)
     tokens["direct"] = pool_share * tokens["model"].map(pools["busy_spend"]).fillna(0.0)
@@ -219,8 +264,13 @@ def cost_by_tenant(
         used = set(tokens.loc[tokens["weighted_tokens"] > 0, "model"])
         unused = pools[~pools.index.isin(used)]  # spend no request-log row accounts for
         if len(unused) and float(unused.sum().sum()) > 0:
-            extra.append({"tenant": UNATTRIBUTED, "direct": float(unused["busy_spend"].sum()),
-                          "idle": float(unused["idle_spend"].sum()) if idle == "share" else 0.0})
+            extra.append(
+                {
+                    "tenant": UNATTRIBUTED,
+                    "direct": float(unused["busy_spend"].sum()),
+                    "idle": float(unused["idle_spend"].sum()) if idle == "share" else 0.0,
+                }
+            )
         if idle == "separate" and float(spend["idle_spend"].sum()) > 0:
             extra.append({"tenant": IDLE, "direct": 0.0, "idle": float(spend["idle_spend"].sum())})
     if extra:
@@ -230,13 +280,26 @@ def cost_by_tenant(
     out["share"] = out["spend"] / total if total > 0 else 0.0
     billed = out["prompt_tokens"] + out["completion_tokens"]
     out["cost_per_million_tokens"] = (out["spend"] / billed * 1e6).where(billed > 0)
-    out = out[["tenant", "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "weighted_tokens", "share",
-               "direct", "idle", "spend", "cost_per_million_tokens"]]
+    out = out[
+        [
+            "tenant",
+            "requests",
+            "prompt_tokens",
+            "completion_tokens",
+            "cached_tokens",
+            "weighted_tokens",
+            "share",
+            "direct",
+            "idle",
+            "spend",
+            "cost_per_million_tokens",
+        ]
+    ]
     out.attrs.update(plan=plan_used, spend_plan=spend.attrs["plan"], weights=weights)
     return out
 
 
-def compare_reference(row: pd.Series | dict, references: list[ReferencePrice]) -> pd.DataFrame:
+def compare_reference(row: pd.Series | dict[str, Any], references: list[ReferencePrice]) -> pd.DataFrame:
     """For one ``cost_per_token`` row: each reference's price for the same tokens, and ours."""
     computed = float(row["prompt_tokens"]) - float(row["cached_tokens"])
     cached, output, ours = float(row["cached_tokens"]), float(row["completion_tokens"]), float(row["spend"])
@@ -244,8 +307,26 @@ def compare_reference(row: pd.Series | dict, references: list[ReferencePrice]) -
     for ref in references:
         cached_price = ref.input if ref.cached is None else ref.cached
         theirs = (computed * ref.input + cached * cached_price + output * ref.output) / 1e6
-        rows.append({"reference": ref.name, "input_per_million": ref.input, "cached_per_million": cached_price,
-                     "output_per_million": ref.output, "reference_cost": theirs, "our_cost": ours,
-                     "ratio": ours / theirs if theirs > 0 else float("nan")})
-    return pd.DataFrame(rows, columns=["reference", "input_per_million", "cached_per_million", "output_per_million",
-                                       "reference_cost", "our_cost", "ratio"])
+        rows.append(
+            {
+                "reference": ref.name,
+                "input_per_million": ref.input,
+                "cached_per_million": cached_price,
+                "output_per_million": ref.output,
+                "reference_cost": theirs,
+                "our_cost": ours,
+                "ratio": ours / theirs if theirs > 0 else float("nan"),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "reference",
+            "input_per_million",
+            "cached_per_million",
+            "output_per_million",
+            "reference_cost",
+            "our_cost",
+            "ratio",
+        ],
+    )

@@ -20,6 +20,7 @@ import pandas as pd
 
 from analytics.frames import query_df
 from analytics.tiers import param_time
+from storage.clickhouse import Client
 
 __all__ = ["SERIES_LATEST", "increase", "series_latest"]
 
@@ -32,8 +33,13 @@ SERIES_LATEST = """
 """
 
 # by -> SQL over the joined series ``s`` / values ``v``; "fleet" puts every series in one group
-GROUPS = {"replica": "s.replica", "model": "s.model", "instance": "s.instance", "fingerprint": "v.fingerprint",
-          "fleet": "'(fleet)'"}
+GROUPS = {
+    "replica": "s.replica",
+    "model": "s.model",
+    "instance": "s.instance",
+    "fingerprint": "v.fingerprint",
+    "fleet": "'(fleet)'",
+}
 
 
 def series_latest(metric_param: str | None = None, *, many: bool = False) -> str:
@@ -46,7 +52,7 @@ def series_latest(metric_param: str | None = None, *, many: bool = False) -> str
 
 
 def increase(
-    client,
+    client: Client,
     metric: str,
     start: datetime,
     end: datetime,
@@ -70,7 +76,13 @@ def increase(
         GROUP BY {by}
         ORDER BY {by}
     """
-    return query_df(client, 
-        sql, parameters={"metric": metric, "start": param_time(start), "end": param_time(end),
-                         "lookback_start": param_time(start - lookback)}
+    return query_df(
+        client,
+        sql,
+        parameters={
+            "metric": metric,
+            "start": param_time(start),
+            "end": param_time(end),
+            "lookback_start": param_time(start - lookback),
+        },
     )

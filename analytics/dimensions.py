@@ -14,15 +14,18 @@ from datetime import datetime
 from analytics.cost import UP_METRIC
 from analytics.requests import request_totals
 from analytics.tiers import param_time
+from storage.clickhouse import Client
 
 __all__ = ["dimension_values"]
 
 
-def dimension_values(client, start: datetime, end: datetime) -> dict[str, list[str]]:  # noqa: ANN001
+def dimension_values(client: Client, start: datetime, end: datetime) -> dict[str, list[str]]:
     rows = client.query(
-        "SELECT DISTINCT model, replica FROM series WHERE metric = {m:String} AND last_seen >= {s:DateTime64(3)} - INTERVAL 15 MINUTE "
+        "SELECT DISTINCT model, replica FROM series WHERE metric = {m:String} AND last_seen >= {s:DateTime64(3)} - "
+        "INTERVAL 15 MINUTE "
         "AND first_seen < {e:DateTime64(3)}",
-        parameters={"m": UP_METRIC, "s": param_time(start), "e": param_time(end)}).result_rows
+        parameters={"m": UP_METRIC, "s": param_time(start), "e": param_time(end)},
+    ).result_rows
     out = {"model": sorted({m for m, _r in rows if m}), "replica": sorted({r for _m, r in rows if r})}
     for key in ("tenant", "route"):
         found = request_totals(client, start, end, by=[key], source=None)

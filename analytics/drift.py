@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,6 +39,7 @@ from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
 from analytics.requests import CONTEXT_BUCKET
 from analytics.tiers import HOUR, align, param_time
+from storage.clickhouse import Client
 
 __all__ = ["CATEGORICAL", "NUMERIC", "drift", "length_distribution", "mix_shares", "reference_window"]
 
@@ -71,11 +73,22 @@ def reference_window(start: datetime, end: datetime, kind: str = "trailing-day")
     raise ValueError("reference must be 'trailing-day' or 'last-week' (or give a window)")
 
 
-def _where(current, reference, source, filters) -> tuple[str, dict[str, object]]:  # noqa: ANN001
-    params: dict[str, object] = {"cs": param_time(current[0]), "ce": param_time(current[1]),
-                                 "rs": param_time(reference[0]), "re": param_time(reference[1])}
-    where = ("((ts >= {cs:DateTime64(3)} AND ts < {ce:DateTime64(3)}) OR "
-             "(ts >= {rs:DateTime64(3)} AND ts < {re:DateTime64(3)}))")
+def _where(
+    current: tuple[datetime, datetime],
+    reference: tuple[datetime, datetime],
+    source: str | None,
+    filters: Filters | None,
+) -> tuple[str, dict[str, object]]:
+    params: dict[str, object] = {
+        "cs": param_time(current[0]),
+        "ce": param_time(current[1]),
+        "rs": param_time(reference[0]),
+        "re": param_time(reference[1]),
+    }
+    where = (
+        "((ts >= {cs:DateTime64(3)} AND ts < {ce:DateTime64(3)}) OR "
+        "(ts >= {rs:DateTime64(3)} AND ts < {re:DateTime64(3)}))"
+    )
     condition, extra = request_rows(source, filters)
     where += f" AND {condition}"
     params.update(extra)
@@ -92,8 +105,14 @@ def _inner_hours(window: tuple[datetime, datetime]) -> tuple[datetime, datetime]
     return (start, end) if end > start else None
 
 
-def _shares(client, features: list[str], current: tuple[datetime, datetime], reference: tuple[datetime, datetime],  # noqa: ANN001
-            source: str | None, filters: Filters | None) -> dict[str, pd.DataFrame]:
+def _shares(
+    client: Client,
+    features: list[str],
+    current: tuple[datetime, datetime],
+    reference: tuple[datetime, datetime],
+    source: str | None,
+    filters: Filters | None,
+) -> dict[str, pd.DataFrame]:
     """Per feature, the share table, from one pass over both windows grouped by every feature at
     once (the features' combinations are few; each feature's sums are taken after). The whole
     hours inside a window are read from the hourly rollup, the minutes at its edges from the
@@ -118,21 +137,27 @@ def _shares(client, features: list[str], current: tuple[datetime, datetime], ref
         inside_sql = " OR ".join(inside)
         rolled, extra = request_rows(source, filters, raw=False)
         params.update(extra)
-        df = query_df(client, f"""
+        df = query_df(
+            client,
+            f"""
             SELECT w, {groups}, sum(rows) AS rows, sum(requests) AS requests, sum(tokens) AS tokens FROM (
                 {rows_sql.replace("EDGES", f"AND NOT ({inside_sql})")}
                 UNION ALL
                 SELECT {WINDOW} AS w, {groups}, sum(rows) AS rows, sum(requests) AS requests,
                        sum(prompt_tokens + completion_tokens) AS tokens
                 FROM {HOUR.requests} WHERE ({inside_sql}) AND {rolled} GROUP BY w, {groups})
-            GROUP BY w, {groups}""", parameters=params)
+            GROUP BY w, {groups}""",
+            parameters=params,
+        )
     out: dict[str, pd.DataFrame] = {}
     for name in features:
         sums = df.assign(value=df[name].astype(str)).groupby(["value", "w"])[["rows", "requests", "tokens"]].sum()
         table = pd.DataFrame(index=pd.Index(sorted(set(sums.index.get_level_values("value"))), name="value"))
         for measure in ("rows", "requests", "tokens"):
             for w in ("reference", "current"):
-                part = sums.xs(w, level="w")[measure] if w in sums.index.get_level_values("w") else pd.Series(dtype=float)
+                part = (
+                    sums.xs(w, level="w")[measure] if w in sums.index.get_level_values("w") else pd.Series(dtype=float)
+                )
                 table[f"{w}_{measure}"] = part.reindex(table.index, fill_value=0).astype(float)
         for measure in ("requests", "tokens"):
             for w in ("reference", "current"):
@@ -143,8 +168,13 @@ def _shares(client, features: list[str], current: tuple[datetime, datetime], ref
 
 
 def mix_shares(
-    client, feature: str, current: tuple[datetime, datetime], reference: tuple[datetime, datetime], *,  # noqa: ANN001
-    source: str | None = "gateway", filters: Filters | None = None,
+    client: Client,
+    feature: str,
+    current: tuple[datetime, datetime],
+    reference: tuple[datetime, datetime],
+    *,
+    source: str | None = "gateway",
+    filters: Filters | None = None,
 ) -> pd.DataFrame:
     """``[value, reference_rows, current_rows, reference_requests, current_requests,
     reference_tokens, current_tokens]`` plus each as a share of its window's total."""
@@ -154,8 +184,14 @@ def mix_shares(
 
 
 def length_distribution(
-    client, feature: str, current: tuple[datetime, datetime], reference: tuple[datetime, datetime] | str = "trailing-day",  # noqa: ANN001
-    *, bins: int = 24, source: str | None = "gateway", filters: Filters | None = None,
+    client: Client,
+    feature: str,
+    current: tuple[datetime, datetime],
+    reference: tuple[datetime, datetime] | str = "trailing-day",
+    *,
+    bins: int = 24,
+    source: str | None = "gateway",
+    filters: Filters | None = None,
 ) -> pd.DataFrame:
     """Weighted histogram of ``prompt_tokens`` or ``output_tokens`` in both windows on the same
     bins (log-spaced from 1 to the largest value seen, so short and long prompts both show)."""
@@ -166,8 +202,10 @@ def length_distribution(
     where, params = _where(current, reference, source, filters)
     expr = NUMERIC[feature]
     # each length once per window (a few thousand values), binned here: the bins need the largest first
-    sql = (f"SELECT {WINDOW} AS w, greatest(1, {expr}) AS x, sum(weight) AS requests, max({expr}) AS top "
-           f"FROM requests WHERE {where} GROUP BY w, x")
+    sql = (
+        f"SELECT {WINDOW} AS w, greatest(1, {expr}) AS x, sum(weight) AS requests, max({expr}) AS top "
+        f"FROM requests WHERE {where} GROUP BY w, x"
+    )
     df = query_df(client, sql, parameters=params)
     columns = ["window", "low", "high", "requests", "share"]
     top = df["top"].max() if len(df) else None
@@ -175,20 +213,36 @@ def length_distribution(
         return pd.DataFrame(columns=columns)
     edges = np.unique(np.round(np.geomspace(1, max(float(top), 2.0) + 1, bins + 1)))
     df["bin"] = np.clip(np.searchsorted(edges, df["x"].to_numpy(float), side="right") - 1, 0, len(edges) - 2)
-    out = (df.groupby(["w", "bin"])["requests"].sum().unstack("w", fill_value=0.0)
-           .reindex(range(len(edges) - 1), fill_value=0.0))
+    out = (
+        df.groupby(["w", "bin"])["requests"]
+        .sum()
+        .unstack("w")
+        .fillna(0.0)
+        .reindex(range(len(edges) - 1), fill_value=0.0)
+    )
     frames = []
     for w in ("reference", "current"):
         counts = out[w] if w in out else pd.Series(0.0, index=out.index)
         total = float(counts.sum())
-        frames.append(pd.DataFrame({"window": w, "low": edges[:-1], "high": edges[1:], "requests": counts.to_numpy(float),
-                                    "share": counts.to_numpy(float) / total if total > 0 else 0.0}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "window": w,
+                    "low": edges[:-1],
+                    "high": edges[1:],
+                    "requests": counts.to_numpy(float),
+                    "share": counts.to_numpy(float) / total if total > 0 else 0.0,
+                }
+            )
+        )
     result = pd.concat(frames, ignore_index=True)[columns]
     result.attrs["windows"] = {"current": current, "reference": reference}
     return result
 
 
-def _numeric_large(client, where: str, params: dict, ref_rows: int, cur_rows: int) -> list[dict]:  # noqa: ANN001
+def _numeric_large(
+    client: Client, where: str, params: dict[str, object], ref_rows: int, cur_rows: int
+) -> list[dict[str, Any]]:
     grid = ", ".join(repr((i + 0.5) / GRID) for i in range(GRID))
     parts = []
     for name, expr in NUMERIC.items():
@@ -200,10 +254,20 @@ def _numeric_large(client, where: str, params: dict, ref_rows: int, cur_rows: in
     missing = [w for w in ("reference", "current") if w not in rows]
     for name in NUMERIC:
         if missing:  # older than the raw request log keeps (the shares came from the hourly rollup)
-            out.append({"feature": name, "kind": "numeric", "test": "wasserstein", "score": math.nan,
-                        "threshold": DISTANCE_THRESHOLD, "drifted": False, "reference_rows": ref_rows,
-                        "current_rows": cur_rows, "detail": f"no request rows kept for the {missing[0]} window "
-                                                            "(older than the raw request log's retention)"})
+            out.append(
+                {
+                    "feature": name,
+                    "kind": "numeric",
+                    "test": "wasserstein",
+                    "score": math.nan,
+                    "threshold": DISTANCE_THRESHOLD,
+                    "drifted": False,
+                    "reference_rows": ref_rows,
+                    "current_rows": cur_rows,
+                    "detail": f"no request rows kept for the {missing[0]} window "
+                    "(older than the raw request log's retention)",
+                }
+            )
             continue
         ref, cur = rows["reference"], rows["current"]
         qr, qc = np.asarray(ref[f"{name}_q"], float), np.asarray(cur[f"{name}_q"], float)
@@ -213,10 +277,19 @@ def _numeric_large(client, where: str, params: dict, ref_rows: int, cur_rows: in
         score = distance / max(std, 1e-3)
         median_r, median_c = qr[GRID // 2], qc[GRID // 2]
         p95_r, p95_c = qr[int(GRID * 0.95)], qc[int(GRID * 0.95)]
-        out.append({"feature": name, "kind": "numeric", "test": "wasserstein", "score": score,
-                    "threshold": DISTANCE_THRESHOLD, "drifted": score >= DISTANCE_THRESHOLD,
-                    "reference_rows": ref_rows, "current_rows": cur_rows,
-                    "detail": f"median {_num(median_r)} -> {_num(median_c)}, p95 {_num(p95_r)} -> {_num(p95_c)}"})
+        out.append(
+            {
+                "feature": name,
+                "kind": "numeric",
+                "test": "wasserstein",
+                "score": score,
+                "threshold": DISTANCE_THRESHOLD,
+                "drifted": score >= DISTANCE_THRESHOLD,
+                "reference_rows": ref_rows,
+                "current_rows": cur_rows,
+                "detail": f"median {_num(median_r)} -> {_num(median_c)}, p95 {_num(p95_r)} -> {_num(p95_c)}",
+            }
+        )
     return out
 
 
@@ -224,7 +297,9 @@ def _num(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
-def _numeric_small(client, where: str, params: dict, ref_rows: int, cur_rows: int) -> list[dict]:  # noqa: ANN001
+def _numeric_small(
+    client: Client, where: str, params: dict[str, object], ref_rows: int, cur_rows: int
+) -> list[dict[str, Any]]:
     exprs = ", ".join(f"{expr} AS {name}" for name, expr in NUMERIC.items())
     sql = f"SELECT {WINDOW} AS w, {exprs} FROM requests WHERE {where} LIMIT {2 * SMALL_CAP}"
     df = query_df(client, sql, parameters=params)
@@ -233,18 +308,32 @@ def _numeric_small(client, where: str, params: dict, ref_rows: int, cur_rows: in
     for name in NUMERIC:
         a, b = ref[name].to_numpy(float), cur[name].to_numpy(float)
         p = float(stats.ks_2samp(a, b).pvalue) if len(a) and len(b) else math.nan
-        out.append({"feature": name, "kind": "numeric", "test": "ks", "score": p, "threshold": P_THRESHOLD,
-                    "drifted": bool(p < P_THRESHOLD), "reference_rows": ref_rows, "current_rows": cur_rows,
-                    "detail": f"median {_num(np.median(a)) if len(a) else '-'} -> {_num(np.median(b)) if len(b) else '-'}"})
+        out.append(
+            {
+                "feature": name,
+                "kind": "numeric",
+                "test": "ks",
+                "score": p,
+                "threshold": P_THRESHOLD,
+                "drifted": bool(p < P_THRESHOLD),
+                "reference_rows": ref_rows,
+                "current_rows": cur_rows,
+                "detail": f"median {_num(np.median(a)) if len(a) else '-'} -> {_num(np.median(b)) if len(b) else '-'}",
+            }
+        )
     return out
 
 
-def _categorical(name: str, shares: pd.DataFrame, large: bool, ref_rows: int, cur_rows: int) -> dict:
+def _categorical(name: str, shares: pd.DataFrame, large: bool, ref_rows: int, cur_rows: int) -> dict[str, Any]:
     p, q = shares["reference_requests_share"].to_numpy(float), shares["current_requests_share"].to_numpy(float)
     moved = shares.assign(change=q - p).sort_values("change", key=np.abs, ascending=False)
     top = moved.iloc[0] if len(moved) else None
-    detail = (f"{top['value'] or '(none)'} {top['reference_requests_share']:.0%} -> {top['current_requests_share']:.0%} "
-              f"of requests" if top is not None else "")
+    detail = (
+        f"{top['value'] or '(none)'} {top['reference_requests_share']:.0%} -> {top['current_requests_share']:.0%} "
+        f"of requests"
+        if top is not None
+        else ""
+    )
     if large:
         m = (p + q) / 2
 
@@ -253,23 +342,43 @@ def _categorical(name: str, shares: pd.DataFrame, large: bool, ref_rows: int, cu
             return float(np.sum(x[inside] * np.log(x[inside] / m[inside])))
 
         score = math.sqrt(max((kl(p) + kl(q)) / 2, 0.0))
-        return {"feature": name, "kind": "categorical", "test": "jensenshannon", "score": score,
-                "threshold": DISTANCE_THRESHOLD, "drifted": score >= DISTANCE_THRESHOLD,
-                "reference_rows": ref_rows, "current_rows": cur_rows, "detail": detail}
+        return {
+            "feature": name,
+            "kind": "categorical",
+            "test": "jensenshannon",
+            "score": score,
+            "threshold": DISTANCE_THRESHOLD,
+            "drifted": score >= DISTANCE_THRESHOLD,
+            "reference_rows": ref_rows,
+            "current_rows": cur_rows,
+            "detail": detail,
+        }
     table = shares[["reference_rows", "current_rows"]].to_numpy(float).T
     table = table[:, table.sum(axis=0) > 0]
     if table.shape[1] < 2 or (table.sum(axis=1) == 0).any():
         pvalue = 1.0 if table.shape[1] < 2 else math.nan
     else:
         pvalue = float(stats.chi2_contingency(table).pvalue)
-    return {"feature": name, "kind": "categorical", "test": "chisquare", "score": pvalue, "threshold": P_THRESHOLD,
-            "drifted": bool(pvalue < P_THRESHOLD), "reference_rows": ref_rows, "current_rows": cur_rows,
-            "detail": detail}
+    return {
+        "feature": name,
+        "kind": "categorical",
+        "test": "chisquare",
+        "score": pvalue,
+        "threshold": P_THRESHOLD,
+        "drifted": bool(pvalue < P_THRESHOLD),
+        "reference_rows": ref_rows,
+        "current_rows": cur_rows,
+        "detail": detail,
+    }
 
 
 def drift(
-    client, current: tuple[datetime, datetime], reference: tuple[datetime, datetime] | str = "trailing-day", *,  # noqa: ANN001
-    source: str | None = "gateway", filters: Filters | None = None,
+    client: Client,
+    current: tuple[datetime, datetime],
+    reference: tuple[datetime, datetime] | str = "trailing-day",
+    *,
+    source: str | None = "gateway",
+    filters: Filters | None = None,
 ) -> pd.DataFrame:
     """Feature-by-feature drift of ``current`` against ``reference`` (see the module docstring)."""
     if isinstance(reference, str):
@@ -292,6 +401,10 @@ def drift(
         rows.append(_categorical(name, shares[name], large, ref_rows, cur_rows))
     df = pd.DataFrame(rows, columns=columns)
     share = float(df["drifted"].mean())
-    df.attrs.update(share_drifted=share, dataset_drift=share >= 0.5, shares=shares,
-                    windows={"current": current, "reference": reference})
+    df.attrs.update(
+        share_drifted=share,
+        dataset_drift=share >= 0.5,
+        shares=shares,
+        windows={"current": current, "reference": reference},
+    )
     return df

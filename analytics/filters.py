@@ -4,7 +4,8 @@ In:  ``Filters(model=..., replica=..., tenant=..., route=...)``: each a value or
      values (empty: everything).
 Out: SQL conditions with their query parameters, for series (engine metrics carry ``model``
      and ``replica`` labels) and for request rows (``model``, ``tenant``, ``route``, and
-     ``replica`` on the raw tier; ``request_rows`` adds the rows' source). ``unapplied(kind)`` names the filters a view cannot honour
+     ``replica`` on the raw tier; ``request_rows`` adds the rows' source). ``unapplied(kind)`` names the filters a
+     view cannot honour
      (engine metrics know no tenant or route), so a page can say so instead of silently
      showing unfiltered numbers.
 """
@@ -16,7 +17,10 @@ from dataclasses import dataclass, field
 __all__ = ["Filters", "request_rows"]
 
 
-def _values(value: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+Values = str | list[str] | tuple[str, ...] | None  # one value, several, or none (no filter)
+
+
+def _values(value: Values) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
@@ -31,14 +35,17 @@ class Filters:
     tenant: tuple[str, ...] = field(default=())
     route: tuple[str, ...] = field(default=())
 
-    def __init__(self, model=None, replica=None, tenant=None, route=None) -> None:  # noqa: ANN001
+    def __init__(
+        self, model: Values = None, replica: Values = None, tenant: Values = None, route: Values = None
+    ) -> None:
         object.__setattr__(self, "model", _values(model))
         object.__setattr__(self, "replica", _values(replica))
         object.__setattr__(self, "tenant", _values(tenant))
         object.__setattr__(self, "route", _values(route))
 
     def _conditions(self, columns: dict[str, str], prefix: str) -> tuple[str, dict[str, object]]:
-        parts, params = [], {}
+        parts: list[str] = []
+        params: dict[str, object] = {}
         for name, column in columns.items():
             values = getattr(self, name)
             if values:
@@ -57,8 +64,10 @@ class Filters:
         if raw:
             columns["replica"] = "replica"
         elif self.replica:
-            raise ValueError("the request rollups have no replica: filter by replica on the raw tier "
-                             "(recent windows) or use the engine metrics")
+            raise ValueError(
+                "the request rollups have no replica: filter by replica on the raw tier "
+                "(recent windows) or use the engine metrics"
+            )
         return self._conditions(columns, "f_r_")
 
     def unapplied(self, kind: str) -> list[str]:
@@ -76,7 +85,8 @@ NONE = Filters()
 def request_rows(source: str | None, filters: Filters | None, raw: bool = True) -> tuple[str, dict[str, object]]:
     """SQL conditions on request rows: their ``source`` (None: every source) and the filters;
     ``"1"`` when there are none."""
-    parts, params = [], {}
+    parts: list[str] = []
+    params: dict[str, object] = {}
     if source is not None:
         parts.append("source = {source:String}")
         params["source"] = source

@@ -15,8 +15,10 @@ import pandas as pd
 __all__ = ["query_df"]
 
 
-def query_df(client: Any, sql: str, parameters: dict | None = None, settings: dict | None = None) -> pd.DataFrame:
-    df = client.query_df(sql, parameters=parameters, settings=settings)
+def query_df(
+    client: Any, sql: str, parameters: dict[str, Any] | None = None, settings: dict[str, Any] | None = None
+) -> pd.DataFrame:
+    df: pd.DataFrame = client.query_df(sql, parameters=parameters, settings=settings)
     if df.empty and not len(df.columns):  # the embedded store names no columns for no rows: ask for them
         rows = client.query(f"DESCRIBE ({sql})", parameters=parameters, settings=settings).result_rows
         df = pd.DataFrame(columns=[row[0] for row in rows])

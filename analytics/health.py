@@ -18,11 +18,12 @@ import pandas as pd
 
 from analytics.frames import query_df
 from analytics.tiers import param_time
+from storage.clickhouse import Client
 
 __all__ = ["scrape_health", "silent_targets"]
 
 
-def scrape_health(client, start: datetime, end: datetime) -> pd.DataFrame:  # noqa: ANN001
+def scrape_health(client: Client, start: datetime, end: datetime) -> pd.DataFrame:
     sql = """
         SELECT replica, instance, job, countIf(ts >= {s:DateTime64(3)}) AS scrapes,
                countIf(ts >= {s:DateTime64(3)} AND up = 1) / greatest(countIf(ts >= {s:DateTime64(3)}), 1) AS up_share,
@@ -50,9 +51,14 @@ def silent_targets(health: pd.DataFrame) -> pd.DataFrame:
     down = health[~health["up"]].copy()
 
     def why(row: pd.Series) -> str:
-        since = (f"since {row['last_success']:%Y-%m-%d %H:%M} UTC" if pd.notna(row["last_success"])
-                 else "ever (no successful scrape in the last 7 days)")
-        error = str(row["last_error"]).strip().splitlines()[0] if str(row["last_error"]).strip() else "no error recorded"
+        since = (
+            f"since {row['last_success']:%Y-%m-%d %H:%M} UTC"
+            if pd.notna(row["last_success"])
+            else "ever (no successful scrape in the last 7 days)"
+        )
+        error = (
+            str(row["last_error"]).strip().splitlines()[0] if str(row["last_error"]).strip() else "no error recorded"
+        )
         return f"no data from replica {row['replica'] or row['instance']} {since} — scrape failing: {error}"
 
     down["why"] = [why(r) for _, r in down.iterrows()] if len(down) else pd.Series(dtype=str)

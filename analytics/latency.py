@@ -19,12 +19,13 @@ from __future__ import annotations
 from datetime import datetime
 
 import pandas as pd
+from typing_extensions import Unpack
 
-from analytics.filters import Filters
 from analytics.requests import request_quantiles, request_totals
-from analytics.tiers import Retention
-from analytics.vllm import LATENCIES
 from analytics.timeseries import _plan, _step, histograms
+from analytics.vllm import LATENCIES
+from analytics.window import Scope, scope_parts
+from storage.clickhouse import Client
 
 __all__ = ["LATENCIES", "LEVELS", "SOURCES", "latency_over_time"]
 
@@ -33,7 +34,7 @@ SOURCES = ("engine histograms", "request log")
 
 
 def latency_over_time(
-    client,  # noqa: ANN001
+    client: Client,
     latency: str,
     start: datetime,
     end: datetime,
@@ -41,14 +42,12 @@ def latency_over_time(
     levels: tuple[float, ...] | list[float] = LEVELS,
     by: str = "model",
     step: float | None = None,
-    filters: Filters | None = None,
     sources: tuple[str, ...] = SOURCES,
     request_source: str | None = "gateway",
-    tier: str | None = None,
-    retention: Retention | None = None,
-    now: datetime | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Quantiles of ``latency`` per step and ``by`` from the sources asked for (see module doc)."""
+    tier, retention, now, filters = scope_parts(scope)
     if latency not in LATENCIES:
         raise ValueError(f"unknown latency {latency!r}; one of {', '.join(LATENCIES)}")
     if by not in ("model", "replica"):
@@ -62,17 +61,26 @@ def latency_over_time(
     frames, plans, unapplied = [], {}, {}
     heatmap = pd.DataFrame(columns=["ts", "low", "high", "count"])
     if "engine histograms" in sources:
-        found = histograms(client, [family], levels, start, end, by, step=step_s, filters=filters, tier=tier,
-                           retention=retention, now=now)[family]
+        found = histograms(
+            client,
+            [family],
+            levels,
+            start,
+            end,
+            by,
+            step=step_s,
+            filters=filters,
+            tier=tier,
+            retention=retention,
+            now=now,
+        )[family]
         hist, heatmap = found.steps, found.heatmap
         hist["source"] = "engine histograms"
         frames.append(hist[columns])
         plans["engine histograms"], unapplied["engine histograms"] = hist.attrs["plan"], hist.attrs["unapplied"]
     if "request log" in sources:
-        kwargs = {"source": request_source, "tier": tier, "retention": retention, "now": now, "filters": filters,
-                  "step": step_s}
-        q = request_quantiles(client, [field], levels, start, end, by=[by], **kwargs)
-        n = request_totals(client, start, end, by=[by], **kwargs)
+        q = request_quantiles(client, [field], levels, start, end, by=[by], source=request_source, step=step_s, **scope)
+        n = request_totals(client, start, end, by=[by], source=request_source, step=step_s, **scope)
         long = q.melt(id_vars=["ts", by], var_name="q", value_name="value")
         long["q"] = long["q"].str.rsplit("_q", n=1).str[1].astype(float)
         long = long.merge(n[["ts", by, "requests"]].rename(columns={"requests": "count"}), on=["ts", by], how="left")

@@ -27,11 +27,14 @@ from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
+from typing_extensions import Unpack
 
 from analytics.counters import GROUPS, series_latest
 from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.tiers import Plan, Retention, coverage, param_time, plan
+from analytics.window import Scope, scope_parts
+from storage.clickhouse import Client
 
 __all__ = [
     "LOOKBACK",
@@ -52,8 +55,9 @@ LOOKBACK = timedelta(minutes=15)  # how far before a window its "previous sample
 SETTINGS = {"optimize_aggregation_in_order": 1}
 
 
-def _plan(client, start: datetime, end: datetime, tier: str | None, retention: Retention | None,  # noqa: ANN001
-          now: datetime | None) -> Plan:
+def _plan(
+    client: Client, start: datetime, end: datetime, tier: str | None, retention: Retention | None, now: datetime | None
+) -> Plan:
     data = coverage(client, "samples") if tier is None else None
     return plan(start, end, now=now, retention=retention, kind="samples", tier=tier, data=data)
 
@@ -65,8 +69,12 @@ def _check_by(by: str) -> None:
 
 def _params(metrics: str | list[str] | tuple[str, ...], p: Plan) -> dict[str, object]:
     lookback = max(LOOKBACK, p.tier.resolution)
-    return {"metrics": [metrics] if isinstance(metrics, str) else list(metrics), "start": param_time(p.start),
-            "end": param_time(p.end), "lookback_start": param_time(p.start - lookback)}
+    return {
+        "metrics": [metrics] if isinstance(metrics, str) else list(metrics),
+        "start": param_time(p.start),
+        "end": param_time(p.end),
+        "lookback_start": param_time(p.start - lookback),
+    }
 
 
 def _series_filter(filters: Filters | None, params: dict[str, object]) -> tuple[str, dict[str, object]]:
@@ -105,45 +113,38 @@ def series_increase(p: Plan) -> str:
 
 
 def _where(alias: str = "v.") -> str:
-    return (f"{alias}metric IN {{metrics:Array(String)}} AND {alias}ts >= {{start:DateTime64(3)}} "
-            f"AND {alias}ts < {{end:DateTime64(3)}}")
+    return (
+        f"{alias}metric IN {{metrics:Array(String)}} AND {alias}ts >= {{start:DateTime64(3)}} "
+        f"AND {alias}ts < {{end:DateTime64(3)}}"
+    )
 
 
 def _before(alias: str = "v.") -> str:
-    return (f"{alias}metric IN {{metrics:Array(String)}} AND {alias}ts >= {{lookback_start:DateTime64(3)}} "
-            f"AND {alias}ts < {{start:DateTime64(3)}}")
+    return (
+        f"{alias}metric IN {{metrics:Array(String)}} AND {alias}ts >= {{lookback_start:DateTime64(3)}} "
+        f"AND {alias}ts < {{start:DateTime64(3)}}"
+    )
 
 
 def counter_increase(
-    client,
-    metric: str,
-    start: datetime,
-    end: datetime,
-    by: str = "replica",
-    *,
-    tier: str | None = None,
-    retention: Retention | None = None,
-    now: datetime | None = None,
-    filters: Filters | None = None,
+    client: Client, metric: str, start: datetime, end: datetime, by: str = "replica", **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """Reset-aware increase of counter ``metric`` per ``by`` over ``[start, end)``."""
+    tier, retention, now, filters = scope_parts(scope)
     df = counter_increases(client, [metric], start, end, by, tier=tier, retention=retention, now=now, filters=filters)
     return one_metric(df)
 
 
 def counter_increases(
-    client,
+    client: Client,
     metrics: list[str] | tuple[str, ...],
     start: datetime,
     end: datetime,
     by: str = "replica",
-    *,
-    tier: str | None = None,
-    retention: Retention | None = None,
-    now: datetime | None = None,
-    filters: Filters | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """``counter_increase`` of several counters in one query: ``[metric, by, increase]``."""
+    tier, retention, now, filters = scope_parts(scope)
     _check_by(by)
     p = _plan(client, start, end, tier, retention, now)
     series_where, params = _series_filter(filters, _params(metrics, p))
@@ -168,36 +169,25 @@ def one_metric(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def gauge_summary(
-    client,
-    metric: str,
-    start: datetime,
-    end: datetime,
-    by: str = "replica",
-    *,
-    tier: str | None = None,
-    retention: Retention | None = None,
-    now: datetime | None = None,
-    filters: Filters | None = None,
+    client: Client, metric: str, start: datetime, end: datetime, by: str = "replica", **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """min / max / avg / last of gauge ``metric`` per ``by`` over ``[start, end)``."""
+    tier, retention, now, filters = scope_parts(scope)
     df = gauge_summaries(client, [metric], start, end, by, tier=tier, retention=retention, now=now, filters=filters)
     return one_metric(df)
 
 
 def gauge_summaries(
-    client,
+    client: Client,
     metrics: list[str] | tuple[str, ...],
     start: datetime,
     end: datetime,
     by: str = "replica",
-    *,
-    tier: str | None = None,
-    retention: Retention | None = None,
-    now: datetime | None = None,
-    filters: Filters | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """``gauge_summary`` of several gauges in one query: ``[metric, by, min, max, avg, last,
     replicas]`` (``replicas``: how many replicas reported the gauge)."""
+    tier, retention, now, filters = scope_parts(scope)
     _check_by(by)
     p = _plan(client, start, end, tier, retention, now)
     series_where, params = _series_filter(filters, _params(metrics, p))
@@ -250,23 +240,15 @@ def bucket_quantile(q: float, bounds: np.ndarray, counts: np.ndarray) -> float:
     in_bucket = counts[i] - below
     if in_bucket <= 0:  # q = 0 on an empty first bucket: 0/0 in Prometheus too
         return math.nan
-    return lower + (upper - lower) * (rank - below) / in_bucket
+    return float(lower + (upper - lower) * (rank - below) / in_bucket)
 
 
 def histogram_buckets(
-    client,
-    metric: str,
-    start: datetime,
-    end: datetime,
-    by: str = "model",
-    *,
-    tier: str | None = None,
-    retention: Retention | None = None,
-    now: datetime | None = None,
-    filters: Filters | None = None,
+    client: Client, metric: str, start: datetime, end: datetime, by: str = "model", **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """``[by, le, count]``: histogram family ``metric``'s bucket increases over ``[start, end)``
     summed per ``by`` and upper bound (cumulative, as exposed)."""
+    tier, retention, now, filters = scope_parts(scope)
     _check_by(by)
     p = _plan(client, start, end, tier, retention, now)
     series_where, params = _series_filter(filters, _params(f"{metric}_bucket", p))
@@ -305,22 +287,15 @@ def bucket_share_below(threshold: float, bounds: np.ndarray, counts: np.ndarray)
 
 
 def histogram_quantile(
-    client,
-    metric: str,
-    q: float,
-    start: datetime,
-    end: datetime,
-    by: str = "model",
-    *,
-    tier: str | None = None,
-    retention: Retention | None = None,
-    now: datetime | None = None,
-    filters: Filters | None = None,
+    client: Client, metric: str, q: float, start: datetime, end: datetime, by: str = "model", **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """The ``q`` quantile of histogram family ``metric`` per ``by`` over ``[start, end)``."""
-    buckets = histogram_buckets(client, metric, start, end, by, tier=tier, retention=retention, now=now, filters=filters)
+    tier, retention, now, filters = scope_parts(scope)
+    buckets = histogram_buckets(
+        client, metric, start, end, by, tier=tier, retention=retention, now=now, filters=filters
+    )
     rows = []
-    for group, frame in (buckets.groupby(by, sort=True) if len(buckets) else ()):
+    for group, frame in buckets.groupby(by, sort=True) if len(buckets) else ():
         bounds, counts = frame["le"].to_numpy(float), frame["count"].to_numpy(float)
         rows.append({by: group, "quantile": bucket_quantile(q, bounds, counts), "count": float(counts[-1])})
     df = pd.DataFrame(rows, columns=[by, "quantile", "count"])

@@ -24,17 +24,31 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 import pandas as pd
+from typing_extensions import Unpack
 
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
 from analytics.tiers import Plan, Retention, align, coverage, param_time, plan
 from analytics.vllm import LATENCIES
+from analytics.window import Scope, scope_parts
 from storage.clickhouse import Client
 
-__all__ = ["CONTEXT_BUCKET", "DIMENSIONS", "FIELDS", "SERVER_ERRORS", "error_ratio", "log_source", "prefer_source",
-           "request_quantile", "request_quantiles", "request_totals"]
+__all__ = [
+    "CONTEXT_BUCKET",
+    "DIMENSIONS",
+    "FIELDS",
+    "SERVER_ERRORS",
+    "error_ratio",
+    "log_source",
+    "prefer_source",
+    "request_quantile",
+    "request_quantiles",
+    "request_totals",
+]
 
-CONTEXT_BUCKET = "multiIf(prompt_tokens < 2048, '<2k', prompt_tokens < 8192, '2-8k', prompt_tokens < 32768, '8-32k', '>32k')"
+CONTEXT_BUCKET = (
+    "multiIf(prompt_tokens < 2048, '<2k', prompt_tokens < 8192, '2-8k', prompt_tokens < 32768, '8-32k', '>32k')"
+)
 DIMENSIONS = ("model", "tenant", "route", "outcome", "finish_reason", "context_bucket", "source")
 RAW_ONLY = ("replica",)  # kept per row, not in the rollups (per-replica latency: analytics.metrics)
 # field -> (raw column, rollup sketch column, is a latency)
@@ -57,16 +71,24 @@ def prefer_source(sources: Iterable[str]) -> str | None:
 def log_source(client: Client, start: datetime, end: datetime, filters: Filters | None = None) -> str | None:
     """``prefer_source`` of the raw request log's rows in ``[start, end)`` (``filters`` applied)."""
     condition, params = request_rows(None, filters)
-    rows = client.query(f"SELECT DISTINCT source FROM requests WHERE ts >= {{start:DateTime64(3)}} "
-                        f"AND ts < {{end:DateTime64(3)}} AND {condition}",
-                        parameters={**params, "start": param_time(start), "end": param_time(end)}).result_rows
+    rows = client.query(
+        f"SELECT DISTINCT source FROM requests WHERE ts >= {{start:DateTime64(3)}} "
+        f"AND ts < {{end:DateTime64(3)}} AND {condition}",
+        parameters={**params, "start": param_time(start), "end": param_time(end)},
+    ).result_rows
     return prefer_source(str(r[0]) for r in rows)
 
 
 def _prepare(
-    client,  # noqa: ANN001
-    start: datetime, end: datetime, by: list[str] | tuple[str, ...], source: str | None,
-    tier: str | None, retention: Retention | None, now: datetime | None, filters: Filters | None = None,
+    client: Client,
+    start: datetime,
+    end: datetime,
+    by: list[str] | tuple[str, ...],
+    source: str | None,
+    tier: str | None,
+    retention: Retention | None,
+    now: datetime | None,
+    filters: Filters | None = None,
     step: float | None = None,
 ) -> tuple[Plan, str, str, str, dict[str, object], int | None]:
     """The plan, table, select list, where clause, parameters and the step in effect (a rollup
@@ -74,11 +96,20 @@ def _prepare(
     for dim in by:
         if dim not in DIMENSIONS + RAW_ONLY:
             raise ValueError(f"cannot group requests by {dim!r}; one of {', '.join(DIMENSIONS + RAW_ONLY)}")
-    p = plan(start, end, now=now, retention=retention, kind="requests", tier=tier,
-             data=coverage(client, "requests") if tier is None else None)
+    p = plan(
+        start,
+        end,
+        now=now,
+        retention=retention,
+        kind="requests",
+        tier=tier,
+        data=coverage(client, "requests") if tier is None else None,
+    )
     if p.tier.rollup and any(d in RAW_ONLY for d in by):
-        raise ValueError(f"requests are rolled up without {', '.join(RAW_ONLY)}: group by it on the raw tier "
-                         f"(tier='raw', windows the raw request log still holds), or use analytics.metrics")
+        raise ValueError(
+            f"requests are rolled up without {', '.join(RAW_ONLY)}: group by it on the raw tier "
+            f"(tier='raw', windows the raw request log still holds), or use analytics.metrics"
+        )
     select = ", ".join(by)
     where = "ts >= {start:DateTime64(3)} AND ts < {end:DateTime64(3)}"
     params: dict[str, object] = {"start": param_time(p.start), "end": param_time(p.end)}
@@ -96,7 +127,9 @@ def _prepare(
         # whole steps: the first and last step are complete, on the same grid as the metrics'
         p = Plan(p.tier, *align(p.start, p.end, timedelta(seconds=int(step))))
         params.update(start=param_time(p.start), end=param_time(p.end))
-        select = ", ".join([f"toDateTime64(toStartOfInterval(ts, INTERVAL {int(step)} SECOND), 3, 'UTC') AS step_ts", *by])
+        select = ", ".join(
+            [f"toDateTime64(toStartOfInterval(ts, INTERVAL {int(step)} SECOND), 3, 'UTC') AS step_ts", *by]
+        )
     return p, table, select, where, params, (int(step) if step is not None else None)
 
 
@@ -116,26 +149,30 @@ def _finish(df: pd.DataFrame, p: Plan, step: int | None = None) -> pd.DataFrame:
 
 
 def request_totals(
-    client,
+    client: Client,
     start: datetime,
     end: datetime,
     by: list[str] | tuple[str, ...] = ("model",),
     *,
     source: str | None = "gateway",
-    tier: str | None = None,
-    retention: Retention | None = None,
-    now: datetime | None = None,
-    filters: Filters | None = None,
     step: float | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Weighted request and token totals per group over ``[start, end)``."""
-    p, table, select, where, params, step = _prepare(client, start, end, by, source, tier, retention, now, filters, step)
+    tier, retention, now, filters = scope_parts(scope)
+    p, table, select, where, params, step = _prepare(
+        client, start, end, by, source, tier, retention, now, filters, step
+    )
     if p.tier.rollup:
-        measures = ("sum(rows) AS rows, sum(requests) AS requests, sum(prompt_tokens) AS prompt_tokens, "
-                    "sum(completion_tokens) AS completion_tokens, sum(cached_tokens) AS cached_tokens")
+        measures = (
+            "sum(rows) AS rows, sum(requests) AS requests, sum(prompt_tokens) AS prompt_tokens, "
+            "sum(completion_tokens) AS completion_tokens, sum(cached_tokens) AS cached_tokens"
+        )
     else:
-        measures = ("count() AS rows, sum(toFloat64(weight)) AS requests, sum(weight * prompt_tokens) AS prompt_tokens, "
-                    "sum(weight * completion_tokens) AS completion_tokens, sum(weight * cached_tokens) AS cached_tokens")
+        measures = (
+            "count() AS rows, sum(toFloat64(weight)) AS requests, sum(weight * prompt_tokens) AS prompt_tokens, "
+            "sum(weight * completion_tokens) AS completion_tokens, sum(weight * cached_tokens) AS cached_tokens"
+        )
     group = _group(by, step)
     head = f"{select}, " if select else ""
     sql = f"SELECT {head}{measures} FROM {table} WHERE {where}{group}"
@@ -143,7 +180,7 @@ def request_totals(
 
 
 def request_quantile(
-    client,
+    client: Client,
     field: str,
     q: float,
     start: datetime,
@@ -151,18 +188,18 @@ def request_quantile(
     by: list[str] | tuple[str, ...] = ("model",),
     *,
     source: str | None = "gateway",
-    tier: str | None = None,
-    retention: Retention | None = None,
-    now: datetime | None = None,
-    filters: Filters | None = None,
     step: float | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """The weighted ``q`` quantile of ``field`` per group over ``[start, end)``."""
+    tier, retention, now, filters = scope_parts(scope)
     if field not in FIELDS:
         raise ValueError(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
     if not 0 <= q <= 1:
         raise ValueError(f"quantile must be within [0, 1], got {q}")
-    p, table, select, where, params, step = _prepare(client, start, end, by, source, tier, retention, now, filters, step)
+    p, table, select, where, params, step = _prepare(
+        client, start, end, by, source, tier, retention, now, filters, step
+    )
     column, sketch, latency = FIELDS[field]
     if p.tier.rollup:
         measure = f"quantileTDigestWeightedMerge({q!r})({sketch}) AS value"
@@ -177,7 +214,7 @@ def request_quantile(
 
 
 def request_quantiles(
-    client,  # noqa: ANN001
+    client: Client,
     fields: list[str] | tuple[str, ...],
     levels: list[float] | tuple[float, ...],
     start: datetime,
@@ -185,20 +222,20 @@ def request_quantiles(
     by: list[str] | tuple[str, ...] = ("model",),
     *,
     source: str | None = "gateway",
-    tier: str | None = None,
-    retention: Retention | None = None,
-    now: datetime | None = None,
-    filters: Filters | None = None,
     step: float | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Weighted quantiles of several ``fields`` at several ``levels`` per group, in one query:
     columns ``{field}_q{level}`` (e.g. ``prompt_tokens_q0.9``)."""
+    tier, retention, now, filters = scope_parts(scope)
     for field in fields:
         if field not in FIELDS:
             raise ValueError(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
     if not levels or not all(0 <= q <= 1 for q in levels):
         raise ValueError(f"quantile levels must be within [0, 1], got {levels}")
-    p, table, select, where, params, step = _prepare(client, start, end, by, source, tier, retention, now, filters, step)
+    p, table, select, where, params, step = _prepare(
+        client, start, end, by, source, tier, retention, now, filters, step
+    )
     qs = ", ".join(repr(float(q)) for q in levels)
     measures = []
     for field in fields:
@@ -207,7 +244,9 @@ def request_quantiles(
             measures.append(f"quantilesTDigestWeightedMerge({qs})({sketch}) AS {field}")
         else:
             valid = f"{column} > 0" if latency else "1"
-            measures.append(f"quantilesExactWeightedIf({qs})({column}, toUInt64(greatest(1, round(weight))), {valid}) AS {field}")
+            measures.append(
+                f"quantilesExactWeightedIf({qs})({column}, toUInt64(greatest(1, round(weight))), {valid}) AS {field}"
+            )
     group = _group(by, step)
     head = f"{select}, " if select else ""
     df = query_df(client, f"SELECT {head}{', '.join(measures)} FROM {table} WHERE {where}{group}", parameters=params)
@@ -223,7 +262,7 @@ SERVER_ERRORS = ("rejected", "timeout", "upstream_error", "no_replica")
 
 
 def error_ratio(
-    client,  # noqa: ANN001
+    client: Client,
     start: datetime,
     end: datetime,
     by: list[str] | tuple[str, ...] = ("model",),
@@ -233,13 +272,17 @@ def error_ratio(
     now: datetime | None = None,
 ) -> pd.DataFrame:
     """Per group over ``[start, end)``: weighted ``requests``, ``errors`` (the outcomes in
-    ``SERVER_ERRORS``; the gateway sets them from 5xx answers, timeouts and refusals) and ``error_ratio`` = errors / requests."""
+    ``SERVER_ERRORS``; the gateway sets them from 5xx answers, timeouts and refusals) and ``error_ratio`` = errors /
+    requests."""
     by = tuple(by)
     totals = request_totals(client, start, end, (*by, "outcome"), source=source, filters=filters, now=now)
     if totals.empty:
         return pd.DataFrame(columns=[*by, "requests", "errors", "error_ratio"])
     totals["errors"] = totals["requests"].where(totals["outcome"].isin(SERVER_ERRORS), 0.0)
-    out = totals.groupby(list(by), as_index=False)[["requests", "errors"]].sum() if by else \
-        pd.DataFrame([{"requests": totals["requests"].sum(), "errors": totals["errors"].sum()}])
+    out = (
+        totals.groupby(list(by), as_index=False)[["requests", "errors"]].sum()
+        if by
+        else pd.DataFrame([{"requests": totals["requests"].sum(), "errors": totals["errors"].sum()}])
+    )
     out["error_ratio"] = (out["errors"] / out["requests"]).where(out["requests"] > 0)
     return out

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import pandas as pd
+from typing_extensions import Unpack
 
 from analytics.filters import Filters
 from analytics.metrics import counter_increases, gauge_summaries, histogram_quantile
@@ -46,6 +47,8 @@ from analytics.vllm import (
     REQUESTS_WAITING,
     TTFT,
 )
+from analytics.window import Scope, scope_parts
+from storage.clickhouse import Client
 
 __all__ = [
     "KV",
@@ -64,8 +67,13 @@ __all__ = [
 KV, WAITING, RUNNING = KV_CACHE_USAGE, REQUESTS_WAITING, REQUESTS_RUNNING
 ITERATION = ITERATION_TOKENS
 # the counters ``saturation`` reads, by the column they become
-COUNTERS = {"preemptions": PREEMPTIONS, "hits": PREFIX_HITS, "queries": PREFIX_QUERIES, "it_sum": f"{ITERATION}_sum",
-            "it_n": f"{ITERATION}_count"}
+COUNTERS = {
+    "preemptions": PREEMPTIONS,
+    "hits": PREFIX_HITS,
+    "queries": PREFIX_QUERIES,
+    "it_sum": f"{ITERATION}_sum",
+    "it_n": f"{ITERATION}_count",
+}
 
 
 @dataclass(frozen=True)
@@ -81,15 +89,15 @@ class Targets:
     stall_s: float = 60.0  # a replica that held requests without a token this long is stalled
 
 
-def _kw(tier, retention, now, filters) -> dict:  # noqa: ANN001
-    return {"tier": tier, "retention": retention, "now": now, "filters": filters}
+def _kw(tier: str | None, retention: Retention | None, now: datetime | None, filters: Filters | None) -> Scope:
+    return Scope(tier=tier, retention=retention, now=now, filters=filters)
 
 
 def saturation(
-    client, start: datetime, end: datetime, by: str = "replica", *, filters: Filters | None = None,  # noqa: ANN001
-    tier: str | None = None, retention: Retention | None = None, now: datetime | None = None,
+    client: Client, start: datetime, end: datetime, by: str = "replica", **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """Saturation indicators per ``by`` over ``[start, end)``."""
+    tier, retention, now, filters = scope_parts(scope)
     kw = _kw(tier, retention, now, filters)
     seconds = (end - start).total_seconds()
     # one query for the gauges and one for the counters (not one per metric: a page shows all of them)
@@ -98,7 +106,9 @@ def saturation(
     out = pd.DataFrame({by: pd.Series(sorted(set(gauges[by])), dtype=object)})
     for name, metric in (("kv", KV), ("waiting", WAITING), ("running", RUNNING)):
         g = gauges[gauges["metric"] == metric]
-        out = out.merge(g[[by, "avg", "max"]].rename(columns={"avg": f"{name}_avg", "max": f"{name}_max"}), on=by, how="left")
+        out = out.merge(
+            g[[by, "avg", "max"]].rename(columns={"avg": f"{name}_avg", "max": f"{name}_max"}), on=by, how="left"
+        )
     for name, metric in COUNTERS.items():
         c = counters[counters["metric"] == metric]
         out = out.merge(c[[by, "increase"]].rename(columns={"increase": name}), on=by, how="left")
@@ -109,26 +119,46 @@ def saturation(
     # counts where it reported requests running
     running = gauges[gauges["metric"] == RUNNING].set_index(by)["replicas"]
     out["replicas"] = out[by].map(running).fillna(0).astype(int)
-    columns = [by, "kv_avg", "kv_max", "waiting_avg", "waiting_max", "running_avg", "running_max", "preemptions_per_s",
-               "prefix_hit_rate", "iteration_tokens_avg", "replicas"]
+    columns = [
+        by,
+        "kv_avg",
+        "kv_max",
+        "waiting_avg",
+        "waiting_max",
+        "running_avg",
+        "running_max",
+        "preemptions_per_s",
+        "prefix_hit_rate",
+        "iteration_tokens_avg",
+        "replicas",
+    ]
     out = out[columns].sort_values(by, ignore_index=True)
     out.attrs.update(plan=gauges.attrs.get("plan"), unapplied=filters.unapplied("samples") if filters else [])
     return out
 
 
 def kv_over_time(
-    client, start: datetime, end: datetime, by: str = "replica", *, step: float | None = None,  # noqa: ANN001
-    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
-    now: datetime | None = None,
+    client: Client,
+    start: datetime,
+    end: datetime,
+    by: str = "replica",
+    *,
+    step: float | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Per step and ``by``, from one query of the gauges: kv_avg, kv_max, waiting, running (per
     replica), replicas_up."""
-    gauges = gauges_over_time(client, [KV, WAITING, RUNNING], start, end, by, step=step,
-                              **_kw(tier, retention, now, filters))
+    tier, retention, now, filters = scope_parts(scope)
+    gauges = gauges_over_time(
+        client, [KV, WAITING, RUNNING], start, end, by, step=step, **_kw(tier, retention, now, filters)
+    )
     keys = ["ts", by]
     out = gauges[keys].drop_duplicates().sort_values(keys, ignore_index=True)
-    for metric, columns in ((KV, {"avg": "kv_avg", "max": "kv_max"}), (WAITING, {"avg": "waiting"}),
-                            (RUNNING, {"avg": "running", "replicas": "replicas_up"})):
+    for metric, columns in (
+        (KV, {"avg": "kv_avg", "max": "kv_max"}),
+        (WAITING, {"avg": "waiting"}),
+        (RUNNING, {"avg": "running", "replicas": "replicas_up"}),
+    ):
         g = gauges[gauges["metric"] == metric]
         out = out.merge(g[keys + list(columns)].rename(columns=columns), on=keys, how="left")
     out["replicas_up"] = out["replicas_up"].fillna(0).astype(int)
@@ -137,12 +167,17 @@ def kv_over_time(
 
 
 def saturation_over_time(
-    client, start: datetime, end: datetime, by: str = "replica", *, step: float | None = None,  # noqa: ANN001
-    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
-    now: datetime | None = None,
+    client: Client,
+    start: datetime,
+    end: datetime,
+    by: str = "replica",
+    *,
+    step: float | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Per step and ``by``: ``kv_over_time``'s columns, preemptions_per_s, prefix_hit_rate
     (two queries)."""
+    tier, retention, now, filters = scope_parts(scope)
     kw = _kw(tier, retention, now, filters)
     out = kv_over_time(client, start, end, by, step=step, **kw)
     attrs = dict(out.attrs)
@@ -160,11 +195,10 @@ def saturation_over_time(
 
 
 def headroom(
-    client, start: datetime, end: datetime, *, targets: Targets | None = None,  # noqa: ANN001
-    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
-    now: datetime | None = None,
+    client: Client, start: datetime, end: datetime, *, targets: Targets | None = None, **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """Per model pool: how close it runs to saturation now (the window's last quarter)."""
+    tier, retention, now, filters = scope_parts(scope)
     targets = targets or Targets()
     if tier is None:  # the recent quarter is read from the whole window's tier (on its own it would
         # often get a finer one: 30 days read from the 6-hour rollup, their last 7.5 from the hourly)
@@ -172,10 +206,15 @@ def headroom(
     kw = _kw(tier, retention, now, filters)
     recent = end - (end - start) / 4
     sat = saturation(client, recent, end, "model", **kw)
-    before = histogram_quantile(client, TTFT, 0.99, start, recent, "model", **kw).rename(columns={"quantile": "ttft_p99_before"})
-    after = histogram_quantile(client, TTFT, 0.99, recent, end, "model", **kw).rename(columns={"quantile": "ttft_p99_recent"})
+    before = histogram_quantile(client, TTFT, 0.99, start, recent, "model", **kw).rename(
+        columns={"quantile": "ttft_p99_before"}
+    )
+    after = histogram_quantile(client, TTFT, 0.99, recent, end, "model", **kw).rename(
+        columns={"quantile": "ttft_p99_recent"}
+    )
     out = sat[["model", "replicas", "kv_avg", "kv_max", "waiting_avg", "preemptions_per_s"]].rename(
-        columns={"kv_avg": "kv_recent", "kv_max": "kv_max_recent", "waiting_avg": "waiting_per_replica"})
+        columns={"kv_avg": "kv_recent", "kv_max": "kv_max_recent", "waiting_avg": "waiting_per_replica"}
+    )
     out = out.merge(after[["model", "ttft_p99_recent"]], on="model", how="left")
     out = out.merge(before[["model", "ttft_p99_before"]], on="model", how="left")
     out["headroom"] = 1 - out["kv_recent"] / targets.kv_target
@@ -205,21 +244,30 @@ def _recommend(row: pd.Series, t: Targets) -> tuple[int, list[str]]:
     saturated = [r for r in (row.get("saturated") or []) if r not in stalled]
     if stalled:
         they = "it holds" if len(stalled) == 1 else "they hold"
-        reasons.append(f"{len(stalled)} of {n} replicas stalled ({_names(stalled)}): {they} requests and generate{'s' if len(stalled) == 1 else ''} "
-                       f"no token; restart {'it' if len(stalled) == 1 else 'them'} (keep the logs), the pool serves on the others")
+        reasons.append(
+            f"{len(stalled)} of {n} replicas stalled ({_names(stalled)}): {they} requests and "
+            f"generate{'s' if len(stalled) == 1 else ''} "
+            f"no token; restart {'it' if len(stalled) == 1 else 'them'} (keep the logs), the pool serves on the others"
+        )
     if saturated:
-        reasons.append(f"{len(saturated)} of {n} replicas at >= {t.replica_kv:.0%} KV cache with requests waiting "
-                       f"({_names(saturated)}) while the pool averages {kv:.0%}: their requests queue; check how the "
-                       "gateway spreads long prompts")
+        reasons.append(
+            f"{len(saturated)} of {n} replicas at >= {t.replica_kv:.0%} KV cache with requests waiting "
+            f"({_names(saturated)}) while the pool averages {kv:.0%}: their requests queue; check how the "
+            "gateway spreads long prompts"
+        )
     if kv > t.kv_target:
         need = math.ceil(n * kv / t.kv_target)
-        reasons.append(f"KV cache {kv:.0%} used on average (target {t.kv_target:.0%}): {need} replicas bring it to the target")
+        reasons.append(
+            f"KV cache {kv:.0%} used on average (target {t.kv_target:.0%}): {need} replicas bring it to the target"
+        )
         want = max(want, need)
     if waiting > t.waiting_per_replica:
         reasons.append(f"{waiting:.1f} requests waiting per replica: the pool is queueing")
         want = max(want, n + 1)
     if row["preemptions_per_s"] > 0:
-        reasons.append(f"{row['preemptions_per_s'] * 60:.1f} preemptions per minute: requests are evicted for lack of KV blocks")
+        reasons.append(
+            f"{row['preemptions_per_s'] * 60:.1f} preemptions per minute: requests are evicted for lack of KV blocks"
+        )
         if kv > 0.9 * t.kv_target:
             want = max(want, n + 1)
     if pd.notna(before) and pd.notna(recent) and before > 0 and recent / before >= t.ttft_growth:
@@ -229,21 +277,25 @@ def _recommend(row: pd.Series, t: Targets) -> tuple[int, list[str]]:
     if want == n and not (stalled or saturated):
         if n > 1 and kv < t.kv_scale_in and waiting < 0.1 and not row["preemptions_per_s"]:
             scaled_kv = kv * n / (n - 1)
-            reasons.append(f"KV cache only {kv:.0%} used and no queue: {n - 1} replica{'s' if n > 2 else ''} would run at about {scaled_kv:.0%}")
+            reasons.append(
+                f"KV cache only {kv:.0%} used and no queue: {n - 1} replica{'s' if n > 2 else ''} would run at "
+                f"about {scaled_kv:.0%}"
+            )
             want = n - 1
         else:
-            reasons.append(f"no action: KV cache {kv:.0%} (target {t.kv_target:.0%}), "
-                           f"{waiting:.1f} waiting per replica" + (f", p99 TTFT {recent:.2f}s" if pd.notna(recent) else ""))
+            reasons.append(
+                f"no action: KV cache {kv:.0%} (target {t.kv_target:.0%}), "
+                f"{waiting:.1f} waiting per replica" + (f", p99 TTFT {recent:.2f}s" if pd.notna(recent) else "")
+            )
     return want, reasons
 
 
 def scale_out(
-    client, start: datetime, end: datetime, *, targets: Targets | None = None,  # noqa: ANN001
-    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
-    now: datetime | None = None,
+    client: Client, start: datetime, end: datetime, *, targets: Targets | None = None, **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """Per model pool: replicas now, replicas recommended, and why (leading indicators first:
     KV usage, queue depth, preemptions, the TTFT trend)."""
+    tier, retention, now, filters = scope_parts(scope)
     targets = targets or Targets()
     room = headroom(client, start, end, targets=targets, filters=filters, tier=tier, retention=retention, now=now)
     return recommend(room, targets)
@@ -256,12 +308,34 @@ def recommend(room: pd.DataFrame, targets: Targets | None = None) -> pd.DataFram
     for _, row in room.iterrows():
         want, reasons = _recommend(row, targets)
         attention = sorted({*(row.get("stalled") or []), *(row.get("saturated") or [])})
-        rows.append({"model": row["model"], "replicas": int(row["replicas"]), "recommended": want,
-                     "change": want - int(row["replicas"]), "kv_recent": row["kv_recent"],
-                     "waiting_per_replica": row["waiting_per_replica"], "ttft_p99_recent": row["ttft_p99_recent"],
-                     "reasons": reasons, "attention": attention, "stalled": list(row.get("stalled") or [])})
-    out = pd.DataFrame(rows, columns=["model", "replicas", "recommended", "change", "kv_recent", "waiting_per_replica",
-                                      "ttft_p99_recent", "reasons", "attention", "stalled"])
+        rows.append(
+            {
+                "model": row["model"],
+                "replicas": int(row["replicas"]),
+                "recommended": want,
+                "change": want - int(row["replicas"]),
+                "kv_recent": row["kv_recent"],
+                "waiting_per_replica": row["waiting_per_replica"],
+                "ttft_p99_recent": row["ttft_p99_recent"],
+                "reasons": reasons,
+                "attention": attention,
+                "stalled": list(row.get("stalled") or []),
+            }
+        )
+    out = pd.DataFrame(
+        rows,
+        columns=[
+            "model",
+            "replicas",
+            "recommended",
+            "change",
+            "kv_recent",
+            "waiting_per_replica",
+            "ttft_p99_recent",
+            "reasons",
+            "attention",
+            "stalled",
+        ],
+    )
     out.attrs.update(room.attrs)
     return out
-

@@ -31,17 +31,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from typing_extensions import Unpack
 
 from analytics.cost import FLEET, gpu_hours, gpu_spend
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
-from analytics.vllm import LATENCIES
 from analytics.metrics import bucket_quantile, bucket_share_below, histogram_buckets
 from analytics.tiers import Retention, param_time
+from analytics.vllm import LATENCIES
+from analytics.window import Scope, scope_parts
 from storage.catalog import SloTarget
+from storage.clickhouse import Client
 
 # (histogram family, start, end) -> histogram_buckets(..., by="model") of that window
 Buckets = Callable[[str, datetime, datetime], pd.DataFrame]
@@ -50,21 +54,27 @@ __all__ = ["BURN_WINDOWS", "Buckets", "burn_rates", "cost_per_slo_tokens", "erro
 
 # (severity, long window, short window, burn factor): page at 14.4x over 1h and 5m, page at 6x
 # over 6h and 30m, ticket at 1x over 3d and 6h (a 30-day SLO)
-BURN_WINDOWS = (
+# (severity, long window, short window, burn-rate threshold)
+BurnWindow = tuple[str, timedelta, timedelta, float]
+BURN_WINDOWS: tuple[BurnWindow, ...] = (
     ("page", timedelta(hours=1), timedelta(minutes=5), 14.4),
     ("page", timedelta(hours=6), timedelta(minutes=30), 6.0),
     ("ticket", timedelta(days=3), timedelta(hours=6), 1.0),
 )
 
 
-def _good(client, targets: list[SloTarget], start: datetime, end: datetime, kw: dict,  # noqa: ANN001
-          fetch: Buckets | None = None) -> pd.DataFrame:
+def _good(
+    client: Client, targets: list[SloTarget], start: datetime, end: datetime, kw: Scope, fetch: Buckets | None = None
+) -> pd.DataFrame:
     """Per target: requests, good, observed (one histogram query per metric)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for metric in sorted({t.metric for t in targets}):
         family = LATENCIES[metric].family
-        buckets = (fetch(family, start, end) if fetch is not None
-                   else histogram_buckets(client, family, start, end, "model", **kw))
+        buckets = (
+            fetch(family, start, end)
+            if fetch is not None
+            else histogram_buckets(client, family, start, end, "model", **kw)
+        )
         by_model = {m: (f["le"].to_numpy(float), f["count"].to_numpy(float)) for m, f in buckets.groupby("model")}
         for t in (t for t in targets if t.metric == metric):
             bounds, counts = by_model.get(t.model, (np.array([]), np.array([])))
@@ -75,43 +85,70 @@ def _good(client, targets: list[SloTarget], start: datetime, end: datetime, kw: 
 
 
 def slo_attainment(
-    client, targets: Iterable[SloTarget], start: datetime, end: datetime, *,  # noqa: ANN001
-    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
-    now: datetime | None = None, buckets: Buckets | None = None,
+    client: Client,
+    targets: Iterable[SloTarget],
+    start: datetime,
+    end: datetime,
+    *,
+    buckets: Buckets | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Share of requests meeting each target over ``[start, end)``. ``buckets(family, start, end)``,
     when given, supplies ``histogram_buckets(..., by="model")`` (a caller sharing answers between
     several questions, like the alert evaluator); the filters then are the caller's."""
+    tier, retention, now, filters = scope_parts(scope)
     targets = list(targets)
-    good = _good(client, targets, start, end, {"tier": tier, "retention": retention, "now": now, "filters": filters},
-                 buckets)
-    spec = pd.DataFrame([{"model": t.model, "metric": t.metric, "threshold_seconds": t.threshold_seconds,
-                          "objective": t.objective, "label": t.label} for t in targets],
-                        columns=["model", "metric", "threshold_seconds", "objective", "label"])
+    good = _good(
+        client, targets, start, end, {"tier": tier, "retention": retention, "now": now, "filters": filters}, buckets
+    )
+    spec = pd.DataFrame(
+        [
+            {
+                "model": t.model,
+                "metric": t.metric,
+                "threshold_seconds": t.threshold_seconds,
+                "objective": t.objective,
+                "label": t.label,
+            }
+            for t in targets
+        ],
+        columns=["model", "metric", "threshold_seconds", "objective", "label"],
+    )
     out = spec.merge(good, on=["model", "metric"], how="left")
     out["attainment"] = (out["good"] / out["requests"]).where(out["requests"] > 0)
     # a percentile target ("p95 <= 2 s") is met by the observed percentile, a threshold target
     # ("99 % of requests within 2 s") by the share; without data neither is met
     percentile = pd.Series([t.percentile is not None for t in targets], index=out.index, dtype=bool)
-    out["met"] = ((percentile & (out["observed"] <= out["threshold_seconds"]))
-                  | (~percentile & (out["attainment"] >= out["objective"])))
+    out["met"] = (percentile & (out["observed"] <= out["threshold_seconds"])) | (
+        ~percentile & (out["attainment"] >= out["objective"])
+    )
     out.attrs["unapplied"] = filters.unapplied("samples") if filters else []
     return out
 
 
 def error_budget(
-    client, targets: Iterable[SloTarget], end: datetime, *,  # noqa: ANN001
-    filters: Filters | None = None, retention: Retention | None = None, now: datetime | None = None,
+    client: Client,
+    targets: Iterable[SloTarget],
+    end: datetime,
+    *,
+    filters: Filters | None = None,
+    retention: Retention | None = None,
+    now: datetime | None = None,
 ) -> pd.DataFrame:
     """Each target's error budget over its own window ending at ``end``."""
     targets = list(targets)
     frames = []
     for days in sorted({t.window_days for t in targets}):
         group = [t for t in targets if t.window_days == days]
-        frames.append(slo_attainment(client, group, end - timedelta(days=days), end, filters=filters,
-                                     retention=retention, now=now).assign(window_days=days))
+        frames.append(
+            slo_attainment(
+                client, group, end - timedelta(days=days), end, filters=filters, retention=retention, now=now
+            ).assign(window_days=days)
+        )
     if not frames:
-        return pd.DataFrame(columns=["model", "metric", "label", "window_days", "attainment", "budget", "consumed", "remaining"])
+        return pd.DataFrame(
+            columns=["model", "metric", "label", "window_days", "attainment", "budget", "consumed", "remaining"]
+        )
     out = pd.concat(frames, ignore_index=True)
     out["budget"] = 1 - out["objective"]
     out["consumed"] = (1 - out["attainment"]) / out["budget"]
@@ -120,8 +157,14 @@ def error_budget(
 
 
 def burn_rates(
-    client, targets: Iterable[SloTarget], end: datetime, *, windows=BURN_WINDOWS,  # noqa: ANN001
-    filters: Filters | None = None, retention: Retention | None = None, now: datetime | None = None,
+    client: Client,
+    targets: Iterable[SloTarget],
+    end: datetime,
+    *,
+    windows: tuple[BurnWindow, ...] = BURN_WINDOWS,
+    filters: Filters | None = None,
+    retention: Retention | None = None,
+    now: datetime | None = None,
     buckets: Buckets | None = None,
 ) -> pd.DataFrame:
     """Multi-window burn rates at ``end`` for each target (see ``BURN_WINDOWS``)."""
@@ -130,22 +173,47 @@ def burn_rates(
 
     def bad_share(span: timedelta) -> pd.DataFrame:
         if span not in cache:
-            cache[span] = slo_attainment(client, targets, end - span, end, filters=filters, retention=retention,
-                                         now=now, buckets=buckets)
+            cache[span] = slo_attainment(
+                client, targets, end - span, end, filters=filters, retention=retention, now=now, buckets=buckets
+            )
         return cache[span]
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for severity, long, short, factor in windows:
         a_long, a_short = bad_share(long), bad_share(short)
         for i, t in enumerate(targets):
             budget = 1 - t.objective
-            burn_long = (1 - a_long.at[i, "attainment"]) / budget
-            burn_short = (1 - a_short.at[i, "attainment"]) / budget
-            rows.append({"model": t.model, "metric": t.metric, "label": t.label, "severity": severity,
-                         "long_window": long, "short_window": short, "burn_long": burn_long, "burn_short": burn_short,
-                         "factor": factor, "firing": bool(burn_long > factor and burn_short > factor)})
-    return pd.DataFrame(rows, columns=["model", "metric", "label", "severity", "long_window", "short_window", "burn_long",
-                                       "burn_short", "factor", "firing"])
+            burn_long = (1 - float(a_long["attainment"].iloc[i])) / budget
+            burn_short = (1 - float(a_short["attainment"].iloc[i])) / budget
+            rows.append(
+                {
+                    "model": t.model,
+                    "metric": t.metric,
+                    "label": t.label,
+                    "severity": severity,
+                    "long_window": long,
+                    "short_window": short,
+                    "burn_long": burn_long,
+                    "burn_short": burn_short,
+                    "factor": factor,
+                    "firing": bool(burn_long > factor and burn_short > factor),
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "model",
+            "metric",
+            "label",
+            "severity",
+            "long_window",
+            "short_window",
+            "burn_long",
+            "burn_short",
+            "factor",
+            "firing",
+        ],
+    )
 
 
 def _good_condition(targets: list[SloTarget]) -> tuple[str, dict[str, object]]:
@@ -165,8 +233,14 @@ def _good_condition(targets: list[SloTarget]) -> tuple[str, dict[str, object]]:
 
 
 def goodput(
-    client, targets: Iterable[SloTarget], start: datetime, end: datetime, *, by: str = "model",  # noqa: ANN001
-    source: str | None = "gateway", filters: Filters | None = None,
+    client: Client,
+    targets: Iterable[SloTarget],
+    start: datetime,
+    end: datetime,
+    *,
+    by: str = "model",
+    source: str | None = "gateway",
+    filters: Filters | None = None,
 ) -> pd.DataFrame:
     """Requests per second meeting every SLO of their model (DistServe's goodput), per ``by``."""
     if by not in ("model", "tenant", "route"):
@@ -196,8 +270,14 @@ def goodput(
 
 
 def cost_per_slo_tokens(
-    client, targets: Iterable[SloTarget], start: datetime, end: datetime, prices: dict[str, float], *,  # noqa: ANN001
-    source: str | None = "gateway", filters: Filters | None = None,
+    client: Client,
+    targets: Iterable[SloTarget],
+    start: datetime,
+    end: datetime,
+    prices: dict[str, float],
+    *,
+    source: str | None = "gateway",
+    filters: Filters | None = None,
 ) -> pd.DataFrame:
     """Per model and ``(fleet)``: spend / tokens of the requests that met every SLO x 10^6, beside
     the plain cost per 1M tokens of the same request log: what missed SLOs cost on top."""

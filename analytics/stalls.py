@@ -26,13 +26,15 @@ Out: - ``stalled_steps``: ``[ts, replica, model, requests, stalled]``, one row p
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import pandas as pd
+from typing_extensions import Unpack
 
-from analytics.filters import Filters
-from analytics.tiers import Retention
 from analytics.timeseries import auto_step, counter_rates_over_time, gauges_over_time
 from analytics.vllm import GENERATION_TOKENS, REQUESTS_RUNNING, REQUESTS_WAITING
+from analytics.window import Scope, scope_parts
+from storage.clickhouse import Client
 
 __all__ = ["GAP_STEPS", "GENERATION", "MIN_STEP_S", "episodes", "replica_models", "stalled_steps", "stalls"]
 
@@ -44,11 +46,10 @@ COLUMNS = ["replica", "model", "since", "until", "seconds", "requests", "ongoing
 
 
 def stalled_steps(
-    client, start: datetime, end: datetime, *, step: float | None = None, filters: Filters | None = None,  # noqa: ANN001
-    tier: str | None = None, retention: Retention | None = None, now: datetime | None = None,
+    client: Client, start: datetime, end: datetime, *, step: float | None = None, **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """Per step and replica: the fewest requests held and whether the replica was stalled."""
-    kw = {"filters": filters, "tier": tier, "retention": retention, "now": now}
+    kw = scope
     if step is None:
         step = max(MIN_STEP_S, auto_step(start, end))
     # read from a step earlier, then drop each replica's first step: a step without a value before
@@ -76,53 +77,79 @@ def stalled_steps(
 
 
 def stalls(
-    client, start: datetime, end: datetime, *, min_seconds: float = 0.0, step: float | None = None,  # noqa: ANN001
-    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
-    now: datetime | None = None,
+    client: Client,
+    start: datetime,
+    end: datetime,
+    *,
+    min_seconds: float = 0.0,
+    step: float | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """The stall episodes in ``[start, end)`` lasting at least ``min_seconds``, longest first."""
+    tier, retention, now, filters = scope_parts(scope)
     steps = stalled_steps(client, start, end, step=step, filters=filters, tier=tier, retention=retention, now=now)
     return episodes(steps, min_seconds)
+
+
+class _Step(NamedTuple):
+    ts: pd.Timestamp
+    model: str
+    requests: float
+    stalled: bool
 
 
 def episodes(steps: pd.DataFrame, min_seconds: float = 0.0) -> pd.DataFrame:
     """``stalls`` from a ``stalled_steps`` frame already read (no query)."""
     step = pd.Timedelta(seconds=int(steps.attrs.get("step", MIN_STEP_S)))
-    end = pd.Timestamp(steps.attrs["end"]) if steps.attrs.get("end") is not None else None
-    if end is not None and end.tzinfo is None:
-        end = end.tz_localize("UTC")
-    rows = []
-    for replica, frame in steps.groupby("replica", sort=True):
-        frame = frame.sort_values("ts")
-        run: list = []
-        last_ts = None
-        for row in frame.itertuples(index=False):
+    end: pd.Timestamp | None = None
+    if steps.attrs.get("end") is not None:
+        end = pd.Timestamp(steps.attrs["end"])
+        end = end.tz_localize("UTC") if end.tzinfo is None else end
+    rows: list[dict[str, object]] = []
+    for replica, group in steps.groupby("replica", sort=True):
+        frame = group.sort_values("ts")
+        seen = [
+            _Step(pd.Timestamp(t), str(m), float(n), bool(x))
+            for t, m, n, x in zip(frame["ts"], frame["model"], frame["requests"], frame["stalled"], strict=True)
+        ]
+        run: list[_Step] = []
+        last_ts: pd.Timestamp | None = None
+        for row in seen:
             broken = last_ts is not None and row.ts - last_ts > step * (GAP_STEPS + 1)
             if run and (broken or not row.stalled):
-                rows.append(_episode(replica, run, step, ongoing=False))
+                rows.append(_episode(str(replica), run, step, ongoing=False))
                 run = []
             if row.stalled:
                 run.append(row)
             last_ts = row.ts
         if run:
             reaches_end = end is None or run[-1].ts + step >= end - step * GAP_STEPS
-            rows.append(_episode(replica, run, step, ongoing=bool(reaches_end)))
+            rows.append(_episode(str(replica), run, step, ongoing=bool(reaches_end)))
     out = pd.DataFrame(rows, columns=COLUMNS)
-    out = out[out["seconds"] >= min_seconds].sort_values(["seconds", "replica"], ascending=[False, True],
-                                                            ignore_index=True)
+    out = out[out["seconds"] >= min_seconds].sort_values(
+        ["seconds", "replica"], ascending=[False, True], ignore_index=True
+    )
     out.attrs.update(steps.attrs)
     return out
 
 
-def _episode(replica: str, run: list, step: pd.Timedelta, *, ongoing: bool) -> dict:  # noqa: ANN001
+def _episode(replica: str, run: list[_Step], step: pd.Timedelta, *, ongoing: bool) -> dict[str, object]:
     since, until = run[0].ts, run[-1].ts + step
-    return {"replica": replica, "model": run[0].model, "since": since, "until": until,
-            "seconds": (until - since).total_seconds(), "requests": int(max(r.requests for r in run)),
-            "ongoing": ongoing}
+    return {
+        "replica": replica,
+        "model": run[0].model,
+        "since": since,
+        "until": until,
+        "seconds": (until - since).total_seconds(),
+        "requests": int(max(r.requests for r in run)),
+        "ongoing": ongoing,
+    }
 
 
-def replica_models(client) -> dict[str, str]:  # noqa: ANN001
+def replica_models(client: Client) -> dict[str, str]:
     """Each replica's model as its series last said (series rows carry no window of their own)."""
-    rows = client.query("SELECT replica, argMax(model, last_seen) FROM series WHERE metric = {m:String} GROUP BY replica",
-                        parameters={"m": RUNNING}).result_rows
+    rows = client.query(
+        "SELECT replica, argMax(model, last_seen) FROM series WHERE metric = {m:String} GROUP BY replica",
+        parameters={"m": RUNNING},
+    ).result_rows
     return {str(r): str(m) for r, m in rows}

@@ -25,10 +25,25 @@ import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
 from common.timeutil import as_utc
+from storage.clickhouse import Client
 from storage.retention import Retention
 
-__all__ = ["HOUR", "MINUTE", "RAW", "SIX_HOURS", "TIERS", "Plan", "Retention", "Tier", "align", "coverage", "param_time", "plan"]
+__all__ = [
+    "HOUR",
+    "MINUTE",
+    "RAW",
+    "SIX_HOURS",
+    "TIERS",
+    "Plan",
+    "Retention",
+    "Tier",
+    "align",
+    "coverage",
+    "param_time",
+    "plan",
+]
 
 
 @dataclass(frozen=True)
@@ -73,12 +88,14 @@ def param_time(value: datetime) -> str:
 
 
 # client -> kind -> (when read, tier -> earliest row); weak, so a closed client's entry goes
-_COVERAGE: weakref.WeakKeyDictionary[Any, dict[str, tuple[float, dict[str, datetime | None]]]] = weakref.WeakKeyDictionary()
+_COVERAGE: weakref.WeakKeyDictionary[Any, dict[str, tuple[float, dict[str, datetime | None]]]] = (
+    weakref.WeakKeyDictionary()
+)
 COVERAGE_TTL_S = 60.0
 RAW_GRACE = timedelta(minutes=1)  # raw data beginning this soon after a window's start still holds it
 
 
-def coverage(client, kind: str = "samples") -> dict[str, datetime | None]:  # noqa: ANN001
+def coverage(client: Client, kind: str = "samples") -> dict[str, datetime | None]:
     """Tier name -> the earliest time its table holds (None: empty), cached for a minute per
     client. Answered from part metadata (the tables are partitioned by time), so it is cheap."""
     try:
@@ -98,7 +115,6 @@ def coverage(client, kind: str = "samples") -> dict[str, datetime | None]:  # no
         found[tier.name] = as_utc(earliest) if rows else None
     cached[kind] = (now, found)
     return found
-
 
 
 def align(start: datetime, end: datetime, step: timedelta) -> tuple[datetime, datetime]:
@@ -139,12 +155,13 @@ def plan(
         if tier not in TIERS or (kind == "requests" and TIERS[tier] is SIX_HOURS):
             names = [n for n, t in TIERS.items() if kind == "samples" or t is not SIX_HOURS]
             raise ValueError(f"unknown tier {tier!r} for {kind}; one of {', '.join(names)}")
-        chosen = TIERS[tier]
+        chosen: Tier | None = TIERS[tier]
     else:
         now = as_utc(now) if now is not None else datetime.now(UTC)
         r = retention or Retention()
         span = end - start
         raw_days = r.raw_days if kind == "samples" else r.requests_days
+
         def holds(name: str) -> bool:
             if data is None or name not in data:
                 return True
@@ -174,15 +191,19 @@ def plan(
             if holds(t.name):
                 chosen = t
                 break
-            begins = data.get(t.name) if data is not None else None
+            found = data or {}
+            begins = found.get(t.name)
             if begins is None:
                 continue
-            if not any(data.get(c.name) is not None
-                       and data[c.name] < _align(begins, begins + c.resolution, c.resolution)[0]
-                       for c in candidates[i + 1:]):
+            if not any(
+                (earlier := found.get(c.name)) is not None
+                and earlier < _align(begins, begins + c.resolution, c.resolution)[0]
+                for c in candidates[i + 1 :]
+            ):
                 chosen = t
                 break
         chosen = chosen or candidates[0]
+    assert chosen is not None
     if chosen.rollup:
         start, end = _align(start, end, chosen.resolution)
     return Plan(chosen, start, end)

@@ -30,12 +30,16 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+from typing_extensions import Unpack
 
 from analytics.counters import GROUPS, series_latest
 from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.metrics import LOOKBACK, SETTINGS, one_metric
-from analytics.tiers import Plan, Retention, align, coverage, param_time, plan
+from analytics.tiers import Plan, align, coverage, param_time, plan
+from analytics.window import Scope, scope_parts
+from storage.clickhouse import Client
+from storage.retention import Retention
 
 __all__ = [
     "auto_step",
@@ -65,9 +69,23 @@ def auto_step(start: datetime, end: datetime, p: Plan | None = None, points: int
     return step
 
 
-def _plan(client, start, end, tier, retention, now) -> Plan:  # noqa: ANN001
-    return plan(start, end, now=now, retention=retention, kind="samples", tier=tier,
-                data=coverage(client, "samples") if tier is None else None)
+def _plan(
+    client: Client,
+    start: datetime,
+    end: datetime,
+    tier: str | None,
+    retention: Retention | None,
+    now: datetime | None,
+) -> Plan:
+    return plan(
+        start,
+        end,
+        now=now,
+        retention=retention,
+        kind="samples",
+        tier=tier,
+        data=coverage(client, "samples") if tier is None else None,
+    )
 
 
 def _step(p: Plan, step: float | None) -> tuple[Plan, int]:
@@ -83,11 +101,16 @@ def _step(p: Plan, step: float | None) -> tuple[Plan, int]:
     return Plan(p.tier, start, end), value
 
 
-def _params(metrics: str | list[str] | tuple[str, ...], p: Plan, step: int,
-            filters: Filters | None) -> tuple[str, dict[str, object]]:
+def _params(
+    metrics: str | list[str] | tuple[str, ...], p: Plan, step: int, filters: Filters | None
+) -> tuple[str, dict[str, object]]:
     lookback = max(LOOKBACK, p.tier.resolution, timedelta(seconds=step))
-    params: dict[str, object] = {"metrics": [metrics] if isinstance(metrics, str) else list(metrics), "start": param_time(p.start), "end": param_time(p.end),
-                                 "lookback_start": param_time(p.start - lookback)}
+    params: dict[str, object] = {
+        "metrics": [metrics] if isinstance(metrics, str) else list(metrics),
+        "start": param_time(p.start),
+        "end": param_time(p.end),
+        "lookback_start": param_time(p.start - lookback),
+    }
     condition, extra = filters.series() if filters else ("", {})
     params.update(extra)
     return condition or "1", params
@@ -106,7 +129,8 @@ def step_increase(p: Plan, step: int) -> str:
                    argMax(value_last.2, value_last.1) AS last_v, argMin(value_first.2, value_first.1) AS first_v,
                    argMin(value_first.3, value_first.1) AS first_reset, sum(resets) AS resets
             FROM {p.samples}
-            WHERE metric IN {{metrics:Array(String)}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+            WHERE metric IN {{metrics:Array(String)}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts <
+            {{end:DateTime64(3)}}
                   AND NOT isNaN(value_last.2)
             GROUP BY fingerprint, t"""
     else:
@@ -114,7 +138,8 @@ def step_increase(p: Plan, step: int) -> str:
             SELECT fingerprint, toDateTime64({bucket}, 3, 'UTC') AS t, argMax(value, ts) AS last_v,
                    argMin(value, ts) AS first_v, argMin(reset, ts) AS first_reset, sum(reset) AS resets
             FROM samples
-            WHERE metric IN {{metrics:Array(String)}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+            WHERE metric IN {{metrics:Array(String)}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts <
+            {{end:DateTime64(3)}}
                   AND NOT isNaN(value)
             GROUP BY fingerprint, t"""
     return f"""
@@ -137,21 +162,36 @@ def _finish(df: pd.DataFrame, p: Plan, step: int, filters: Filters | None) -> pd
 
 
 def counter_rate_over_time(
-    client, metric: str, start: datetime, end: datetime, by: str = "model", *, step: float | None = None,  # noqa: ANN001
-    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
-    now: datetime | None = None,
+    client: Client,
+    metric: str,
+    start: datetime,
+    end: datetime,
+    by: str = "model",
+    *,
+    step: float | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Per step: the reset-aware increase of counter ``metric`` per ``by``, and its rate per second."""
-    return one_metric(counter_rates_over_time(client, [metric], start, end, by, step=step, filters=filters, tier=tier,
-                                        retention=retention, now=now))
+    tier, retention, now, filters = scope_parts(scope)
+    return one_metric(
+        counter_rates_over_time(
+            client, [metric], start, end, by, step=step, filters=filters, tier=tier, retention=retention, now=now
+        )
+    )
 
 
 def counter_rates_over_time(
-    client, metrics: list[str] | tuple[str, ...], start: datetime, end: datetime, by: str = "model", *,  # noqa: ANN001
-    step: float | None = None, filters: Filters | None = None, tier: str | None = None,
-    retention: Retention | None = None, now: datetime | None = None,
+    client: Client,
+    metrics: list[str] | tuple[str, ...],
+    start: datetime,
+    end: datetime,
+    by: str = "model",
+    *,
+    step: float | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """``counter_rate_over_time`` of several counters in one query: ``[metric, ts, by, increase, rate]``."""
+    tier, retention, now, filters = scope_parts(scope)
     p, s = _step(_plan(client, start, end, tier, retention, now), step)
     where, params = _params(metrics, p, s, filters)
     sql = f"""
@@ -164,23 +204,50 @@ def counter_rates_over_time(
 
 
 def gauge_over_time(
-    client, metric: str, start: datetime, end: datetime, by: str = "replica", *, agg: str = "avg",  # noqa: ANN001
-    step: float | None = None, filters: Filters | None = None, tier: str | None = None,
-    retention: Retention | None = None, now: datetime | None = None,
+    client: Client,
+    metric: str,
+    start: datetime,
+    end: datetime,
+    by: str = "replica",
+    *,
+    agg: str = "avg",
+    step: float | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Per step: gauge ``metric``'s level per ``by`` (``agg`` of the series' means; max; min)."""
-    return one_metric(gauges_over_time(client, [metric], start, end, by, agg=agg, step=step, filters=filters, tier=tier,
-                                 retention=retention, now=now))
+    tier, retention, now, filters = scope_parts(scope)
+    return one_metric(
+        gauges_over_time(
+            client,
+            [metric],
+            start,
+            end,
+            by,
+            agg=agg,
+            step=step,
+            filters=filters,
+            tier=tier,
+            retention=retention,
+            now=now,
+        )
+    )
 
 
 def gauges_over_time(
-    client, metrics: list[str] | tuple[str, ...], start: datetime, end: datetime, by: str = "replica", *,  # noqa: ANN001
-    agg: str = "avg", step: float | None = None, filters: Filters | None = None, tier: str | None = None,
-    retention: Retention | None = None, now: datetime | None = None,
+    client: Client,
+    metrics: list[str] | tuple[str, ...],
+    start: datetime,
+    end: datetime,
+    by: str = "replica",
+    *,
+    agg: str = "avg",
+    step: float | None = None,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """``gauge_over_time`` of several gauges in one query: ``[metric, ts, by, avg, max, min, replicas,
     series]`` (how many replicas, and series, reported the gauge in the step: with ``agg="avg"``,
     ``avg * series`` is what ``agg="sum"`` answers)."""
+    tier, retention, now, filters = scope_parts(scope)
     if agg not in ("avg", "sum"):
         raise ValueError("agg must be 'avg' or 'sum'")
     p, s = _step(_plan(client, start, end, tier, retention, now), step)
@@ -190,17 +257,20 @@ def gauges_over_time(
         inner = f"""
             SELECT fingerprint, {bucket} AS t, sum(value_sum) / sum(value_count) AS mean,
                    max(value_max) AS hi, min(value_min) AS lo
-            FROM {p.samples} WHERE metric IN {{metrics:Array(String)}} AND ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+            FROM {p.samples} WHERE metric IN {{metrics:Array(String)}} AND ts >= {{start:DateTime64(3)}} AND ts <
+            {{end:DateTime64(3)}}
                   AND value_count > 0
             GROUP BY fingerprint, t"""
     else:
         inner = f"""
             SELECT fingerprint, {bucket} AS t, avg(value) AS mean, max(value) AS hi, min(value) AS lo
-            FROM samples WHERE metric IN {{metrics:Array(String)}} AND ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+            FROM samples WHERE metric IN {{metrics:Array(String)}} AND ts >= {{start:DateTime64(3)}} AND ts <
+            {{end:DateTime64(3)}}
                   AND isFinite(value)
             GROUP BY fingerprint, t"""
     sql = f"""
-        SELECT s.metric AS metric, v.t AS ts, {GROUPS[by]} AS {by}, {agg}(v.mean) AS avg, max(v.hi) AS max, min(v.lo) AS min,
+        SELECT s.metric AS metric, v.t AS ts, {GROUPS[by]} AS {by}, {agg}(v.mean) AS avg, max(v.hi) AS max,
+        min(v.lo) AS min,
                uniqExact(s.replica) AS replicas, count() AS series
         FROM ({inner}) AS v
         INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
@@ -236,7 +306,9 @@ def bucket_quantiles(q: float, bounds: np.ndarray, counts: np.ndarray) -> np.nda
     return np.where(total > 0, value, math.nan)
 
 
-def _bucket_increases(client, metrics: list[str], p: Plan, s: int, by: str, filters: Filters | None) -> pd.DataFrame:  # noqa: ANN001
+def _bucket_increases(
+    client: Client, metrics: list[str], p: Plan, s: int, by: str, filters: Filters | None
+) -> pd.DataFrame:
     """Per histogram family, step, ``by`` and bucket bound ``le``: the cumulative bucket count's
     increase (``[metric, ts, by, le, count]``, ``metric`` the family's name)."""
     where, params = _params([f"{m}_bucket" for m in metrics], p, s, filters)
@@ -259,13 +331,21 @@ class Histogram(NamedTuple):
 
 
 def histograms(
-    client, metrics: list[str] | tuple[str, ...], levels: list[float] | tuple[float, ...], start: datetime,  # noqa: ANN001
-    end: datetime, by: str = "model", *, step: float | None = None, filters: Filters | None = None,
-    tier: str | None = None, retention: Retention | None = None, now: datetime | None = None, total: bool = False,
+    client: Client,
+    metrics: list[str] | tuple[str, ...],
+    levels: list[float] | tuple[float, ...],
+    start: datetime,
+    end: datetime,
+    by: str = "model",
+    *,
+    step: float | None = None,
+    total: bool = False,
+    **scope: Unpack[Scope],
 ) -> dict[str, Histogram]:
     """Histogram families -> their ``Histogram`` (per-step and window quantiles, heatmap), all
     from one query. With ``total`` the quantiles also have rows for all the groups together,
     ``by`` = ``(fleet)`` (what ``by="fleet"`` answers)."""
+    tier, retention, now, filters = scope_parts(scope)
     p, s = _step(_plan(client, start, end, tier, retention, now), step)
     buckets = _bucket_increases(client, list(metrics), p, s, by, filters)
     columns = ["ts", by, "q", "value", "count"]
@@ -273,19 +353,25 @@ def histograms(
     for metric in metrics:
         part = buckets[buckets["metric"] == metric]
         if part.empty:
-            out[metric] = Histogram(_finish(pd.DataFrame(columns=columns), p, s, filters),
-                                    _finish(pd.DataFrame(columns=columns[1:]), p, s, filters),
-                                    _finish(pd.DataFrame(columns=["ts", "low", "high", "count"]), p, s, filters))
+            out[metric] = Histogram(
+                _finish(pd.DataFrame(columns=columns), p, s, filters),
+                _finish(pd.DataFrame(columns=columns[1:]), p, s, filters),
+                _finish(pd.DataFrame(columns=["ts", "low", "high", "count"]), p, s, filters),
+            )
             continue
         wide = part.pivot_table(index=["ts", by], columns="le", values="count", aggfunc="sum", fill_value=0.0)
         fleet = wide.groupby(level="ts").sum()
         if total and by != "fleet":
-            labelled = fleet.set_axis(pd.MultiIndex.from_arrays([fleet.index, ["(fleet)"] * len(fleet)], names=["ts", by]))
+            labelled = fleet.set_axis(
+                pd.MultiIndex.from_arrays([fleet.index, ["(fleet)"] * len(fleet)], names=["ts", by])
+            )
             wide = pd.concat([wide, labelled])
         window = wide.groupby(level=by, sort=False).sum()
-        out[metric] = Histogram(_finish(_quantile_rows(wide, levels, columns), p, s, filters),
-                                _finish(_quantile_rows(window, levels, columns[1:]), p, s, filters),
-                                _finish(_heat_rows(fleet), p, s, filters))
+        out[metric] = Histogram(
+            _finish(_quantile_rows(wide, levels, columns), p, s, filters),
+            _finish(_quantile_rows(window, levels, columns[1:]), p, s, filters),
+            _finish(_heat_rows(fleet), p, s, filters),
+        )
     return out
 
 
@@ -294,38 +380,71 @@ def _heat_rows(wide: pd.DataFrame) -> pd.DataFrame:
     bounds = wide.columns.to_numpy(float)
     per_bucket = np.diff(wide.to_numpy(float), axis=1, prepend=0.0).clip(min=0.0)  # cumulative -> per bucket
     lows = np.concatenate([[0.0], bounds[:-1]])
-    return pd.DataFrame({"ts": np.repeat(wide.index.to_numpy(), len(bounds)), "low": np.tile(lows, len(wide)),
-                         "high": np.tile(bounds, len(wide)), "count": per_bucket.ravel()})
+    return pd.DataFrame(
+        {
+            "ts": np.repeat(wide.index.to_numpy(), len(bounds)),
+            "low": np.tile(lows, len(wide)),
+            "high": np.tile(bounds, len(wide)),
+            "count": per_bucket.ravel(),
+        }
+    )
 
 
 def histogram_heatmap_over_time(
-    client, metric: str, start: datetime, end: datetime, *, step: float | None = None,  # noqa: ANN001
-    filters: Filters | None = None, tier: str | None = None, retention: Retention | None = None,
-    now: datetime | None = None,
+    client: Client, metric: str, start: datetime, end: datetime, *, step: float | None = None, **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """Per step and bucket of histogram family ``metric`` over the fleet (the filters applied):
     ``[ts, low, high, count]`` with ``count`` the observations that fell in ``(low, high]`` in
     that step (the last bucket's ``high`` is +Inf)."""
-    return histograms(client, [metric], (), start, end, "fleet", step=step, filters=filters, tier=tier,
-                      retention=retention, now=now)[metric].heatmap
+    tier, retention, now, filters = scope_parts(scope)
+    return histograms(
+        client, [metric], (), start, end, "fleet", step=step, filters=filters, tier=tier, retention=retention, now=now
+    )[metric].heatmap
 
 
 def histogram_quantiles_over_time(
-    client, metric: str, levels: list[float] | tuple[float, ...], start: datetime, end: datetime,  # noqa: ANN001
-    by: str = "model", *, step: float | None = None, filters: Filters | None = None, tier: str | None = None,
-    retention: Retention | None = None, now: datetime | None = None, total: bool = False,
+    client: Client,
+    metric: str,
+    levels: list[float] | tuple[float, ...],
+    start: datetime,
+    end: datetime,
+    by: str = "model",
+    *,
+    step: float | None = None,
+    total: bool = False,
+    **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Per step and ``by``: the ``levels`` quantiles of histogram family ``metric``. With ``total``
     also those of all the groups together, as rows whose ``by`` is ``(fleet)`` (what ``by="fleet"``
     answers, from the same query)."""
-    return histogram_steps_and_window(client, metric, levels, start, end, by, step=step, filters=filters, tier=tier,
-                                      retention=retention, now=now, total=total)[0]
+    tier, retention, now, filters = scope_parts(scope)
+    return histogram_steps_and_window(
+        client,
+        metric,
+        levels,
+        start,
+        end,
+        by,
+        step=step,
+        filters=filters,
+        tier=tier,
+        retention=retention,
+        now=now,
+        total=total,
+    )[0]
 
 
 def histogram_steps_and_window(
-    client, metric: str, levels: list[float] | tuple[float, ...], start: datetime, end: datetime,  # noqa: ANN001
-    by: str = "model", *, step: float | None = None, filters: Filters | None = None, tier: str | None = None,
-    retention: Retention | None = None, now: datetime | None = None, total: bool = False,
+    client: Client,
+    metric: str,
+    levels: list[float] | tuple[float, ...],
+    start: datetime,
+    end: datetime,
+    by: str = "model",
+    *,
+    step: float | None = None,
+    total: bool = False,
+    **scope: Unpack[Scope],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``histogram_quantiles_over_time`` and, from the same bucket increases summed over the
     steps, the quantiles over the whole window: ``[by, q, value, count]`` (the window widened to
@@ -333,8 +452,21 @@ def histogram_steps_and_window(
     that window, but for a series whose previous sample lies between its 15-minute lookback
     and one step before the window, or an unmarked restart: the steps count those per step). A
     page that draws the line and shows the number reads the buckets once."""
-    found = histograms(client, [metric], levels, start, end, by, step=step, filters=filters, tier=tier,
-                       retention=retention, now=now, total=total)[metric]
+    tier, retention, now, filters = scope_parts(scope)
+    found = histograms(
+        client,
+        [metric],
+        levels,
+        start,
+        end,
+        by,
+        step=step,
+        filters=filters,
+        tier=tier,
+        retention=retention,
+        now=now,
+        total=total,
+    )[metric]
     return found.steps, found.window
 
 

@@ -44,11 +44,24 @@ def rule_file(models: list[str], replicas: list[str], total: int) -> RuleFile:
     for m in models:
         for metric in ("ttft", "itl"):
             for limit in (1, 2, 5):
-                rules.append({"name": f"{metric}_p99_over_{limit}s_{m}", "expr": f'{metric}_p99{{model="{m}"}}',
-                              "threshold": limit, "for": "5m", "labels": {"severity": "page"}})
+                rules.append(
+                    {
+                        "name": f"{metric}_p99_over_{limit}s_{m}",
+                        "expr": f'{metric}_p99{{model="{m}"}}',
+                        "threshold": limit,
+                        "for": "5m",
+                        "labels": {"severity": "page"},
+                    }
+                )
         for q in (0.9, 0.95):
-            rules.append({"name": f"ttft_p{q * 100:g}_{m}", "expr": f'latency_quantile{{q="{q}", model="{m}"}}',
-                          "threshold": 1.0, "for": "5m"})
+            rules.append(
+                {
+                    "name": f"ttft_p{q * 100:g}_{m}",
+                    "expr": f'latency_quantile{{q="{q}", model="{m}"}}',
+                    "threshold": 1.0,
+                    "for": "5m",
+                }
+            )
         rules.append({"name": f"errors_{m}", "expr": f'error_ratio{{model="{m}"}}', "threshold": 0.02, "for": "5m"})
         rules.append({"name": f"cost_{m}", "expr": f'cost_per_mtok{{model="{m}"}}', "threshold": 5.0, "for": "30m"})
     signals = [("kv_cache_usage_max", ">=", 0.9), ("requests_waiting", ">", 5), ("preemption_rate", ">", 0.5)]
@@ -57,12 +70,23 @@ def rule_file(models: list[str], replicas: list[str], total: int) -> RuleFile:
     while len(rules) + fast < total:
         signal, op, threshold = signals[i % len(signals)]
         replica = replicas[(i // len(signals)) % len(replicas)]
-        rules.append({"name": f"{signal}_{replica}_{i}", "expr": f'{signal}{{replica="{replica}"}}', "op": op,
-                      "threshold": threshold, "for": "5m", "labels": {"team": f"team-{i % 7}"}})
+        rules.append(
+            {
+                "name": f"{signal}_{replica}_{i}",
+                "expr": f'{signal}{{replica="{replica}"}}',
+                "op": op,
+                "threshold": threshold,
+                "for": "5m",
+                "labels": {"team": f"team-{i % 7}"},
+            }
+        )
         i += 1
     per = -(-len(rules) // 9)
-    groups = [{"name": f"team-{n}", "interval": "15s", "rules": rules[n * per:(n + 1) * per]}
-              for n in range(9) if rules[n * per:(n + 1) * per]]
+    groups = [
+        {"name": f"team-{n}", "interval": "15s", "rules": rules[n * per : (n + 1) * per]}
+        for n in range(9)
+        if rules[n * per : (n + 1) * per]
+    ]
     extra = RuleFile.model_validate({"groups": groups})
     return RuleFile(groups=[*pack.groups, *extra.groups])
 
@@ -82,7 +106,9 @@ def main() -> None:
     parser.add_argument("--rules", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--store", type=Path, help="seed into this directory and keep it; reuse it when it holds a store")
+    parser.add_argument(
+        "--store", type=Path, help="seed into this directory and keep it; reuse it when it holds a store"
+    )
     parser.add_argument("--profile", action="store_true", help="print the time of each distinct signal query")
     args = parser.parse_args()
 
@@ -104,13 +130,25 @@ def main() -> None:
         else:
             end = datetime.now(UTC).replace(second=0, microsecond=0)
             t0 = time.perf_counter()
-            report = seed(client, replicas=args.replicas, days=2, raw_hours=1, minute_hours=12, interval_s=5,
-                          request_sample_rate=0.01, end=end)
+            report = seed(
+                client,
+                replicas=args.replicas,
+                days=2,
+                raw_hours=1,
+                minute_hours=12,
+                interval_s=5,
+                request_sample_rate=0.01,
+                end=end,
+            )
             (tmp / "seeded").write_text(end.isoformat())
-            print(f"seeded {args.replicas} replicas x 2 days in {time.perf_counter() - t0:.0f}s: "
-                  f"{report.raw_samples:,} raw samples")
+            print(
+                f"seeded {args.replicas} replicas x 2 days in {time.perf_counter() - t0:.0f}s: "
+                f"{report.raw_samples:,} raw samples"
+            )
         models = sorted(r[0] for r in client.query("SELECT DISTINCT model FROM series WHERE model != ''").result_rows)
-        replicas = sorted(r[0] for r in client.query("SELECT DISTINCT replica FROM series WHERE replica != ''").result_rows)
+        replicas = sorted(
+            r[0] for r in client.query("SELECT DISTINCT replica FROM series WHERE replica != ''").result_rows
+        )
 
         url = f"sqlite:///{scratch}/metadata.db"
         list(metadata_runner.upgrade(url))
@@ -120,8 +158,9 @@ def main() -> None:
             set_slo(sessions, SloTarget(m, "itl", 0.2, 0.99))
         groups = merge([rule_file(models, replicas, args.rules)])
         count = sum(len(g.rules) for g in groups)
-        settings = AlertsSettings.model_validate({
-            "receivers": [{"name": "ops", "type": "webhook", "url": "http://127.0.0.1:9/alerts"}]})
+        settings = AlertsSettings.model_validate(
+            {"receivers": [{"name": "ops", "type": "webhook", "url": "http://127.0.0.1:9/alerts"}]}
+        )
 
         if args.profile:
             from alerts.signals import evaluate
@@ -150,23 +189,45 @@ def main() -> None:
                 row[kind] = statistics.median(times)
                 row[f"{kind}_all"] = times
             reports = evaluator.last.values()
-            row.update(firing=sum(r.firing for r in reports), pending=sum(r.pending for r in reports),
-                       errors=sum(len(r.errors) for r in reports))
+            row.update(
+                firing=sum(r.firing for r in reports),
+                pending=sum(r.pending for r in reports),
+                errors=sum(len(r.errors) for r in reports),
+            )
             results[label] = row
         ours, ref = results["shared answers (ours)"], results["one query per rule (reference)"]
-        print(f"\n{count} rules in {len(groups)} groups ({fast} every 15 s, the rest every 1 or 5 min), {len(models)} "
-              f"models, {len(replicas)} replicas; median of {args.repeats} cycles")
+        print(
+            f"\n{count} rules in {len(groups)} groups ({fast} every 15 s, the rest every 1 or 5 min), {len(models)} "
+            f"models, {len(replicas)} replicas; median of {args.repeats} cycles"
+        )
         for label, r in results.items():
-            print(f"   {label:<32} 15 s cycle ({fast} rules) {r['cycle'] * 1000:6.0f} ms;  every group due "
-                  f"({count} rules) {r['worst'] * 1000:6.0f} ms   ({r['firing']} firing, {r['pending']} pending, "
-                  f"{r['errors']} errors)")
-        print(f"   reference / ours: {ref['cycle'] / ours['cycle']:.1f}x (15 s cycle), {ref['worst'] / ours['worst']:.1f}x "
-              f"(every group); ours uses {ours['cycle'] / INTERVAL:.1%} of the 15 s interval (goal: <= 1 s per cycle)")
+            print(
+                f"   {label:<32} 15 s cycle ({fast} rules) {r['cycle'] * 1000:6.0f} ms;  every group due "
+                f"({count} rules) {r['worst'] * 1000:6.0f} ms   ({r['firing']} firing, {r['pending']} pending, "
+                f"{r['errors']} errors)"
+            )
+        print(
+            f"   reference / ours: {ref['cycle'] / ours['cycle']:.1f}x (15 s cycle), {ref['worst'] / ours['worst']:.1f}x "
+            f"(every group); ours uses {ours['cycle'] / INTERVAL:.1%} of the 15 s interval (goal: <= 1 s per cycle)"
+        )
         if args.json:
-            args.json.write_text(json.dumps({"rules": fast, "rules_all": count, "groups": len(groups),
-                                             "replicas": len(replicas), "models": len(models), "ours_s": ours["cycle"],
-                                             "reference_s": ref["cycle"], "ratio": ref["cycle"] / ours["cycle"],
-                                             "worst_s": ours["worst"], "variants": results}, indent=1))
+            args.json.write_text(
+                json.dumps(
+                    {
+                        "rules": fast,
+                        "rules_all": count,
+                        "groups": len(groups),
+                        "replicas": len(replicas),
+                        "models": len(models),
+                        "ours_s": ours["cycle"],
+                        "reference_s": ref["cycle"],
+                        "ratio": ref["cycle"] / ours["cycle"],
+                        "worst_s": ours["worst"],
+                        "variants": results,
+                    },
+                    indent=1,
+                )
+            )
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from analytics.metrics import histogram_quantile  # noqa: E402
 from analytics.saturation import saturation, saturation_over_time  # noqa: E402
 
 
-def timed(fn, repeats: int) -> tuple[float, object]:  # noqa: ANN001
+def timed(fn, repeats: int) -> tuple[float, object]:
     result = fn()  # warm-up
     times = []
     for _ in range(repeats):
@@ -48,15 +48,21 @@ def timed(fn, repeats: int) -> tuple[float, object]:  # noqa: ANN001
     return statistics.median(times) * 1000, result
 
 
-def naive_drift(client, current, reference) -> dict[str, float]:  # noqa: ANN001
+def naive_drift(client, current, reference) -> dict[str, float]:
     from scipy.spatial.distance import jensenshannon
     from scipy.stats import wasserstein_distance
 
-    sql = ("SELECT ts, tenant, model, route, finish_reason, prompt_tokens, completion_tokens, max_tokens, cached_tokens, "
-           "weight FROM requests WHERE source = 'gateway' AND ts >= {a:DateTime64(3)} AND ts < {b:DateTime64(3)}")
+    sql = (
+        "SELECT ts, tenant, model, route, finish_reason, prompt_tokens, completion_tokens, max_tokens, cached_tokens, "
+        "weight FROM requests WHERE source = 'gateway' AND ts >= {a:DateTime64(3)} AND ts < {b:DateTime64(3)}"
+    )
     frames = [client.query_df(sql, parameters={"a": w[0], "b": w[1]}) for w in (reference, current)]
     out = {}
-    for name, column in (("prompt_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"), ("max_tokens", "max_tokens")):
+    for name, column in (
+        ("prompt_tokens", "prompt_tokens"),
+        ("output_tokens", "completion_tokens"),
+        ("max_tokens", "max_tokens"),
+    ):
         ref, cur = frames[0], frames[1]
         std = np.sqrt(np.cov(ref[column].astype(float), aweights=ref["weight"])) or 1e-3
         out[name] = wasserstein_distance(ref[column], cur[column], ref["weight"], cur["weight"]) / std
@@ -75,9 +81,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    from fleetscope.history import seed
     from fleet.spec import load_spec
     from fleet.traffic import load_scenario
+    from fleetscope.history import seed
     from fleetscope.replay import replay
     from migrations import clickhouse_runner
     from storage.clickhouse import connect
@@ -88,11 +94,21 @@ def main() -> None:
         clickhouse_runner.apply(client)
         end = datetime.now(UTC).replace(second=0, microsecond=0)
         t0 = time.perf_counter()
-        report = seed(client, replicas=args.replicas, days=2, raw_hours=1, minute_hours=12, interval_s=5,
-                      request_sample_rate=args.sample_rate, end=end)
+        report = seed(
+            client,
+            replicas=args.replicas,
+            days=2,
+            raw_hours=1,
+            minute_hours=12,
+            interval_s=5,
+            request_sample_rate=args.sample_rate,
+            end=end,
+        )
         rows = int(client.command("SELECT count() FROM requests"))
-        print(f"seeded {args.replicas} replicas x 2 days in {time.perf_counter() - t0:.0f}s: "
-              f"{report.raw_samples:,} raw samples, {rows:,} request-log rows")
+        print(
+            f"seeded {args.replicas} replicas x 2 days in {time.perf_counter() - t0:.0f}s: "
+            f"{report.raw_samples:,} raw samples, {rows:,} request-log rows"
+        )
 
         current, reference = (end - timedelta(hours=6), end), (end - timedelta(hours=30), end - timedelta(hours=6))
         ours_ms, ours = timed(lambda: drift(client, current, reference), args.repeats)
@@ -102,17 +118,32 @@ def main() -> None:
         print(f"   analytics.drift (SQL)            {ours_ms:8.0f} ms")
         print(f"   rows -> pandas -> scipy          {naive_ms:8.0f} ms   ({naive_ms / ours_ms:.1f}x ours)")
         print("   scores ours / scipy: " + ", ".join(f"{k} {scores[k]:.3f}/{v:.3f}" for k, v in theirs.items()))
-        results["drift"] = {"ours_ms": ours_ms, "naive_ms": naive_ms, "ratio": naive_ms / ours_ms,
-                            "scores": {k: [float(scores[k]), float(v)] for k, v in theirs.items()}}
+        results["drift"] = {
+            "ours_ms": ours_ms,
+            "naive_ms": naive_ms,
+            "ratio": naive_ms / ours_ms,
+            "scores": {k: [float(scores[k]), float(v)] for k, v in theirs.items()},
+        }
 
         hour = (report.raw_start + timedelta(minutes=1), end)
         step = 30
-        steps = [(hour[0] + timedelta(seconds=i * step), hour[0] + timedelta(seconds=(i + 1) * step))
-                 for i in range(int((hour[1] - hour[0]).total_seconds() // step))]
-        ours_ms, _ = timed(lambda: latency_over_time(client, "ttft", *hour, levels=(0.99,), step=step,
-                                                     sources=("engine histograms",), tier="raw"), args.repeats)
-        loop_ms, _ = timed(lambda: [histogram_quantile(client, "vllm:time_to_first_token_seconds", 0.99, a, b, "model",
-                                                       tier="raw") for a, b in steps], 1)
+        steps = [
+            (hour[0] + timedelta(seconds=i * step), hour[0] + timedelta(seconds=(i + 1) * step))
+            for i in range(int((hour[1] - hour[0]).total_seconds() // step))
+        ]
+        ours_ms, _ = timed(
+            lambda: latency_over_time(
+                client, "ttft", *hour, levels=(0.99,), step=step, sources=("engine histograms",), tier="raw"
+            ),
+            args.repeats,
+        )
+        loop_ms, _ = timed(
+            lambda: [
+                histogram_quantile(client, "vllm:time_to_first_token_seconds", 0.99, a, b, "model", tier="raw")
+                for a, b in steps
+            ],
+            1,
+        )
         print(f"\np99 TTFT over the raw hour by model, {len(steps)} steps of {step}s")
         print(f"   latency_over_time (one query)    {ours_ms:8.0f} ms")
         print(f"   histogram_quantile per step      {loop_ms:8.0f} ms   ({loop_ms / ours_ms:.1f}x ours)")
@@ -131,8 +162,12 @@ def main() -> None:
         start = end - timedelta(minutes=30)
         played = replay(run, load_spec(ROOT / "fleet.yaml"), load_scenario("long-context-rollout"), start)
         ms, ex = timed(lambda: explain(run, start, played.end, prices={"cpu-demo": 0.1}), args.repeats)
-        print(f"\nexplain on a 15-minute long-context rollout ({played.requests:,} requests, {played.scrapes:,} scrapes)")
-        print(f"   one call                         {ms:8.0f} ms   top evidence: {', '.join(ex.evidence['signal'].head(2))}")
+        print(
+            f"\nexplain on a 15-minute long-context rollout ({played.requests:,} requests, {played.scrapes:,} scrapes)"
+        )
+        print(
+            f"   one call                         {ms:8.0f} ms   top evidence: {', '.join(ex.evidence['signal'].head(2))}"
+        )
         results["explain"] = {"ms": ms, "top": list(ex.evidence["signal"].head(3))}
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

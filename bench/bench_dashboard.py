@@ -38,8 +38,13 @@ sys.path.insert(0, str(ROOT))
 from dashboard.serve import Served, free_port, wait_healthy  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 PAGES = ["", "latency", "capacity", "traffic", "cost", "investigate", "alerts", "sql", "fleet"]
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 REFRESH_S = 10  # the shortest auto-refresh; the cache's TTL is 10 s too, so each refresh queries again
@@ -77,8 +82,11 @@ def drawn(page) -> None:
     """Until the run is over and every chart on the page has its canvas, and still so a moment later."""
     for _ in range(2):
         page.wait_for_selector(IDLE, timeout=120_000)
-        page.wait_for_function("""() => [...document.querySelectorAll('[data-testid=stVegaLiteChart]')]
-            .every(c => c.querySelector('canvas, svg'))""", timeout=60_000)
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('[data-testid=stVegaLiteChart]')]
+            .every(c => c.querySelector('canvas, svg'))""",
+            timeout=60_000,
+        )
         page.wait_for_timeout(SETTLE_MS)
 
 
@@ -102,8 +110,11 @@ class Render(NamedTuple):
 
     @property
     def parts(self) -> dict[str, float]:
-        return {"before_run_s": self.run_start, "run_s": self.run_end - self.run_start,
-                "drawn_after_run_s": max(0.0, self.total - self.run_end)}
+        return {
+            "before_run_s": self.run_start,
+            "run_s": self.run_end - self.run_start,
+            "drawn_after_run_s": max(0.0, self.total - self.run_end),
+        }
 
 
 def open_page(browser, url: str) -> tuple[object, Render]:
@@ -127,8 +138,13 @@ def measure(url: str, browser, path: str) -> dict:
     refresh = next_run(watched)
     errors = watched.locator('[data-testid="stException"], [data-testid="stAlertContentError"]').all_inner_texts()
     watched.close()
-    return {"first_render_s": first.total, **first.parts, "second_viewer_s": warm.total, "refresh_s": refresh,
-            "errors": errors}
+    return {
+        "first_render_s": first.total,
+        **first.parts,
+        "second_viewer_s": warm.total,
+        "refresh_s": refresh,
+        "errors": errors,
+    }
 
 
 FLOOR_APP = """import altair as alt, pandas as pd, streamlit as st
@@ -144,10 +160,26 @@ def floor(browser, root: Path, repeats: int) -> tuple[float, dict[str, float]]:
     app = root / "floor_app.py"
     app.write_text(FLOOR_APP)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
-                             "--server.address", "127.0.0.1", "--server.headless", "true",
-                             "--browser.gatherUsageStats", "false"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(app),
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc, 60)
         renders = []
@@ -156,8 +188,10 @@ def floor(browser, root: Path, repeats: int) -> tuple[float, dict[str, float]]:
             page.close()
             renders.append(render)
         renders = renders[1:]  # the first also starts the server's script machinery
-        return (statistics.median(r.total for r in renders),
-                {key: statistics.median(r.parts[key] for r in renders) for key in renders[0].parts})
+        return (
+            statistics.median(r.total for r in renders),
+            {key: statistics.median(r.parts[key] for r in renders) for key in renders[0].parts},
+        )
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(10)
@@ -172,14 +206,20 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="seed into this directory and keep it")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--pages", nargs="+", choices=[p or "overview" for p in PAGES], help="only these pages")
-    parser.add_argument("--warm-browser", action="store_true",
-                        help="open every tab in one browser context (its cache warm), not a fresh one each")
+    parser.add_argument(
+        "--warm-browser",
+        action="store_true",
+        help="open every tab in one browser context (its cache warm), not a fresh one each",
+    )
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as tmp:
         root = args.store or args.keep or Path(tmp)
-        env = {"FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{root / 'ch'}", "FLEETSCOPE_METADATA_URL": f"sqlite:///{root / 'm.db'}"}
+        env = {
+            "FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{root / 'ch'}",
+            "FLEETSCOPE_METADATA_URL": f"sqlite:///{root / 'm.db'}",
+        }
         if args.store is None:
             root.mkdir(parents=True, exist_ok=True)
             print(f"seeding {args.days:g} days of {args.replicas} replicas into {root} ...", flush=True)
@@ -202,37 +242,63 @@ def main() -> None:
                     for path in pages:
                         result = measure(served.url, browser, path)
                         runs[path or "overview"].append(result)
-                        print(f"  run {i + 1} {path or 'overview':<12} first {result['first_render_s']:.2f}s  "
-                              f"second viewer {result['second_viewer_s']:.2f}s  refresh {result['refresh_s']:.2f}s"
-                              + (f"  ERRORS {result['errors']}" if result["errors"] else ""), flush=True)
+                        print(
+                            f"  run {i + 1} {path or 'overview':<12} first {result['first_render_s']:.2f}s  "
+                            f"second viewer {result['second_viewer_s']:.2f}s  refresh {result['refresh_s']:.2f}s"
+                            + (f"  ERRORS {result['errors']}" if result["errors"] else ""),
+                            flush=True,
+                        )
             browser.close()
-    print(f"\n7. dashboard render{' (browser cache warm)' if args.warm_browser else ''}, range=30d over {args.days:g} days x {args.replicas} replicas "
-          f"(median of {args.repeats}; headless Chromium)")
+    print(
+        f"\n7. dashboard render{' (browser cache warm)' if args.warm_browser else ''}, range=30d over {args.days:g} days x {args.replicas} replicas "
+        f"(median of {args.repeats}; headless Chromium)"
+    )
     print(f"   Streamlit's floor (a new tab: a title and one chart, nothing read): {floor_s:.2f}s")
     print("   first render in parts: before the script run (Streamlit's page and websocket set-up), the run (the")
     print("   server's work, and the browser's handling of what it sends), the charts drawn after the run's end")
-    print(f"   {'page':<14} {'first':>7} {'/2 s':>6} {'-floor':>7} {'before':>7} {'run':>6} {'after':>6} | "
-          f"{'refresh':>7} {'/1 s':>6} | {'second viewer':>13}")
-    print(f"   {'(floor)':<14} {floor_s:6.2f}s {floor_s / 2:5.2f}x {'':>7} {floor_parts['before_run_s']:6.2f}s "
-          f"{floor_parts['run_s']:5.2f}s {floor_parts['drawn_after_run_s']:5.2f}s |")
+    print(
+        f"   {'page':<14} {'first':>7} {'/2 s':>6} {'-floor':>7} {'before':>7} {'run':>6} {'after':>6} | "
+        f"{'refresh':>7} {'/1 s':>6} | {'second viewer':>13}"
+    )
+    print(
+        f"   {'(floor)':<14} {floor_s:6.2f}s {floor_s / 2:5.2f}x {'':>7} {floor_parts['before_run_s']:6.2f}s "
+        f"{floor_parts['run_s']:5.2f}s {floor_parts['drawn_after_run_s']:5.2f}s |"
+    )
     summary = {}
     for page, results in runs.items():
         first = statistics.median(r["first_render_s"] for r in results)
         refresh = statistics.median(r["refresh_s"] for r in results)
         cached = statistics.median(r["second_viewer_s"] for r in results)
         parts = {key: statistics.median(r[key] for r in results) for key in floor_parts}
-        summary[page] = {"first_render_s": first, **parts, "refresh_s": refresh, "second_viewer_s": cached,
-                         "errors": sorted({e for r in results for e in r["errors"]})}
-        print(f"   {page:<14} {first:6.2f}s {first / 2:5.2f}x {first - floor_s:6.2f}s {parts['before_run_s']:6.2f}s "
-              f"{parts['run_s']:5.2f}s {parts['drawn_after_run_s']:5.2f}s | {refresh:6.2f}s {refresh / 1:5.2f}x | "
-              f"{cached:12.2f}s")
+        summary[page] = {
+            "first_render_s": first,
+            **parts,
+            "refresh_s": refresh,
+            "second_viewer_s": cached,
+            "errors": sorted({e for r in results for e in r["errors"]}),
+        }
+        print(
+            f"   {page:<14} {first:6.2f}s {first / 2:5.2f}x {first - floor_s:6.2f}s {parts['before_run_s']:6.2f}s "
+            f"{parts['run_s']:5.2f}s {parts['drawn_after_run_s']:5.2f}s | {refresh:6.2f}s {refresh / 1:5.2f}x | "
+            f"{cached:12.2f}s"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"replicas": args.replicas, "days": args.days, "repeats": args.repeats,
-                                         "warm_browser": args.warm_browser,
-                                         "streamlit_floor_s": floor_s, "streamlit_floor_parts": floor_parts,
-                                         "budget": {"first_render_s": 2.0, "refresh_s": 1.0}, "pages": summary},
-                                        indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "replicas": args.replicas,
+                    "days": args.days,
+                    "repeats": args.repeats,
+                    "warm_browser": args.warm_browser,
+                    "streamlit_floor_s": floor_s,
+                    "streamlit_floor_parts": floor_parts,
+                    "budget": {"first_render_s": 2.0, "refresh_s": 1.0},
+                    "pages": summary,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families
 
-from collector.exposition import SeriesCache, parse  # noqa: E402
+from collector.exposition import SeriesCache, parse
 
 DEFAULT = Path(__file__).parent / "data" / "vllm-0.32-cpu-metrics.txt"
 
@@ -78,8 +78,18 @@ def main() -> None:
         print(f"{name:<42} {n / t:>12,.0f} samples/s   {times[0] / t:6.1f}x")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"samples": n, "variants": {name: {"samples_per_s": n / t, "ratio": times[0] / t}
-                                                                   for (name, _fn), t in zip(variants, times, strict=True)}}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "samples": n,
+                    "variants": {
+                        name: {"samples_per_s": n / t, "ratio": times[0] / t}
+                        for (name, _fn), t in zip(variants, times, strict=True)
+                    },
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

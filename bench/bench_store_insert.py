@@ -20,8 +20,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from migrations import clickhouse_runner  # noqa: E402
-from storage.clickhouse import connect  # noqa: E402
+from migrations import clickhouse_runner
+from storage.clickhouse import connect
 
 
 def make_rows(n: int) -> pd.DataFrame:
@@ -29,7 +29,9 @@ def make_rows(n: int) -> pd.DataFrame:
     start = datetime(2026, 11, 29, tzinfo=UTC)
     return pd.DataFrame(
         {
-            "metric": rng.choice(["vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds_bucket"], n),
+            "metric": rng.choice(
+                ["vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds_bucket"], n
+            ),
             "fingerprint": rng.integers(0, 2**63, n, dtype=np.uint64),
             "ts": [start + timedelta(milliseconds=5000 * (i // 430)) for i in range(n)],
             "value": rng.random(n),
@@ -67,8 +69,16 @@ def main() -> None:
     print(f"ratio columnar / row tuples:     {row_wise / columnar:.1f}x")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"rows": args.rows, "insert_df_rows_per_s": args.rows / columnar,
-                                         "row_tuples_rows_per_s": args.rows / row_wise}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "rows": args.rows,
+                    "insert_df_rows_per_s": args.rows / columnar,
+                    "row_tuples_rows_per_s": args.rows / row_wise,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -67,10 +67,19 @@ def phase_seed(store: str, args: argparse.Namespace) -> dict:
             last[0] = fraction
             print(f"  seed {fraction:4.0%} {message}", file=sys.stderr, flush=True)
 
-    report = seed(client, replicas=args.replicas, days=args.days, raw_hours=args.raw_hours,
-                  minute_hours=args.minute_hours, request_sample_rate=args.sample_rate, progress=progress)
-    rows = {t: int(client.command(f"SELECT count() FROM {t}")) for t in
-            ("samples", "samples_1m", "samples_1h", "requests", "requests_1m", "requests_1h", "series")}
+    report = seed(
+        client,
+        replicas=args.replicas,
+        days=args.days,
+        raw_hours=args.raw_hours,
+        minute_hours=args.minute_hours,
+        request_sample_rate=args.sample_rate,
+        progress=progress,
+    )
+    rows = {
+        t: int(client.command(f"SELECT count() FROM {t}"))
+        for t in ("samples", "samples_1m", "samples_1h", "requests", "requests_1m", "requests_1h", "series")
+    }
     t0 = time.perf_counter()
     client.command("OPTIMIZE TABLE samples FINAL")
     optimize_s = time.perf_counter() - t0
@@ -95,22 +104,35 @@ def phase_seed(store: str, args: argparse.Namespace) -> dict:
     ).result_rows
     client.close()
     return {
-        "seed": {"seconds": report.seconds, "replicas": report.replicas, "series": report.series,
-                 "raw_samples": report.raw_samples, "minute_rows": report.minute_rows, "hour_rows": report.hour_rows,
-                 "requests": report.requests, "raw_start": report.raw_start.isoformat(), "end": report.end.isoformat(),
-                 "start": report.start.isoformat()},
+        "seed": {
+            "seconds": report.seconds,
+            "replicas": report.replicas,
+            "series": report.series,
+            "raw_samples": report.raw_samples,
+            "minute_rows": report.minute_rows,
+            "hour_rows": report.hour_rows,
+            "requests": report.requests,
+            "raw_start": report.raw_start.isoformat(),
+            "end": report.end.isoformat(),
+            "start": report.start.isoformat(),
+        },
         "rows": rows,
         "optimize_s": optimize_s,
-        "bytes_per_sample": {"ours": ours_full, "ours_subset": sizes["sub_ours"],
-                             "clickhouse_default": sizes["sub_default"], "naive_log_table": sizes["sub_naive"]},
+        "bytes_per_sample": {
+            "ours": ours_full,
+            "ours_subset": sizes["sub_ours"],
+            "clickhouse_default": sizes["sub_default"],
+            "naive_log_table": sizes["sub_naive"],
+        },
         "column_bytes_per_sample": {name: b / rows["samples"] for name, b in columns},
     }
 
 
-def bytes_per_row(client, table: str) -> float:  # noqa: ANN001
+def bytes_per_row(client, table: str) -> float:
     size, rows = client.query(
         "SELECT sum(bytes_on_disk), sum(rows) FROM system.parts WHERE database = currentDatabase() "
-        "AND table = {t:String} AND active", parameters={"t": table}
+        "AND table = {t:String} AND active",
+        parameters={"t": table},
     ).result_rows[0]
     return size / rows if rows else float("nan")
 
@@ -127,12 +149,19 @@ def panels(end: datetime, raw_start: datetime) -> dict:
     current = (end - timedelta(days=1), end)
     reference = (end - timedelta(days=30), end - timedelta(days=1))
 
-    def drift(window_a, window_b, tier=None):  # noqa: ANN001, ANN202
-        def run(c) -> None:  # noqa: ANN001
+    def drift(window_a, window_b, tier=None):
+        def run(c) -> None:
             for w in (window_a, window_b):  # shares by dimension, and the size distributions
                 request_totals(c, *w, by=["tenant", "model", "context_bucket", "finish_reason"], tier=tier)
-                request_quantiles(c, ["prompt_tokens", "completion_tokens", "max_tokens"],
-                                  [0.1, 0.25, 0.5, 0.75, 0.9, 0.99], *w, by=["tenant"], tier=tier)
+                request_quantiles(
+                    c,
+                    ["prompt_tokens", "completion_tokens", "max_tokens"],
+                    [0.1, 0.25, 0.5, 0.75, 0.9, 0.99],
+                    *w,
+                    by=["tenant"],
+                    tier=tier,
+                )
+
         return run
 
     return {
@@ -173,8 +202,11 @@ def phase_query(store: str, name: str, variant: int, repeats: int, end: str, raw
         fn(client)
         times.append(time.perf_counter() - t0)
     times.sort()
-    return {"p50_ms": statistics.median(times) * 1000, "p95_ms": times[max(0, int(len(times) * 0.95) - 1)] * 1000,
-            "peak_mib": max(0.0, peak_mib() - base)}
+    return {
+        "p50_ms": statistics.median(times) * 1000,
+        "p95_ms": times[max(0, int(len(times) * 0.95) - 1)] * 1000,
+        "peak_mib": max(0.0, peak_mib() - base),
+    }
 
 
 def child(args: list[str]) -> dict:
@@ -210,52 +242,99 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         store = f"{tmp}/ch"
-        common = ["--replicas", str(args.replicas), "--days", str(args.days), "--raw-hours", str(args.raw_hours),
-                  "--minute-hours", str(args.minute_hours), "--sample-rate", str(args.sample_rate)]
+        common = [
+            "--replicas",
+            str(args.replicas),
+            "--days",
+            str(args.days),
+            "--raw-hours",
+            str(args.raw_hours),
+            "--minute-hours",
+            str(args.minute_hours),
+            "--sample-rate",
+            str(args.sample_rate),
+        ]
         print(f"seeding {args.days:g} days of {args.replicas} replicas ...", flush=True)
         seeded = child(["--phase", "seed", "--store", store, *common])
         s, rows = seeded["seed"], seeded["rows"]
         written = s["raw_samples"] + s["minute_rows"] + s["hour_rows"] + s["requests"]
-        print(f"seeded in {s['seconds']:.0f}s ({written / s['seconds']:,.0f} rows/s): {s['series']:,} series; raw samples "
-              f"{rows['samples']:,} (since {s['raw_start'][:16]}), samples_1m {rows['samples_1m']:,}, samples_1h "
-              f"{rows['samples_1h']:,}, requests {rows['requests']:,} (1m {rows['requests_1m']:,}, 1h {rows['requests_1h']:,})")
+        print(
+            f"seeded in {s['seconds']:.0f}s ({written / s['seconds']:,.0f} rows/s): {s['series']:,} series; raw samples "
+            f"{rows['samples']:,} (since {s['raw_start'][:16]}), samples_1m {rows['samples_1m']:,}, samples_1h "
+            f"{rows['samples_1h']:,}, requests {rows['requests']:,} (1m {rows['requests_1m']:,}, 1h {rows['requests_1h']:,})"
+        )
         b = seeded["bytes_per_sample"]
         print("\n3. bytes per raw sample after merges (same rows, every 5th series)")
-        print(f"   fleetscope samples (codecs, all columns)           {b['ours_subset']:6.2f} B   (whole table: {b['ours']:.2f} B)")
-        print(f"   ClickHouse default compression, same sort key       {b['clickhouse_default']:6.2f} B   "
-              f"({b['clickhouse_default'] / b['ours_subset']:.1f}x ours)")
-        print(f"   naive log table (labels on every row, by time)      {b['naive_log_table']:6.2f} B   "
-              f"({b['naive_log_table'] / b['ours_subset']:.1f}x ours)")
-        print("   Prometheus TSDB (published): 1.3-1.8 B; goal <= 1.0 B. Per column: " + ", ".join(
-            f"{k} {v:.2f}" for k, v in sorted(seeded["column_bytes_per_sample"].items(), key=lambda kv: -kv[1])))
+        print(
+            f"   fleetscope samples (codecs, all columns)           {b['ours_subset']:6.2f} B   (whole table: {b['ours']:.2f} B)"
+        )
+        print(
+            f"   ClickHouse default compression, same sort key       {b['clickhouse_default']:6.2f} B   "
+            f"({b['clickhouse_default'] / b['ours_subset']:.1f}x ours)"
+        )
+        print(
+            f"   naive log table (labels on every row, by time)      {b['naive_log_table']:6.2f} B   "
+            f"({b['naive_log_table'] / b['ours_subset']:.1f}x ours)"
+        )
+        print(
+            "   Prometheus TSDB (published): 1.3-1.8 B; goal <= 1.0 B. Per column: "
+            + ", ".join(
+                f"{k} {v:.2f}" for k, v in sorted(seeded["column_bytes_per_sample"].items(), key=lambda kv: -kv[1])
+            )
+        )
 
         print(f"\n5. panel queries ({args.repeats} runs each, after one warm-up)")
         raw_span = datetime.fromisoformat(s["end"]) - datetime.fromisoformat(s["raw_start"])
         factor = timedelta(days=30) / raw_span
-        print(f"   {'panel':<30} {'30 d p95':>9} {'tier':>5} {'peak':>8} | {'raw p95':>8} {'rollup p95':>10} {'ratio':>6}"
-              f" | raw over 30 d, extrapolated")
+        print(
+            f"   {'panel':<30} {'30 d p95':>9} {'tier':>5} {'peak':>8} | {'raw p95':>8} {'rollup p95':>10} {'ratio':>6}"
+            f" | raw over 30 d, extrapolated"
+        )
         results = {}
         for name in panels(datetime.now(UTC), datetime.now(UTC)):
-            q = ["--phase", "query", "--store", store, "--panel", name, "--repeats", str(args.repeats),
-                 "--end", s["end"], "--raw-start", s["raw_start"]]
+            q = [
+                "--phase",
+                "query",
+                "--store",
+                store,
+                "--panel",
+                name,
+                "--repeats",
+                str(args.repeats),
+                "--end",
+                s["end"],
+                "--raw-start",
+                s["raw_start"],
+            ]
             month = child([*q, "--variant", "0"])
             raw = child([*q, "--variant", "1", "--repeats", str(max(3, args.repeats // 4))])
             rollup = child([*q, "--variant", "2"])
             # engine metrics over 30 days: the 6-hour rollup (cost: uptime from the hours, tokens from
             # the 6 hours and the request log's hours); the request log: its hours and minutes
-            tier = {"p99 TTFT by model": "6h", "KV-cache usage by replica": "6h"}.get(name, "1h/1m" if "drift" in name else "6h/1h")
+            tier = {"p99 TTFT by model": "6h", "KV-cache usage by replica": "6h"}.get(
+                name, "1h/1m" if "drift" in name else "6h/1h"
+            )
             # raw samples exist for the seed's last minutes: a 30-day raw query reads `factor` times
             # the rows; the raw request log holds the 30 days (drift), so that one is measured
             extrapolated = raw["p95_ms"] * (1 if "drift" in name else factor)
-            results[name] = {"month": month, "raw_window": raw, "rollup_window": rollup, "raw_30d_ms": extrapolated,
-                             "raw_30d_measured": "drift" in name}
-            print(f"   {name:<30} {month['p95_ms']:>7.0f}ms {tier:>5} {month['peak_mib']:>5.0f}MiB | "
-                  f"{raw['p95_ms']:>6.0f}ms {rollup['p95_ms']:>8.0f}ms {raw['p95_ms'] / rollup['p95_ms']:>5.1f}x | "
-                  f"{extrapolated / 1000:>7.1f}s = {extrapolated / month['p95_ms']:,.0f}x the rollup"
-                  + (" (measured)" if "drift" in name else ""))
-        print("   goal: p95 <= 250 ms over 30 days of 200 replicas. Same window: the raw samples' span (metric "
-              "panels, vs the 1-minute tier) / the 30 days of the raw request log (drift, vs the 1-hour tier). "
-              f"Extrapolated: the raw-window time x {factor:,.0f} (30 days / the raw span).")
+            results[name] = {
+                "month": month,
+                "raw_window": raw,
+                "rollup_window": rollup,
+                "raw_30d_ms": extrapolated,
+                "raw_30d_measured": "drift" in name,
+            }
+            print(
+                f"   {name:<30} {month['p95_ms']:>7.0f}ms {tier:>5} {month['peak_mib']:>5.0f}MiB | "
+                f"{raw['p95_ms']:>6.0f}ms {rollup['p95_ms']:>8.0f}ms {raw['p95_ms'] / rollup['p95_ms']:>5.1f}x | "
+                f"{extrapolated / 1000:>7.1f}s = {extrapolated / month['p95_ms']:,.0f}x the rollup"
+                + (" (measured)" if "drift" in name else "")
+            )
+        print(
+            "   goal: p95 <= 250 ms over 30 days of 200 replicas. Same window: the raw samples' span (metric "
+            "panels, vs the 1-minute tier) / the 30 days of the raw request log (drift, vs the 1-hour tier). "
+            f"Extrapolated: the raw-window time x {factor:,.0f} (30 days / the raw span)."
+        )
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({"seed": seeded, "panels": results}, indent=2))

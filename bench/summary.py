@@ -23,53 +23,76 @@ def main() -> None:
         variants = exposition["variants"]
         ref = variants["prometheus_client (reference)"]["samples_per_s"]
         warm = variants["ours, warm (per-target cache), columnar"]
-        print(f"1. parser: {warm['samples_per_s']:,.0f} samples/s vs prometheus_client {ref:,.0f} "
-              f"= {warm['ratio']:.1f}x (goal >= 25x)")
+        print(
+            f"1. parser: {warm['samples_per_s']:,.0f} samples/s vs prometheus_client {ref:,.0f} "
+            f"= {warm['ratio']:.1f}x (goal >= 25x)"
+        )
     if ingest := load(directory, "scrape_ingest"):
         for sink, label in (("chdb", "with the in-process store"), ("null", "collector alone")):
             if sink in ingest["sinks"]:
                 r = ingest["sinks"][sink]
-                print(f"2. scrape ingest {label}: {r['sustained']} targets at {ingest['interval_s']:g}s, zero missed = "
-                      f"{r['samples_per_s']:,.0f} samples/s (goal 2,000 targets ~ 170k/s; Azure's managed "
-                      "Prometheus pod ~50-58k/s)")
+                print(
+                    f"2. scrape ingest {label}: {r['sustained']} targets at {ingest['interval_s']:g}s, zero missed = "
+                    f"{r['samples_per_s']:,.0f} samples/s (goal 2,000 targets ~ 170k/s; Azure's managed "
+                    "Prometheus pod ~50-58k/s)"
+                )
     if warehouse := load(directory, "warehouse"):
         b = warehouse["seed"]["bytes_per_sample"]
-        print(f"3. bytes per raw sample after merges: {b['ours']:.2f} B (same rows: ClickHouse default "
-              f"{b['clickhouse_default'] / b['ours_subset']:.1f}x more, naive log table "
-              f"{b['naive_log_table'] / b['ours_subset']:.1f}x more; goal <= 1.0 B; Prometheus TSDB 1.3-1.8 B)")
+        print(
+            f"3. bytes per raw sample after merges: {b['ours']:.2f} B (same rows: ClickHouse default "
+            f"{b['clickhouse_default'] / b['ours_subset']:.1f}x more, naive log table "
+            f"{b['naive_log_table'] / b['ours_subset']:.1f}x more; goal <= 1.0 B; Prometheus TSDB 1.3-1.8 B)"
+        )
     if otlp := load(directory, "otlp_ingest"):
         o, r = otlp["ours"], otlp["reference"]
-        print(f"4. OTLP request-log ingest: {o['spans_per_cpu_s']:,.0f} spans per CPU-second "
-              f"({o['spans_per_s']:,.0f}/s wall) vs a generic exporter {r['spans_per_cpu_s']:,.0f} = "
-              f"{o['spans_per_cpu_s'] / r['spans_per_cpu_s']:.1f}x (goal >= 100k/core; OTel exporter ~40k/core)")
+        print(
+            f"4. OTLP request-log ingest: {o['spans_per_cpu_s']:,.0f} spans per CPU-second "
+            f"({o['spans_per_s']:,.0f}/s wall) vs a generic exporter {r['spans_per_cpu_s']:,.0f} = "
+            f"{o['spans_per_cpu_s'] / r['spans_per_cpu_s']:.1f}x (goal >= 100k/core; OTel exporter ~40k/core)"
+        )
     if warehouse:
-        print("5. dashboard panels over 30 days x "
-              f"{warehouse['seed']['seed']['replicas']} replicas (p95, goal <= 250 ms; raw/rollup on the same window):")
+        print(
+            "5. dashboard panels over 30 days x "
+            f"{warehouse['seed']['seed']['replicas']} replicas (p95, goal <= 250 ms; raw/rollup on the same window):"
+        )
         for name, p in warehouse["panels"].items():
             ratio = p["raw_window"]["p95_ms"] / p["rollup_window"]["p95_ms"]
             how = "measured" if p.get("raw_30d_measured") else "extrapolated"
-            print(f"   {name:<30} {p['month']['p95_ms']:6.0f} ms, peak {p['month']['peak_mib']:4.0f} MiB; same query on "
-                  f"raw rows over 30 d {p['raw_30d_ms'] / 1000:.1f} s ({how}) = {p['raw_30d_ms'] / p['month']['p95_ms']:,.0f}x; "
-                  f"on a short window raw {p['raw_window']['p95_ms']:.0f} ms vs rollup {p['rollup_window']['p95_ms']:.0f} ms "
-                  f"({ratio:.1f}x)")
+            print(
+                f"   {name:<30} {p['month']['p95_ms']:6.0f} ms, peak {p['month']['peak_mib']:4.0f} MiB; same query on "
+                f"raw rows over 30 d {p['raw_30d_ms'] / 1000:.1f} s ({how}) = {p['raw_30d_ms'] / p['month']['p95_ms']:,.0f}x; "
+                f"on a short window raw {p['raw_window']['p95_ms']:.0f} ms vs rollup {p['rollup_window']['p95_ms']:.0f} ms "
+                f"({ratio:.1f}x)"
+            )
     if analytics := load(directory, "analytics"):
-        d, lat, sat, ex = analytics["drift"], analytics["latency_over_time"], analytics["saturation_over_time"], analytics["explain"]
-        print(f"6. analytics in ClickHouse vs the obvious Python way, same data: drift {d['ours_ms']:.0f} ms vs rows+scipy "
-              f"{d['naive_ms']:.0f} ms ({d['ratio']:.1f}x); p99 TTFT over time {lat['ours_ms']:.0f} ms vs a query per step "
-              f"({lat['ratio']:.0f}x); saturation over time {sat['ours_ms']:.0f} ms ({sat['ratio']:.0f}x); "
-              f"explain on a 15-min incident {ex['ms']:.0f} ms")
+        d, lat, sat, ex = (
+            analytics["drift"],
+            analytics["latency_over_time"],
+            analytics["saturation_over_time"],
+            analytics["explain"],
+        )
+        print(
+            f"6. analytics in ClickHouse vs the obvious Python way, same data: drift {d['ours_ms']:.0f} ms vs rows+scipy "
+            f"{d['naive_ms']:.0f} ms ({d['ratio']:.1f}x); p99 TTFT over time {lat['ours_ms']:.0f} ms vs a query per step "
+            f"({lat['ratio']:.0f}x); saturation over time {sat['ours_ms']:.0f} ms ({sat['ratio']:.0f}x); "
+            f"explain on a 15-min incident {ex['ms']:.0f} ms"
+        )
     if dash := load(directory, "dashboard"):
         pages = dash["pages"]
         worst_first = max(pages.items(), key=lambda kv: kv[1]["first_render_s"])
         worst_refresh = max(pages.items(), key=lambda kv: kv[1]["refresh_s"])
-        print(f"7. dashboard in headless Chromium, range=30d over {dash['days']:g} days x {dash['replicas']} replicas: "
-              f"first render {min(p['first_render_s'] for p in pages.values()):.2f}-{worst_first[1]['first_render_s']:.2f} s "
-              f"(slowest {worst_first[0]}; budget 2 s), refresh {min(p['refresh_s'] for p in pages.values()):.2f}-"
-              f"{worst_refresh[1]['refresh_s']:.2f} s (slowest {worst_refresh[0]}; budget 1 s); Streamlit's own floor "
-              f"{dash['streamlit_floor_s']:.2f} s")
+        print(
+            f"7. dashboard in headless Chromium, range=30d over {dash['days']:g} days x {dash['replicas']} replicas: "
+            f"first render {min(p['first_render_s'] for p in pages.values()):.2f}-{worst_first[1]['first_render_s']:.2f} s "
+            f"(slowest {worst_first[0]}; budget 2 s), refresh {min(p['refresh_s'] for p in pages.values()):.2f}-"
+            f"{worst_refresh[1]['refresh_s']:.2f} s (slowest {worst_refresh[0]}; budget 1 s); Streamlit's own floor "
+            f"{dash['streamlit_floor_s']:.2f} s"
+        )
     if alerts := load(directory, "alerts"):
-        print(f"8. alerts: {alerts['rules']} rules on {alerts['replicas']} replicas, {alerts['ours_s'] * 1000:.0f} ms per "
-              f"15 s cycle vs {alerts['reference_s'] * 1000:.0f} ms with one query per rule ({alerts['ratio']:.1f}x; goal <= 1 s)")
+        print(
+            f"8. alerts: {alerts['rules']} rules on {alerts['replicas']} replicas, {alerts['ours_s'] * 1000:.0f} ms per "
+            f"15 s cycle vs {alerts['reference_s'] * 1000:.0f} ms with one query per rule ({alerts['ratio']:.1f}x; goal <= 1 s)"
+        )
     print("=======================================================================")
 
 

@@ -68,12 +68,8 @@ class CollectorSettings(Section):
     spool_max_bytes: int = Field(default=SPOOL_MAX_BYTES, gt=0)
     sampling: SamplingPolicy = SamplingPolicy()
     # shard_count comes before shard_index: the index is checked against the validated count.
-    shard_count: int = Field(
-        default=1, ge=1, description="collectors sharing the scrape targets (Prometheus hashmod)"
-    )
-    shard_index: int = Field(
-        default=0, ge=0, description="this collector's shard, 0..shard_count-1"
-    )
+    shard_count: int = Field(default=1, ge=1, description="collectors sharing the scrape targets (Prometheus hashmod)")
+    shard_index: int = Field(default=0, ge=0, description="this collector's shard, 0..shard_count-1")
 
     @field_validator("shard_index")
     @classmethod
@@ -81,8 +77,7 @@ class CollectorSettings(Section):
         count = info.data.get("shard_count")
         if count is not None and value >= count:
             raise ValueError(
-                f"must be less than collector.shard_count ({count}); shards are numbered "
-                f"from 0, got {value}"
+                f"must be less than collector.shard_count ({count}); shards are numbered from 0, got {value}"
             )
         return value
 

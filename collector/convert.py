@@ -34,6 +34,7 @@ path, which also records the next layout.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -114,7 +115,7 @@ class Batch:
 
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def columns(self, table: str, names: tuple[str, ...]) -> dict[str, list]:
+    def columns(self, table: str, names: tuple[str, ...]) -> dict[str, list[Any]]:
         """The table's columns as lists, to append to."""
         cols = self.tables.get(table)
         if cols is None:
@@ -168,7 +169,9 @@ class SeriesConverter:
         self.duplicates = 0  # samples skipped: series repeated in one exposition, or old+new name
         self.out_of_bounds = 0  # samples skipped: own timestamp outside 1970-2262
 
-    def _resolve(self, ref: tuple[str, Mapping[str, str]], target_labels: dict[str, str]) -> tuple[str, int, dict[str, str]]:
+    def _resolve(
+        self, ref: tuple[str, Mapping[str, str]], target_labels: dict[str, str]
+    ) -> tuple[str, int, dict[str, str]]:
         name, exposed = ref
         metric = canonical_name(name)
         if metric != name:
@@ -205,7 +208,9 @@ class SeriesConverter:
             return
         if layout is not None:  # leaving the fast path: its last values go back to the dict
             self._layout = None
-            for fp, value, cum in zip(layout.fingerprint.tolist(), layout.last.tolist(), layout.cumulative.tolist(), strict=True):
+            for fp, value, cum in zip(
+                layout.fingerprint.tolist(), layout.last.tolist(), layout.cumulative.tolist(), strict=True
+            ):
                 if cum and value == value:  # noqa: PLR0124 - not NaN
                     self._last[fp] = value
         self._convert_general(result, exposition, now, batch)
@@ -219,8 +224,16 @@ class SeriesConverter:
         counted = layout.cumulative & ~np.isnan(values)
         reset = np.where(counted & (values < prev), prev, 0.0)  # NaN prev: no comparison holds
         layout.last = np.where(counted, values, prev)
-        batch.extend("samples", {"metric": layout.metric, "fingerprint": layout.fingerprint,
-                                 "ts": np.full(len(values), ts), "value": values, "reset": reset})
+        batch.extend(
+            "samples",
+            {
+                "metric": layout.metric,
+                "fingerprint": layout.fingerprint,
+                "ts": np.full(len(values), ts),
+                "value": values,
+                "reset": reset,
+            },
+        )
 
     def _convert_general(self, result: ScrapeResult, exposition: Any, now: float, batch: Batch) -> None:
         target = result.target
@@ -240,7 +253,9 @@ class SeriesConverter:
         seen: set[int] = set()
         names = {ref[0] for ref in exposition.series} if self.renamed else None
         scrape_ts = result.timestamp
-        for index, (ref, value, ts) in enumerate(zip(exposition.series, exposition.values, exposition.timestamps, strict=True)):
+        for index, (ref, value, ts) in enumerate(
+            zip(exposition.series, exposition.values, exposition.timestamps, strict=True)
+        ):
             known = refs.get(id(ref))
             if known is None or known[0] is not ref:
                 metric, fp, labels = self._resolve(ref, target_labels)
@@ -268,7 +283,7 @@ class SeriesConverter:
                 new_series["first_seen"].append(now)
                 new_series["last_seen"].append(now)
             reset = 0.0
-            if known[4] and value == value:  # cumulative and not NaN
+            if known[4] and not math.isnan(value):  # cumulative and a number
                 prev = last.get(fp)
                 if prev is None:
                     prev = prior.get(fp)
@@ -292,7 +307,11 @@ class SeriesConverter:
                 metric=np.array(metrics[first_row:], dtype=object),
                 fingerprint=np.array(fps_kept, dtype=np.uint64),
                 cumulative=cumulative_kept,
-                last=np.array([last.get(fp, prior.get(fp, np.nan)) if c else np.nan
-                               for fp, c in zip(fps_kept, cumulative_kept.tolist(), strict=True)]),
+                last=np.array(
+                    [
+                        last.get(fp, prior.get(fp, np.nan)) if c else np.nan
+                        for fp, c in zip(fps_kept, cumulative_kept.tolist(), strict=True)
+                    ]
+                ),
                 skipped=len(exposition.series) - len(kept),
             )

@@ -18,6 +18,7 @@ dictionary lookup and a float conversion per sample. Without a cache every serie
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -180,7 +181,7 @@ def _timestamp(token: str, openmetrics: bool, lineno: int, line: str) -> float:
             raise ExpositionError(lineno, f"invalid timestamp {token!r} (integer milliseconds expected)", line)
         return float(int(token))
     value = _number(token, lineno, line)
-    if value != value or value in (float("inf"), float("-inf")):
+    if math.isnan(value) or math.isinf(value):
         raise ExpositionError(lineno, f"invalid timestamp {token!r}", line)
     return value
 
@@ -212,7 +213,9 @@ def _comment(line: str, lineno: int, openmetrics: bool, types: dict[str, str], h
         return openmetrics
     if kind not in ("TYPE", "HELP", "UNIT"):
         if openmetrics:
-            raise ExpositionError(lineno, "comments other than TYPE, HELP, UNIT and EOF are not allowed in OpenMetrics", line)
+            raise ExpositionError(
+                lineno, "comments other than TYPE, HELP, UNIT and EOF are not allowed in OpenMetrics", line
+            )
         return False
     if len(parts) < 2 or not _METRIC_NAME.match(parts[1]):
         raise ExpositionError(lineno, f"{kind} needs a metric name", line)

@@ -23,7 +23,15 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-__all__ = ["OtlpError", "SpanRecord", "decode_json", "decode_protobuf", "request_columns", "request_row", "REQUEST_SPAN"]
+__all__ = [
+    "OtlpError",
+    "SpanRecord",
+    "decode_json",
+    "decode_protobuf",
+    "request_columns",
+    "request_row",
+    "REQUEST_SPAN",
+]
 
 REQUEST_SPAN = "llm_request"
 STATUS_ERROR = 2
@@ -75,7 +83,7 @@ def _text(value: Any) -> str:
     return value.string_value or (str(value.int_value) if value.int_value else "")
 
 
-def request_columns(body: bytes) -> tuple[dict[str, list], int]:
+def request_columns(body: bytes) -> tuple[dict[str, list[Any]], int]:
     """A protobuf body -> (``requests`` columns of its ``llm_request`` spans, other spans)."""
     request = ExportTraceServiceRequest()
     try:
@@ -87,8 +95,11 @@ def request_columns(body: bytes) -> tuple[dict[str, list], int]:
     other = 0
     for rs in request.resource_spans:
         res = {kv.key: kv.value for kv in rs.resource.attributes}
-        replica = (_text(res.get("fleetscope.replica")) or _text(res.get("service.instance.id"))
-                   or _text(res.get("service.name")))
+        replica = (
+            _text(res.get("fleetscope.replica"))
+            or _text(res.get("service.instance.id"))
+            or _text(res.get("service.name"))
+        )
         resource_model = _text(res.get("fleetscope.model"))
         for ss in rs.scope_spans:
             for span in ss.spans:
@@ -118,12 +129,33 @@ def request_columns(body: bytes) -> tuple[dict[str, list], int]:
     n = len(ts)
     empty, zeros = [""] * n, [0] * n
     return {
-        "ts": ts, "source": ["otlp"] * n, "request_id": request_id, "trace_id": trace_id, "replica": replicas,
-        "model": models, "tenant": empty, "route": empty, "status_code": status, "finish_reason": empty,
-        "prompt_tokens": prompt, "completion_tokens": completion, "cached_tokens": zeros, "max_tokens": max_tokens,
-        "ttft_seconds": ttft, "e2e_seconds": e2e, "queue_seconds": queue, "prefill_seconds": prefill,
-        "decode_seconds": decode, "tpot_seconds": tpot, "session": empty, "route_reason": empty,
-        "outcome": outcome, "error": empty, "itl_seconds": [0.0] * n, "prefix_hash": empty, "stream": zeros,
+        "ts": ts,
+        "source": ["otlp"] * n,
+        "request_id": request_id,
+        "trace_id": trace_id,
+        "replica": replicas,
+        "model": models,
+        "tenant": empty,
+        "route": empty,
+        "status_code": status,
+        "finish_reason": empty,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "cached_tokens": zeros,
+        "max_tokens": max_tokens,
+        "ttft_seconds": ttft,
+        "e2e_seconds": e2e,
+        "queue_seconds": queue,
+        "prefill_seconds": prefill,
+        "decode_seconds": decode,
+        "tpot_seconds": tpot,
+        "session": empty,
+        "route_reason": empty,
+        "outcome": outcome,
+        "error": empty,
+        "itl_seconds": [0.0] * n,
+        "prefix_hash": empty,
+        "stream": zeros,
     }, other
 
 

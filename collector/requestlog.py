@@ -11,7 +11,8 @@ span), ``request_id``, ``replica``, ``model``, ``tenant``, ``route`` (the routin
 ``status_code``, ``finish_reason``, ``prompt_tokens``, ``completion_tokens``,
 ``cached_tokens``, ``max_tokens``, ``ttft_seconds``, ``e2e_seconds``, ``queue_seconds``,
 ``session``, ``route_reason``, ``outcome`` (ok, rejected, timeout, client_abort,
-upstream_error, no_replica), ``error`` (why it failed, in words), ``itl_seconds`` (client-side mean inter-token latency),
+upstream_error, no_replica), ``error`` (why it failed, in words), ``itl_seconds`` (client-side mean inter-token
+latency),
 ``prefix_hash``, ``stream``.
 """
 

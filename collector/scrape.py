@@ -156,7 +156,7 @@ class Scraper:
                 outcome = self._sink(result)
                 if outcome is not None:
                     await outcome
-            except Exception:  # noqa: BLE001 - keep scraping whatever the sink does
+            except Exception:
                 log.exception("result of %s could not be handled", target.url)
             next_at += interval
             now = loop.time()

@@ -37,10 +37,34 @@ __all__ = ["REQUEST_COLUMNS", "Collector", "CollectorConfig"]
 log = logging.getLogger("fleetscope.collector")
 
 REQUEST_COLUMNS = (
-    "ts", "source", "request_id", "trace_id", "replica", "model", "tenant", "route", "status_code",
-    "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "max_tokens",
-    "ttft_seconds", "e2e_seconds", "queue_seconds", "prefill_seconds", "decode_seconds",
-    "tpot_seconds", "weight", "session", "route_reason", "outcome", "error", "itl_seconds", "prefix_hash", "stream",
+    "ts",
+    "source",
+    "request_id",
+    "trace_id",
+    "replica",
+    "model",
+    "tenant",
+    "route",
+    "status_code",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "max_tokens",
+    "ttft_seconds",
+    "e2e_seconds",
+    "queue_seconds",
+    "prefill_seconds",
+    "decode_seconds",
+    "tpot_seconds",
+    "weight",
+    "session",
+    "route_reason",
+    "outcome",
+    "error",
+    "itl_seconds",
+    "prefix_hash",
+    "stream",
 )
 MAX_OTLP_BODY = 32 * 1024 * 1024  # also the limit after gzip/deflate decoding
 
@@ -65,8 +89,12 @@ class _Metrics:
         self.scrapes = Counter("fleetscope_collector_scrapes_total", "Scrapes", ["job", "result"], registry=registry)
         self.samples = Counter("fleetscope_collector_samples_total", "Samples scraped", registry=registry)
         self.spans = Counter("fleetscope_collector_spans_total", "OTLP spans received", ["kind"], registry=registry)
-        self.requests = Counter("fleetscope_collector_request_rows_total", "Request rows", ["source", "result"], registry=registry)
-        self.bad_bodies = Counter("fleetscope_collector_bad_bodies_total", "Bodies refused", ["endpoint"], registry=registry)
+        self.requests = Counter(
+            "fleetscope_collector_request_rows_total", "Request rows", ["source", "result"], registry=registry
+        )
+        self.bad_bodies = Counter(
+            "fleetscope_collector_bad_bodies_total", "Bodies refused", ["endpoint"], registry=registry
+        )
         self.targets = Gauge("fleetscope_collector_targets", "Scrape targets", registry=registry)
         self.targets.set_function(lambda: len(collector.scraper.targets) if collector.scraper else 0)
 
@@ -147,7 +175,7 @@ class Collector:
 
     # ------------------------------------------------------------------ requests
     def add_requests(self, rows: list[dict[str, Any]], source: str) -> int:
-        kept = {name: [] for name in REQUEST_COLUMNS}
+        kept: dict[str, list[Any]] = {name: [] for name in REQUEST_COLUMNS}
         count = 0
         for row in rows:
             weight = self.sampler.weight(row)
@@ -163,13 +191,15 @@ class Collector:
             self.metrics.requests.labels(source, "kept").inc(count)
         return count
 
-    def add_request_columns(self, columns: dict[str, list], source: str) -> int:
+    def add_request_columns(self, columns: dict[str, list[Any]], source: str) -> int:
         """Rows as columns (``REQUEST_COLUMNS`` but ``weight``); sampled like ``add_requests``."""
         n = len(columns["ts"])
         if not n:
             return 0
         if not self.sampler.keeps_everything:  # per-row decisions (shared with the gateway's rows)
-            return self.add_requests([dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)], source)
+            return self.add_requests(
+                [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)], source
+            )
         columns["weight"] = [1.0] * n
         self.writer.add("requests", {name: columns[name] for name in REQUEST_COLUMNS})
         self.metrics.requests.labels(source, "kept").inc(n)
@@ -214,7 +244,9 @@ class Collector:
             ExportTraceServiceResponse,
         )
 
-        return web.Response(body=ExportTraceServiceResponse().SerializeToString(), content_type="application/x-protobuf")
+        return web.Response(
+            body=ExportTraceServiceResponse().SerializeToString(), content_type="application/x-protobuf"
+        )
 
     async def handle_request_log(self, request: web.Request) -> web.Response:
         try:
@@ -237,8 +269,14 @@ class Collector:
 
     async def handle_health(self, _request: web.Request) -> web.Response:
         count, size = self.writer.spool_size()
-        return web.json_response({"status": "ok", "targets": len(self.scraper.targets) if self.scraper else 0,
-                                  "spool_batches": count, "spool_bytes": size})
+        return web.json_response(
+            {
+                "status": "ok",
+                "targets": len(self.scraper.targets) if self.scraper else 0,
+                "spool_batches": count,
+                "spool_bytes": size,
+            }
+        )
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_OTLP_BODY)
@@ -295,12 +333,12 @@ async def _start_grpc(collector: Collector, host: str, port: int) -> Any:
     from collector.otlp import spans_from_message
 
     class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-        async def Export(self, request, context):
+        async def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - the gRPC method's own name
             collector.on_spans(spans_from_message(request))
             return trace_service_pb2.ExportTraceServiceResponse()
 
     server = grpc.aio.server()
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(), server)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(), server)  # type: ignore[no-untyped-call]
     if server.add_insecure_port(f"{host}:{port}") == 0:
         raise OSError(f"cannot listen for OTLP/gRPC on {host}:{port}")
     await server.start()

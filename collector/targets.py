@@ -164,7 +164,7 @@ class FileDiscovery:
         out: list[Target] = []
         for index, group in enumerate(groups):
             if not isinstance(group, dict) or not isinstance(group.get("targets"), list):
-                raise TargetError(f"{self.path}: group {index} needs a \"targets\" list")
+                raise TargetError(f'{self.path}: group {index} needs a "targets" list')
             labels = group.get("labels") or {}
             if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
                 raise TargetError(f"{self.path}: group {index} labels must map names to strings")
@@ -173,7 +173,11 @@ class FileDiscovery:
                 if not isinstance(address, str):
                     raise TargetError(f"{self.path}: group {index}: target {address!r} is not a string")
                 try:
-                    out.append(make_target(address, job=job, labels=labels, interval_s=self.interval_s, timeout_s=self.timeout_s))
+                    out.append(
+                        make_target(
+                            address, job=job, labels=labels, interval_s=self.interval_s, timeout_s=self.timeout_s
+                        )
+                    )
                 except TargetError as exc:
                     raise TargetError(f"{self.path}: group {index}: {exc}") from None
         return out

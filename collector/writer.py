@@ -9,7 +9,8 @@ Nothing is lost when ClickHouse is away, and nothing is counted twice:
   write-ahead file) *before* it is inserted; the file is removed only after the insert
   succeeded. One file holds the batches of every table cut at the same time, and
   ``add_tables`` queues one scrape's rows for all tables at once, so a crash keeps a scrape's
-  samples and its ``scrapes`` row together or loses both (a lost interval, never half of one). A crash between insert and removal replays the batch on restart, and the
+  samples and its ``scrapes`` row together or loses both (a lost interval, never half of one). A crash between
+  insert and removal replays the batch on restart, and the
   tables' ``non_replicated_deduplication_window`` (replicated tables dedupe by default)
   drops the repeat because the token is the same.
 - while an insert fails, batches stay in the spool and are replayed oldest first, with
@@ -38,14 +39,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
 from collector.config import BATCH_ROWS, FLUSH_INTERVAL_S, SPOOL_MAX_BYTES
 
 __all__ = ["Writer", "WriterConfig", "TIME_COLUMNS"]
@@ -70,23 +72,49 @@ class WriterConfig:
 
 class _Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.rows = Counter("fleetscope_collector_inserted_rows_total", "Rows inserted into ClickHouse", ["table"], registry=registry)
-        self.batches = Counter("fleetscope_collector_insert_batches_total", "Insert batches", ["table", "result"], registry=registry)
+        self.rows = Counter(
+            "fleetscope_collector_inserted_rows_total", "Rows inserted into ClickHouse", ["table"], registry=registry
+        )
+        self.batches = Counter(
+            "fleetscope_collector_insert_batches_total", "Insert batches", ["table", "result"], registry=registry
+        )
         self.latency = Histogram(
-            "fleetscope_collector_insert_seconds", "Insert latency", ["table"], registry=registry,
+            "fleetscope_collector_insert_seconds",
+            "Insert latency",
+            ["table"],
+            registry=registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.spool_bytes = Gauge("fleetscope_collector_spool_bytes", "Bytes waiting in the spool", registry=registry)
-        self.spool_batches = Gauge("fleetscope_collector_spool_batches", "Batches waiting in the spool", registry=registry)
-        self.dropped = Counter("fleetscope_collector_dropped_rows_total", "Rows dropped: spool full", ["table"], registry=registry)
-        self.rejected = Counter("fleetscope_collector_rejected_rows_total", "Rows the store refused (moved to spool/rejected)", ["table"], registry=registry)
+        self.spool_batches = Gauge(
+            "fleetscope_collector_spool_batches", "Batches waiting in the spool", registry=registry
+        )
+        self.dropped = Counter(
+            "fleetscope_collector_dropped_rows_total", "Rows dropped: spool full", ["table"], registry=registry
+        )
+        self.rejected = Counter(
+            "fleetscope_collector_rejected_rows_total",
+            "Rows the store refused (moved to spool/rejected)",
+            ["table"],
+            registry=registry,
+        )
 
 
 # ClickHouse errors that mean "the store is busy or degraded", never "the data is bad"
 _TRANSIENT = (
-    "TOO_MANY_PARTS", "MEMORY_LIMIT_EXCEEDED", "TABLE_IS_READ_ONLY", "READONLY", "TIMEOUT_EXCEEDED",
-    "NETWORK_ERROR", "SOCKET_TIMEOUT", "KEEPER_EXCEPTION", "NO_ZOOKEEPER", "ALL_CONNECTION_TRIES_FAILED",
-    "TOO_MANY_SIMULTANEOUS_QUERIES", "Cannot lock file", "Connection",
+    "TOO_MANY_PARTS",
+    "MEMORY_LIMIT_EXCEEDED",
+    "TABLE_IS_READ_ONLY",
+    "READONLY",
+    "TIMEOUT_EXCEEDED",
+    "NETWORK_ERROR",
+    "SOCKET_TIMEOUT",
+    "KEEPER_EXCEPTION",
+    "NO_ZOOKEEPER",
+    "ALL_CONNECTION_TRIES_FAILED",
+    "TOO_MANY_SIMULTANEOUS_QUERIES",
+    "Cannot lock file",
+    "Connection",
 )
 
 
@@ -125,7 +153,7 @@ def _combine(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _frame(columns: dict[str, list]) -> pd.DataFrame:
+def _frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
     data: dict[str, Any] = {}
     for name, values in columns.items():
         data[name] = pd.to_datetime(values, unit="s", utc=True) if name in TIME_COLUMNS else values
@@ -232,7 +260,9 @@ class Writer:
                 return
             self._seq += 1
             seq = self._seq
-        batches = [{"table": table, "token": uuid.uuid4().hex, "columns": _combine(chunks)} for table, chunks in taken]
+        batches: list[dict[str, Any]] = [
+            {"table": table, "token": uuid.uuid4().hex, "columns": _combine(chunks)} for table, chunks in taken
+        ]
         payload = pickle.dumps({"batches": batches}, protocol=5)
         _count, used = self.spool_size()
         if used + len(payload) > self.config.spool_max_bytes:
@@ -259,8 +289,11 @@ class Writer:
         now = time.monotonic()
         with self._lock:
             return [
-                t for t in self._buffers
-                if force or self._counts.get(t, 0) >= self.config.batch_rows or now - self._buffer_since[t] >= self.config.flush_interval_s
+                t
+                for t in self._buffers
+                if force
+                or self._counts.get(t, 0) >= self.config.batch_rows
+                or now - self._buffer_since[t] >= self.config.flush_interval_s
             ]
 
     def _reject(self, path: Path, batches: list[dict[str, Any]], index: int, reason: str) -> bool:
@@ -285,7 +318,7 @@ class Writer:
         it must wait. A table inserted before another failed is inserted again on the retry,
         and its deduplication token makes the store drop the repeat."""
         data = pickle.loads(path.read_bytes())
-        batches = data["batches"] if "batches" in data else [data]  # files of older versions: one table
+        batches = data.get("batches", [data])  # files of older versions: one table
         landed = []
         for index, batch in enumerate(batches):
             table, token, columns = batch["table"], batch["token"], batch["columns"]

@@ -139,4 +139,6 @@ def load_config(
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc, model, str(source) if source else None, lines, from_env)) from None
+        raise ConfigError(
+            describe_validation_error(exc, model, str(source) if source else None, lines, from_env)
+        ) from None

@@ -78,9 +78,7 @@ def _model_at(model: type[BaseModel], path: tuple[str, ...]) -> type[BaseModel] 
         candidates = [field.annotation, *get_args(field.annotation)]
         for arg in list(candidates):
             candidates.extend(get_args(arg))
-        current = next(
-            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
-        )
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
     return current
 
 

@@ -23,7 +23,9 @@ from dashboard.auth import authenticated, require_login  # noqa: E402
 from dashboard.context import current_params, settings_for_login  # noqa: E402
 from dashboard.view import read_view  # noqa: E402
 
-PAGES = Path(__file__).resolve().parent / "screens"  # not "pages": Streamlit would serve those files bare, past the login
+PAGES = (
+    Path(__file__).resolve().parent / "screens"
+)  # not "pages": Streamlit would serve those files bare, past the login
 
 st.set_page_config(page_title="fleetscope", layout="wide")
 settings = settings_for_login()
@@ -40,8 +42,13 @@ PAGE_LIST = [  # (file, title, url path, icon)
     ("fleet.py", "Fleet", "fleet", ":material/dns:"),
 ]
 # the page is picked from the URL before the login, so that the visitor lands on it after
-page = st.navigation([st.Page(str(PAGES / file), title=title, url_path=path, icon=icon, default=i == 0)
-                      for i, (file, title, path, icon) in enumerate(PAGE_LIST)], position="sidebar" if allowed else "hidden")
+page = st.navigation(
+    [
+        st.Page(str(PAGES / file), title=title, url_path=path, icon=icon, default=i == 0)
+        for i, (file, title, path, icon) in enumerate(PAGE_LIST)
+    ],
+    position="sidebar" if allowed else "hidden",
+)
 require_login(settings)
 refresh = read_view(current_params()).refresh_s
 if refresh:  # before the page runs: a page with nothing to show stops its run early, and should refresh too

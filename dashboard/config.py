@@ -18,12 +18,17 @@ class DashboardSettings(Section):
     ``fleetscope dashboard`` refuses to start unless one of these is set."""
 
     password: SecretStr | None = Field(
-        default=None, description="asked once per browser session (set it through FLEETSCOPE_DASHBOARD_PASSWORD)")
+        default=None, description="asked once per browser session (set it through FLEETSCOPE_DASHBOARD_PASSWORD)"
+    )
     oidc: bool = Field(
-        default=False, description="log in with Streamlit's OIDC (st.login; the provider in .streamlit/secrets.toml [auth])")
+        default=False,
+        description="log in with Streamlit's OIDC (st.login; the provider in .streamlit/secrets.toml [auth])",
+    )
     allowed_emails: list[str] = Field(
         default_factory=list,
-        description="with oidc: the accounts let in, by address or by '@domain' (required: a provider accepts anyone it knows)")
+        description="with oidc: the accounts let in, by address or by '@domain' "
+        "(required: a provider accepts anyone it knows)",
+    )
 
     @field_validator("password", mode="after")
     @classmethod
@@ -35,8 +40,10 @@ class DashboardSettings(Section):
     @model_validator(mode="after")
     def _oidc_allow_list(self) -> DashboardSettings:
         if self.oidc and not self.allowed_emails:
-            raise ValueError("oidc needs allowed_emails (addresses, or '@example.com' for a domain): "
-                             "the provider lets in anyone who has an account with it")
+            raise ValueError(
+                "oidc needs allowed_emails (addresses, or '@example.com' for a domain): "
+                "the provider lets in anyone who has an account with it"
+            )
         return self
 
     def allows(self, email: str | None) -> bool:
@@ -44,7 +51,7 @@ class DashboardSettings(Section):
         if "@" not in email:
             return False
         wanted = {e.strip().lower() for e in self.allowed_emails}
-        return email in wanted or email[email.index("@"):] in wanted
+        return email in wanted or email[email.index("@") :] in wanted
 
     @property
     def protected(self) -> bool:

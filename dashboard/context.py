@@ -24,14 +24,45 @@ import streamlit as st
 
 from dashboard.view import FILTER_KEYS, RANGES, REFRESH, View, read_view, view_params
 
-__all__ = ["PERCENT", "Context", "Provider", "current_params", "page_context", "plain", "provide", "settings_for_login",
-           "shown", "use_stores"]
+__all__ = [
+    "PERCENT",
+    "Context",
+    "Provider",
+    "current_params",
+    "page_context",
+    "plain",
+    "provide",
+    "settings_for_login",
+    "shown",
+    "use_stores",
+]
 
 _INJECTED: dict[str, Any] = {}
 # columns that analytics returns as fractions, shown as percentages wherever a table has them
-_FRACTIONS = ("attainment", "objective", "idle_share", "share", "up_share", "headroom", "kv_avg", "kv_max", "kv_recent",
-              "kv_max_recent", "prefix_hit_rate", "prefix hits", "KV avg", "KV max", "baseline_share", "slow_share",
-              "after_share", "share_before", "share_after", "budget", "consumed", "remaining")
+_FRACTIONS = (
+    "attainment",
+    "objective",
+    "idle_share",
+    "share",
+    "up_share",
+    "headroom",
+    "kv_avg",
+    "kv_max",
+    "kv_recent",
+    "kv_max_recent",
+    "prefix_hit_rate",
+    "prefix hits",
+    "KV avg",
+    "KV max",
+    "baseline_share",
+    "slow_share",
+    "after_share",
+    "share_before",
+    "share_after",
+    "budget",
+    "consumed",
+    "remaining",
+)
 PERCENT = {name: st.column_config.NumberColumn(name, format="percent") for name in _FRACTIONS}
 VIEW_KEYS = {"range", "from", "to", "refresh", *FILTER_KEYS}
 _LAST_VIEW = "fleetscope_view"
@@ -48,8 +79,10 @@ class Provider:
 
 
 _PROVIDER: list[Provider] = []
-_NO_PROVIDER = ("This dashboard was started without its configuration: run it with `fleetscope dashboard` "
-                "(or `fleetscope up`), which reads fleetscope.yaml and opens the stores.")
+_NO_PROVIDER = (
+    "This dashboard was started without its configuration: run it with `fleetscope dashboard` "
+    "(or `fleetscope up`), which reads fleetscope.yaml and opens the stores."
+)
 
 
 @dataclass
@@ -112,7 +145,9 @@ def settings_for_login() -> Any:
         return provider.settings()
     except ValueError as exc:  # no page without the login it may configure; details in the server's log only
         print(f"fleetscope dashboard: configuration error: {exc}", file=sys.stderr, flush=True)
-        st.error("The fleetscope configuration cannot be read: see the dashboard server's log (`fleetscope config check`).")
+        st.error(
+            "The fleetscope configuration cannot be read: see the dashboard server's log (`fleetscope config check`)."
+        )
         st.stop()
 
 
@@ -126,8 +161,13 @@ def _sidebar(view: View, choices: dict[str, list[str]]) -> dict[str, str]:
     """Draw the controls; return the query string they ask for."""
     side = st.sidebar
     keys = [*RANGES, "custom"]
-    range_key = side.selectbox("Time range", keys, index=keys.index(view.range_key), key="range",
-                               help="Last 15 minutes to 30 days, or a custom window (UTC).")
+    range_key = side.selectbox(
+        "Time range",
+        keys,
+        index=keys.index(view.range_key),
+        key="range",
+        help="Last 15 minutes to 30 days, or a custom window (UTC).",
+    )
     params: dict[str, str] = {}
     if range_key == "custom":
         start = side.text_input("From (UTC, ISO 8601)", view.start.isoformat(), key="from")
@@ -135,12 +175,19 @@ def _sidebar(view: View, choices: dict[str, list[str]]) -> dict[str, str]:
         params.update({"from": start, "to": end})
     else:
         params["range"] = range_key
-    refresh = side.selectbox("Auto-refresh", REFRESH, index=REFRESH.index(view.refresh_s) if view.refresh_s in REFRESH else 2,
-                             format_func=lambda s: "off" if s == 0 else f"every {s}s", key="refresh")
+    refresh = side.selectbox(
+        "Auto-refresh",
+        REFRESH,
+        index=REFRESH.index(view.refresh_s) if view.refresh_s in REFRESH else 2,
+        format_func=lambda s: "off" if s == 0 else f"every {s}s",
+        key="refresh",
+    )
     params["refresh"] = str(refresh)
     for key, options in choices.items():
         chosen = getattr(view.filters, key)
-        picked = side.multiselect(key.capitalize(), sorted(set(options) | set(chosen)), default=list(chosen), key=f"f_{key}")
+        picked = side.multiselect(
+            key.capitalize(), sorted(set(options) | set(chosen)), default=list(chosen), key=f"f_{key}"
+        )
         if picked:
             params[key] = ",".join(picked)
     return params
@@ -186,8 +233,10 @@ def page_context(title: str) -> Context:
         view = read_view(wanted)
     st.session_state[_LAST_VIEW] = wanted
     st.title(title)
-    st.caption(f"{view.start:%Y-%m-%d %H:%M} – {view.end:%Y-%m-%d %H:%M} UTC"
-               + (f" · refresh every {view.refresh_s}s" if view.refresh_s else ""))
+    st.caption(
+        f"{view.start:%Y-%m-%d %H:%M} – {view.end:%Y-%m-%d %H:%M} UTC"
+        + (f" · refresh every {view.refresh_s}s" if view.refresh_s else "")
+    )
     return Context(view, client, sessions, settings, _marks(sessions, view))
 
 
@@ -201,5 +250,7 @@ def _marks(sessions: Any, view: View) -> list[Any]:
     try:
         return annotations(sessions, view.start, view.end)
     except SQLAlchemyError as exc:  # the charts still draw; say why the markers are missing
-        st.caption(f"Annotations unavailable (metadata DB: {str(exc).splitlines()[0][:200]}; run `fleetscope migrate`).")
+        st.caption(
+            f"Annotations unavailable (metadata DB: {str(exc).splitlines()[0][:200]}; run `fleetscope migrate`)."
+        )
         return []

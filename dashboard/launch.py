@@ -66,8 +66,11 @@ def main() -> None:
     gc.freeze()
     print(f"fleetscope dashboard: {count} modules the pages use loaded in {seconds:.1f}s", file=sys.stderr, flush=True)
     for name, why in failed.items():
-        print(f"fleetscope dashboard: cannot import {name} ({why}); the pages that use it will say so", file=sys.stderr,
-              flush=True)
+        print(
+            f"fleetscope dashboard: cannot import {name} ({why}); the pages that use it will say so",
+            file=sys.stderr,
+            flush=True,
+        )
     from streamlit.web import cli
 
     sys.argv = ["streamlit", *sys.argv[1:]]

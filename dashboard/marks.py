@@ -30,12 +30,17 @@ TS_TIP = alt.Tooltip("utcyearmonthdatehoursminutesseconds(ts):T", title="time (U
 def time_x(view: Any = None, title: str | None = "time (UTC)", field: str = "ts") -> alt.X:
     """The x encoding of a time chart: a UTC scale, 24-hour labels (with the date past a day)."""
     long = view is not None and view.span.total_seconds() > 86400
-    return alt.X(f"{field}:T", title=title, scale=alt.Scale(type="utc"),
-                 axis=alt.Axis(format="%m-%d %H:%M" if long else "%H:%M", labelOverlap=True))
+    return alt.X(
+        f"{field}:T",
+        title=title,
+        scale=alt.Scale(type="utc"),
+        axis=alt.Axis(format="%m-%d %H:%M" if long else "%H:%M", labelOverlap=True),
+    )
 
 
-def with_gaps(df: pd.DataFrame, step: float | None = None, by: str | list[str] | tuple[str, ...] = (),
-              x: str = "ts") -> pd.DataFrame:
+def with_gaps(
+    df: pd.DataFrame, step: float | None = None, by: str | list[str] | tuple[str, ...] = (), x: str = "ts"
+) -> pd.DataFrame:
     """``df`` with empty rows (every numeric value NaN) a step after each point that the next
     point of its series (a group of ``by``) follows by more than ``GAP_STEPS`` steps, and a step
     before that next point (a chart that reads "no rows" as zero fills them with 0). ``step``
@@ -58,18 +63,23 @@ def with_gaps(df: pd.DataFrame, step: float | None = None, by: str | list[str] |
     if last.empty:
         return df
     values = [c for c in df.columns if c != x and c not in keys]
-    holes = pd.concat([last[[*keys, x]].assign(**{x: last[x] + width}),
-                       last[[*keys]].assign(**{x: following[hole] - width})], ignore_index=True)
-    holes = holes.assign(**{c: pd.Series(float("nan"), index=holes.index) for c in values
-                            if pd.api.types.is_numeric_dtype(df[c])})
+    holes = pd.concat(
+        [last[[*keys, x]].assign(**{x: last[x] + width}), last[[*keys]].assign(**{x: following[hole] - width})],
+        ignore_index=True,
+    )
+    holes = holes.assign(
+        **{c: pd.Series(float("nan"), index=holes.index) for c in values if pd.api.types.is_numeric_dtype(df[c])}
+    )
     out = pd.concat([ordered, holes], ignore_index=True).sort_values([*keys, x], kind="stable", ignore_index=True)
     out.attrs = dict(df.attrs)
     return out
 
 
 def marks_frame(marks: list[Any]) -> pd.DataFrame:
-    return pd.DataFrame([{"ts": m.starts_at, "end": m.ends_at or m.starts_at, "title": m.title,
-                          "text": m.text or ""} for m in marks], columns=["ts", "end", "title", "text"])
+    return pd.DataFrame(
+        [{"ts": m.starts_at, "end": m.ends_at or m.starts_at, "title": m.title, "text": m.text or ""} for m in marks],
+        columns=["ts", "end", "title", "text"],
+    )
 
 
 def with_annotations(chart: alt.Chart, ctx: Any) -> alt.Chart | alt.LayerChart:
@@ -81,8 +91,14 @@ def with_annotations(chart: alt.Chart, ctx: Any) -> alt.Chart | alt.LayerChart:
     df["ts"] = df["ts"].clip(lower=view.start, upper=view.end)
     df["end"] = df["end"].clip(lower=view.start, upper=view.end)
     tooltip = [alt.Tooltip("title:N", title="annotation"), TS_TIP, "text:N"]
-    rules = alt.Chart(df).mark_rule(color="#7c3aed", strokeDash=[4, 3], strokeWidth=1.5).encode(
-        x=time_x(ctx.view), tooltip=tooltip)
-    spans = alt.Chart(df[df["end"] > df["ts"]]).mark_rect(color="#7c3aed", opacity=0.08).encode(
-        x=time_x(ctx.view), x2="end:T")
+    rules = (
+        alt.Chart(df)
+        .mark_rule(color="#7c3aed", strokeDash=[4, 3], strokeWidth=1.5)
+        .encode(x=time_x(ctx.view), tooltip=tooltip)
+    )
+    spans = (
+        alt.Chart(df[df["end"] > df["ts"]])
+        .mark_rect(color="#7c3aed", opacity=0.08)
+        .encode(x=time_x(ctx.view), x2="end:T")
+    )
     return alt.layer(chart, spans, rules).resolve_scale(color="independent")

@@ -52,8 +52,14 @@ class Served:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")} | env
         self._log = self.log_path.open("w")
         exe = Path(sys.executable).parent / "fleetscope"
-        self.proc = subprocess.Popen([str(exe), "dashboard", "--port", str(self.port)], cwd=cwd, env=full_env,
-                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [str(exe), "dashboard", "--port", str(self.port)],
+            cwd=cwd,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             wait_healthy(self.url, self.proc, timeout_s)
         except RuntimeError as exc:

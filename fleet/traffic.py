@@ -193,7 +193,9 @@ def load_scenario(name_or_path: str) -> Scenario:
             TrafficMix.model_validate(data)
         except ValidationError as exc:
             line = lines.get(("phases", str(index)))
-            where = f"{path}:{line} (phase {phase.name!r}, key set" if line else f"{path} (phase {phase.name!r}, key set"
+            where = (
+                f"{path}:{line} (phase {phase.name!r}, key set" if line else f"{path} (phase {phase.name!r}, key set"
+            )
             raise YamlConfigError(describe_validation_error(exc, TrafficMix, where + ")", {})) from None
     scenario.mixes()
     return scenario

@@ -52,7 +52,9 @@ def _sessions(settings):  # noqa: ANN001, ANN202
 
 @app.command()
 def check(
-    files: Annotated[list[Path] | None, typer.Argument(help="Rule files (default: the configured ones and the built-in pack).")] = None,
+    files: Annotated[
+        list[Path] | None, typer.Argument(help="Rule files (default: the configured ones and the built-in pack).")
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Validate rule files: YAML, keys, durations, expressions and templates. Exit 2 on the first problem."""
@@ -61,10 +63,7 @@ def check(
     from common.yamlfile import YamlConfigError
 
     try:
-        if files:
-            groups = merge([load_rules(f) for f in files])
-        else:
-            groups = rule_groups(settings_or_exit(config).alerts)
+        groups = merge([load_rules(f) for f in files]) if files else rule_groups(settings_or_exit(config).alerts)
     except YamlConfigError as exc:
         fail(str(exc), code=2)
     rules = sum(len(g.rules) for g in groups)
@@ -86,13 +85,14 @@ def test_rules(
     import tempfile
     import uuid
 
-    from fleetscope.ruletest import run_tests
     from common.yamlfile import YamlConfigError
+    from fleetscope.ruletest import run_tests
     from migrations import clickhouse_runner
     from storage.clickhouse import connect
 
     failed = 0
     with tempfile.TemporaryDirectory(prefix="fleetscope-ruletest-") as tmp:
+
         def store():  # noqa: ANN202 - a fresh database per case in one throwaway chDB directory
             client = connect(f"chdb:{tmp}/clickhouse", database=f"t_{uuid.uuid4().hex[:12]}", create_database=True)
             clickhouse_runner.apply(client)
@@ -122,7 +122,8 @@ def run(
 ) -> None:
     """Run the evaluator alone: evaluate the rules on their intervals and deliver notifications (Ctrl-C stops).
 
-    With the embedded store (chDB) no other fleetscope process may hold it. Only one evaluator works at a time (the `alerts` lease in the metadata DB); others stand by.
+    With the embedded store (chDB) no other fleetscope process may hold it. Only one evaluator works at a time (the
+    `alerts` lease in the metadata DB); others stand by.
     """
     import logging
 
@@ -154,19 +155,25 @@ def run(
         fail(str(exc), code=2)
     rules = sum(len(g.rules) for g in groups)
     receivers = ", ".join(f"{r.name} ({r.type})" for r in settings.alerts.receivers)
-    typer.echo(f"{len(groups)} group(s), {rules} rule(s); notifications to "
-               + (receivers or "nobody: no receivers configured (alerts.receivers), states and history are still kept"),
-               err=True)
+    typer.echo(
+        f"{len(groups)} group(s), {rules} rule(s); notifications to "
+        + (receivers or "nobody: no receivers configured (alerts.receivers), states and history are still kept"),
+        err=True,
+    )
     if once:
         from storage.leases import holder_of, release
 
         if not evaluator.holding():
-            fail(f"another evaluator holds the alerts lease ({holder_of(sessions.kw['bind'], 'alerts')}): "
-                 "--once would race it; its results are on the dashboard's Alerts page and in `fleetscope alerts list`")
+            fail(
+                f"another evaluator holds the alerts lease ({holder_of(sessions.kw['bind'], 'alerts')}): "
+                "--once would race it; its results are on the dashboard's Alerts page and in `fleetscope alerts list`"
+            )
         try:
             for report in evaluator.evaluate_all():
-                typer.echo(f"{report.group:<20} {report.rules} rules  {report.firing} firing  {report.pending} pending  "
-                           f"{len(report.errors)} errors  {report.seconds * 1000:.0f} ms")
+                typer.echo(
+                    f"{report.group:<20} {report.rules} rules  {report.firing} firing  {report.pending} pending  "
+                    f"{len(report.errors)} errors  {report.seconds * 1000:.0f} ms"
+                )
                 for rule, error in report.errors.items():
                     typer.echo(f"  {rule}: {error}")
             if settings.alerts.receivers:
@@ -208,26 +215,32 @@ def list_alerts(config: ConfigOption = None) -> None:
 
 @silence_app.command("add")
 def silence_add(
-    matchers: Annotated[list[str], typer.Argument(help='Matchers, e.g. alertname=KVCacheSaturated \'replica=~"r-1.*"\'.')],
+    matchers: Annotated[
+        list[str], typer.Argument(help="Matchers, e.g. alertname=KVCacheSaturated 'replica=~\"r-1.*\"'.")
+    ],
     comment: Annotated[str, typer.Option("--comment", "-m", help="Why (shown with the silence).")],
     author: Annotated[str, typer.Option(help="Who silences.")] = "",
     duration: Annotated[str, typer.Option(help="How long, from now (or from --start): 30m, 2h, 1d.")] = "2h",
     start: Annotated[str | None, typer.Option(help="Start time (ISO 8601, UTC), default now.")] = None,
     config: ConfigOption = None,
 ) -> None:
-    """Silence the alerts that match every matcher. Example: fleetscope alerts silence add replica=r1 -m "draining r1 for maintenance\""""
+    """Silence the alerts that match every matcher.
+
+    Example: fleetscope alerts silence add replica=r1 -m "draining r1 for maintenance"
+    """
     import getpass
 
     from alerts.model import parse_matchers
-    from common.durations import parse_duration
     from alerts.store import add_silence
+    from common.durations import parse_duration
 
     try:
         parsed = [m for text in matchers for m in parse_matchers(text)]
         begins = datetime.fromisoformat(start).replace(tzinfo=UTC) if start else datetime.now(UTC)
         ends = begins + timedelta(seconds=parse_duration(duration))
-        silence_id = add_silence(_sessions(settings_or_exit(config)), parsed, begins, ends,
-                                 author or getpass.getuser(), comment)
+        silence_id = add_silence(
+            _sessions(settings_or_exit(config)), parsed, begins, ends, author or getpass.getuser(), comment
+        )
     except ValueError as exc:
         fail(str(exc), code=2)
     typer.echo(f"silence #{silence_id}: {', '.join(map(str, parsed))} until {ends:%Y-%m-%d %H:%M} UTC")
@@ -247,12 +260,16 @@ def silence_list(
         typer.echo("no silences" if all_ else "no active silences")
     for s in rows:
         state = "active" if s.active(now) else "expired" if s.ends_at <= now else "pending"
-        typer.echo(f"#{s.id:<4} {state:<8} until {s.ends_at:%Y-%m-%d %H:%M} UTC  {', '.join(map(str, s.matchers))}  "
-                   f"({s.created_by}: {s.comment})")
+        typer.echo(
+            f"#{s.id:<4} {state:<8} until {s.ends_at:%Y-%m-%d %H:%M} UTC  {', '.join(map(str, s.matchers))}  "
+            f"({s.created_by}: {s.comment})"
+        )
 
 
 @silence_app.command("expire")
-def silence_expire(silence_id: Annotated[int, typer.Argument(help="The silence's number.")], config: ConfigOption = None) -> None:
+def silence_expire(
+    silence_id: Annotated[int, typer.Argument(help="The silence's number.")], config: ConfigOption = None
+) -> None:
     """End a silence now."""
     from alerts.store import expire_silence
 
@@ -276,15 +293,19 @@ def outbox(
         when = row.delivered_at or row.next_attempt_at
         status = f"HTTP {row.last_status}" if row.last_status else ""
         error = f"  {row.last_error}" if row.last_error and row.status != "delivered" else ""
-        typer.echo(f"{row.created_at:%Y-%m-%d %H:%M:%S}  {row.status:<9} {row.receiver:<16} attempts {row.attempts}  "
-                   f"{status} {when:%H:%M:%S}{error}")
+        typer.echo(
+            f"{row.created_at:%Y-%m-%d %H:%M:%S}  {row.status:<9} {row.receiver:<16} attempts {row.attempts}  "
+            f"{status} {when:%H:%M:%S}{error}"
+        )
 
 
 @app.command()
 def sink(
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: a free one).")] = 9095,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    record: Annotated[Path | None, typer.Option(help="Also append every body received to this file (JSON lines).")] = None,
+    record: Annotated[
+        Path | None, typer.Option(help="Also append every body received to this file (JSON lines).")
+    ] = None,
 ) -> None:
     """Receive webhooks and print them: a local end of the alert path, to see what a receiver gets (Ctrl-C stops).
 
@@ -296,11 +317,14 @@ def sink(
     from alerts.sink import Sink
 
     try:
-        server = Sink(host, port, out=lambda line: typer.echo(line), record=record).start()
+        server = Sink(host, port, out=typer.echo, record=record).start()
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-    typer.echo(f"webhook sink on {server.url}; receiver config: {{name: sink, type: webhook, url: {server.url}}}. "
-               "Ctrl-C stops it", err=True)
+    typer.echo(
+        f"webhook sink on {server.url}; receiver config: {{name: sink, type: webhook, url: {server.url}}}. "
+        "Ctrl-C stops it",
+        err=True,
+    )
     try:
         _until_stopped()
     finally:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
 
@@ -24,7 +24,7 @@ app = typer.Typer(help="Benchmark helpers: synthetic history at fleet scale.", n
 class ProgressBar:
     """A one-line bar with ETA on a terminal; a line per 10 % elsewhere (logs, CI)."""
 
-    def __init__(self, stream=sys.stderr, width: int = 30) -> None:
+    def __init__(self, stream: TextIO = sys.stderr, width: int = 30) -> None:
         self.stream, self.width = stream, width
         self.tty = stream.isatty()
         self.started = time.monotonic()
@@ -49,18 +49,27 @@ def seed(
     config: ConfigOption = None,
     replicas: Annotated[int, typer.Option(min=1, max=5000, help="Simulated engines in the fleet.")] = 200,
     days: Annotated[float, typer.Option(min=0.1, help="Days of history, ending now.")] = 30,
-    raw_hours: Annotated[float, typer.Option(min=0.05, help="Recent hours written as raw samples (every --interval).")] = 1.0,
-    minute_hours: Annotated[float, typer.Option(min=0, help="Hours before those written at 1-minute resolution; older history is hourly.")] = 24.0,
+    raw_hours: Annotated[
+        float, typer.Option(min=0.05, help="Recent hours written as raw samples (every --interval).")
+    ] = 1.0,
+    minute_hours: Annotated[
+        float, typer.Option(min=0, help="Hours before those written at 1-minute resolution; older history is hourly.")
+    ] = 24.0,
     interval: Annotated[float, typer.Option(min=1, help="Scrape interval of the raw samples, seconds.")] = 5.0,
-    request_sample_rate: Annotated[float, typer.Option(min=0.0001, max=1, help="Share of requests in the request log (rows weigh 1/rate).")] = 0.01,
+    request_sample_rate: Annotated[
+        float, typer.Option(min=0.0001, max=1, help="Share of requests in the request log (rows weigh 1/rate).")
+    ] = 0.01,
     seed_value: Annotated[int, typer.Option("--seed", help="Random seed: the same seed writes the same history.")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Write even though the store already holds samples.")] = False,
 ) -> None:
     """Write realistic history of a simulated vLLM fleet straight into the store.
 
-    Every number comes from the simulator's engine model run in virtual time (not random noise): counters, histograms and gauges of the vLLM exposition, and a sampled request log with tenants, a long-context rollout and a tenant shift.
+    Every number comes from the simulator's engine model run in virtual time (not random noise): counters,
+    histograms and gauges of the vLLM exposition, and a sampled request log with tenants, a long-context rollout and
+    a tenant shift.
 
-    Recent hours are raw samples (the materialized views roll them up); older history is written into the 1-minute and 1-hour rollups directly, as a store looks once raw rows have expired.
+    Recent hours are raw samples (the materialized views roll them up); older history is written into the 1-minute
+    and 1-hour rollups directly, as a store looks once raw rows have expired.
 
     Example: fleetscope bench seed --replicas 200 --days 30
     """
@@ -79,26 +88,40 @@ def seed(
     try:
         rows = int(client.command("SELECT count() FROM samples"))
         if rows and not force:
-            fail(f"the store already holds {rows:,} samples; seeded history would mix with them "
-                 "(use another clickhouse.url, or --force)", code=2)
+            fail(
+                f"the store already holds {rows:,} samples; seeded history would mix with them "
+                "(use another clickhouse.url, or --force)",
+                code=2,
+            )
         typer.echo(f"seeding {days:g} days of {replicas} simulated replicas into {settings.clickhouse.url}", err=True)
         # the embedded ClickHouse takes SIGINT for itself when it starts: take Ctrl-C back
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             report = write_history(
-                client, replicas=replicas, days=days, raw_hours=raw_hours, minute_hours=minute_hours,
-                interval_s=interval, request_sample_rate=request_sample_rate, seed_value=seed_value, progress=ProgressBar(),
+                client,
+                replicas=replicas,
+                days=days,
+                raw_hours=raw_hours,
+                minute_hours=minute_hours,
+                interval_s=interval,
+                request_sample_rate=request_sample_rate,
+                seed_value=seed_value,
+                progress=ProgressBar(),
             )
         except KeyboardInterrupt:
-            typer.echo("\ninterrupted: the store holds part of the history; seed a fresh store "
-                       "(another clickhouse.url) or run again with --force", err=True)
+            typer.echo(
+                "\ninterrupted: the store holds part of the history; seed a fresh store "
+                "(another clickhouse.url) or run again with --force",
+                err=True,
+            )
             raise typer.Exit(130) from None
     finally:
         client.close()
     typer.echo(
         f"wrote {report.series:,} series of {report.replicas} replicas from {report.start:%Y-%m-%d %H:%M} to "
         f"{report.end:%Y-%m-%d %H:%M} UTC in {report.seconds:.0f}s:\n"
-        f"  raw samples      {report.raw_samples:>14,}  (since {report.raw_start:%Y-%m-%d %H:%M}, every {interval:g}s)\n"
+        f"  raw samples      {report.raw_samples:>14,}  (since {report.raw_start:%Y-%m-%d %H:%M}, every "
+        f"{interval:g}s)\n"
         f"  1-minute rows    {report.minute_rows:>14,}  (+ what the raw samples rolled up)\n"
         f"  1-hour rows      {report.hour_rows:>14,}\n"
         f"  request-log rows {report.requests:>14,}  (sampled at {request_sample_rate:g})"

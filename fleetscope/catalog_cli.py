@@ -74,15 +74,22 @@ def slo_set(
     model: Annotated[str, typer.Argument(help="Served model name.")],
     metric: Annotated[str, typer.Argument(help="ttft, itl, tpot or e2e.")],
     threshold_seconds: Annotated[float, typer.Argument(help="A request meets the target at or under this latency.")],
-    objective: Annotated[float, typer.Option(help="Share of requests that must meet it (0.99: p99 <= threshold).")] = 0.99,
+    objective: Annotated[
+        float, typer.Option(help="Share of requests that must meet it (0.99: p99 <= threshold).")
+    ] = 0.99,
     window_days: Annotated[int, typer.Option(help="The SLO window (error budget).")] = 30,
-    percentile: Annotated[float | None, typer.Option(
-        help="Make it a percentile target: met when this percentile (e.g. 0.95) is at or under the threshold.")] = None,
+    percentile: Annotated[
+        float | None,
+        typer.Option(
+            help="Make it a percentile target: met when this percentile (e.g. 0.95) is at or under the threshold."
+        ),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Add or change a model's target on one latency.
 
-    A threshold target (default) is met when --objective of the requests are within the threshold; a percentile target (--percentile 0.95) when the observed p95 is. Burn rates and the error budget use the objective either way.
+    A threshold target (default) is met when --objective of the requests are within the threshold; a percentile
+    target (--percentile 0.95) when the observed p95 is. Burn rates and the error budget use the objective either way.
 
     Example: fleetscope slo set tiny-small ttft 1.0 --objective 0.99
     """

@@ -14,7 +14,15 @@ from typing import Annotated
 import typer
 
 from fleetscope import __version__
+from fleetscope.alerts_cli import app as alerts_app
+from fleetscope.bench_cli import app as bench_app
+from fleetscope.catalog_cli import prices_app, slo_app
 from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
+from fleetscope.explain_cli import EXAMPLES as EXPLAIN_EXAMPLES
+from fleetscope.explain_cli import explain_command
+from fleetscope.fleet_cli import app as fleet_app
+from fleetscope.sql_cli import EXAMPLES as SQL_EXAMPLES
+from fleetscope.sql_cli import sql as sql_command
 
 app = typer.Typer(
     name="fleetscope",
@@ -24,6 +32,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
 
 @app.command()
 def version() -> None:
@@ -69,7 +78,9 @@ def migrate(
 @app.command()
 def collect(
     config: ConfigOption = None,
-    migrate_first: Annotated[bool, typer.Option("--migrate/--no-migrate", help="Apply pending migrations first.")] = True,
+    migrate_first: Annotated[
+        bool, typer.Option("--migrate/--no-migrate", help="Apply pending migrations first.")
+    ] = True,
 ) -> None:
     """Run the collector alone: scrape targets, receive OTLP spans and gateway logs, write ClickHouse.
 
@@ -103,8 +114,11 @@ def collect(
         fail(f"cannot start the collector: {exc}")
     if not flushed:
         count, size = collector.writer.spool_size()
-        typer.echo(f"ClickHouse did not take everything: {count} batch(es) ({size} B) stay in the spool "
-                   "and are written on the next start", err=True)
+        typer.echo(
+            f"ClickHouse did not take everything: {count} batch(es) ({size} B) stay in the spool "
+            "and are written on the next start",
+            err=True,
+        )
         raise typer.Exit(1)
     typer.echo("collector stopped; everything written")
 
@@ -117,60 +131,90 @@ def dashboard(
 ) -> None:
     """Serve the web dashboard (Streamlit) on the configured stores.
 
-    With the embedded store (chDB) no other fleetscope process may hold it: stop `fleetscope collect`, or use a ClickHouse server. On an address other than loopback it asks for dashboard.password (or OIDC login with dashboard.oidc) and refuses to start without one. Example: fleetscope dashboard --port 8501
+    With the embedded store (chDB) no other fleetscope process may hold it: stop `fleetscope collect`, or use a
+    ClickHouse server. On an address other than loopback it asks for dashboard.password (or OIDC login with
+    dashboard.oidc) and refuses to start without one. Example: fleetscope dashboard --port 8501
     """
     import os
     from pathlib import Path
 
     settings = settings_or_exit(config)
     if host not in ("127.0.0.1", "localhost", "::1") and not settings.dashboard.protected:
-        fail(f"refusing to serve the dashboard on {host} without authentication: set a password "
-             "(FLEETSCOPE_DASHBOARD_PASSWORD or dashboard.password) or dashboard.oidc: true, or keep it on 127.0.0.1 "
-             "and reach it through an SSH tunnel", code=2)
+        fail(
+            f"refusing to serve the dashboard on {host} without authentication: set a password "
+            "(FLEETSCOPE_DASHBOARD_PASSWORD or dashboard.password) or dashboard.oidc: true, or keep it on 127.0.0.1 "
+            "and reach it through an SSH tunnel",
+            code=2,
+        )
     app_path = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
     env = dict(os.environ)
     if config is not None:
         env["FLEETSCOPE_CONFIG"] = str(Path(config).resolve())
     typer.echo(f"dashboard on http://{host}:{port} (store {settings.clickhouse.url}); Ctrl-C stops it", err=True)
-    # fleetscope.dashboard_main: the pages' configuration, then streamlit with their imports done before the first viewer; no file
-    # watcher (without the watchdog package it polls every module file the app imports), no magic,
-    # and no forced full garbage collection after every page run (it held each render up; Python's
-    # own generational collection still runs)
-    command = [sys.executable, "-m", "fleetscope.dashboard_main", "run", str(app_path), "--server.address", host, "--server.port",
-               str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal",
-               "--server.fileWatcherType", "none", "--server.runOnSave", "false", "--runner.magicEnabled", "false",
-               "--runner.postScriptGC", "false"]
+    # fleetscope.dashboard_main: the pages' configuration, then streamlit with their imports done
+    # before the first viewer; no file watcher (without the watchdog package it polls every module
+    # file the app imports), no magic, and no forced full garbage collection after every page run
+    # (it held each render up; Python's own generational collection still runs)
+    command = [
+        sys.executable,
+        "-m",
+        "fleetscope.dashboard_main",
+        "run",
+        str(app_path),
+        "--server.address",
+        host,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--client.toolbarMode",
+        "minimal",
+        "--server.fileWatcherType",
+        "none",
+        "--server.runOnSave",
+        "false",
+        "--runner.magicEnabled",
+        "false",
+        "--runner.postScriptGC",
+        "false",
+    ]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, command, env)  # streamlit takes this process over: signals reach it, nothing lingers
 
 
-from fleetscope.alerts_cli import app as alerts_app
-from fleetscope.bench_cli import app as bench_app
-from fleetscope.catalog_cli import prices_app, slo_app
-from fleetscope.explain_cli import EXAMPLES as EXPLAIN_EXAMPLES
-from fleetscope.explain_cli import explain_command
-from fleetscope.fleet_cli import app as fleet_app
-from fleetscope.sql_cli import EXAMPLES as SQL_EXAMPLES
-from fleetscope.sql_cli import sql as sql_command
-
-
 @app.command()
 def up(
-    fleet: Annotated[str, typer.Option(help="The fleet to start: vllm (real engines: the GPU build where there is a GPU, "
-                                            "the CPU build elsewhere) or sim (simulated engines).")] = "vllm",
-    scenario: Annotated[str, typer.Option("--scenario", "-s", help="Traffic scenario to play (a shipped name or a YAML "
-                                                                   "file; `fleetscope fleet scenarios`); none: no traffic.")]
-    = "long-context-rollout",
-    replicas: Annotated[int | None, typer.Option(min=1, help="How many replicas (cycled from the fleet spec's).",
-                                                 show_default=False)] = None,
-    no_fleet: Annotated[bool, typer.Option("--no-fleet", help="Start no fleet: observe the one the configuration names.")]
-    = False,
+    fleet: Annotated[
+        str,
+        typer.Option(
+            help="The fleet to start: vllm (real engines: the GPU build where there is a GPU, "
+            "the CPU build elsewhere) or sim (simulated engines)."
+        ),
+    ] = "vllm",
+    scenario: Annotated[
+        str,
+        typer.Option(
+            "--scenario",
+            "-s",
+            help="Traffic scenario to play (a shipped name or a YAML "
+            "file; `fleetscope fleet scenarios`); none: no traffic.",
+        ),
+    ] = "long-context-rollout",
+    replicas: Annotated[
+        int | None, typer.Option(min=1, help="How many replicas (cycled from the fleet spec's).", show_default=False)
+    ] = None,
+    no_fleet: Annotated[
+        bool, typer.Option("--no-fleet", help="Start no fleet: observe the one the configuration names.")
+    ] = False,
     speed: Annotated[float, typer.Option(min=0.01, help="Play the scenario's timeline N times faster.")] = 1.0,
     rate_scale: Annotated[float, typer.Option(min=0.01, help="Multiply the scenario's request rate.")] = 1.0,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Dashboard port.")] = 8501,
-    host: Annotated[str, typer.Option(help="Dashboard address (a non-loopback one needs dashboard.password).")]
-    = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(help="Dashboard address (a non-loopback one needs dashboard.password).")
+    ] = "127.0.0.1",
     config: ConfigOption = None,
 ) -> None:
     """Run everything in one process: collector, alert evaluator and dashboard over one store, and the fleet.
@@ -183,8 +227,8 @@ def up(
     import logging
 
     from collector.targets import TargetError
-    from fleet.launcher import FleetError
     from common.yamlfile import YamlConfigError
+    from fleet.launcher import FleetError
     from fleetscope.up import UpError, UpOptions
     from fleetscope.up import up as run_up
     from storage.errors import StoreError
@@ -192,14 +236,23 @@ def up(
     if fleet not in ("vllm", "sim"):
         fail(f"--fleet must be vllm or sim, not {fleet!r}", code=2)
     settings = settings_or_exit(config)
-    logging.basicConfig(level=max(logging.WARNING, logging.getLevelName(settings.log_level)),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=max(logging.WARNING, logging.getLevelName(settings.log_level)),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    opts = UpOptions(fleet=fleet, scenario=None if scenario in ("", "none") else scenario, replicas=replicas,
-                     no_fleet=no_fleet, host=host, port=port, speed=speed,
-                     rate_scale=rate_scale)
+    opts = UpOptions(
+        fleet=fleet,
+        scenario=None if scenario in ("", "none") else scenario,
+        replicas=replicas,
+        no_fleet=no_fleet,
+        host=host,
+        port=port,
+        speed=speed,
+        rate_scale=rate_scale,
+    )
     try:
-        flushed = run_up(settings, opts, echo=lambda line: typer.echo(line))
+        flushed = run_up(settings, opts, echo=typer.echo)
     except YamlConfigError as exc:  # a bad spec or scenario, as a bad config: 2
         fail(str(exc), code=2)
     except (UpError, FleetError, StoreError, TargetError) as exc:

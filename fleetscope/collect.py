@@ -62,10 +62,15 @@ def static_targets(settings: Settings) -> list[Target]:
 
 def build_collector(settings: Settings, client: Any, *, extra_targets: list[Target] | None = None) -> Collector:
     c = settings.collector
-    targets = static_targets(settings) + (fleet_targets(settings) if c.fleet_targets else []) + list(extra_targets or [])
+    targets = (
+        static_targets(settings) + (fleet_targets(settings) if c.fleet_targets else []) + list(extra_targets or [])
+    )
     discoveries = [
         FileDiscovery(
-            f.path, f.job, f.interval_s or c.scrape_interval_s, f.timeout_s or min(c.scrape_timeout_s, f.interval_s or c.scrape_interval_s)
+            f.path,
+            f.job,
+            f.interval_s or c.scrape_interval_s,
+            f.timeout_s or min(c.scrape_timeout_s, f.interval_s or c.scrape_interval_s),
         )
         for f in c.file_sd
     ]
@@ -93,8 +98,11 @@ def build_collector(settings: Settings, client: Any, *, extra_targets: list[Targ
     try:
         config.prior = load_prior(client)
     except Exception as exc:  # noqa: BLE001 - a store that is away must not stop the collector
-        log.warning("could not read the last sample values from ClickHouse (%s): the first counter "
-                    "increase of each series after this start is counted from its next sample", exc)
+        log.warning(
+            "could not read the last sample values from ClickHouse (%s): the first counter "
+            "increase of each series after this start is counted from its next sample",
+            exc,
+        )
     collector = Collector(config, writer, registry)
     from fleetscope.queryapi import mount_endpoint
 

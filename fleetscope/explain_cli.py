@@ -16,8 +16,8 @@ from typing import Annotated, Any
 
 import typer
 
-from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
 from common.timeutil import as_utc
+from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
 
 EXAMPLES = """Examples:
   fleetscope explain                                 # p99 TTFT over the last hour
@@ -67,9 +67,19 @@ def _plain(value: Any) -> Any:
 def as_json(ex: Any, start: datetime, end: datetime) -> dict[str, Any]:
     """The explanation as JSON-ready data: what the text output shows, and every evidence row."""
     rows = [{k: _plain(v) for k, v in row.items()} for row in ex.evidence.to_dict("records")]
-    return {"metric": ex.metric, "source": ex.source, "start": _plain(start), "end": _plain(end), "step_s": ex.step,
-            "break_at": _plain(ex.break_at), "onset": _plain(ex.onset), "before_s": _plain(ex.before),
-            "after_s": _plain(ex.after), "sentence": ex.sentence, "evidence": rows}
+    return {
+        "metric": ex.metric,
+        "source": ex.source,
+        "start": _plain(start),
+        "end": _plain(end),
+        "step_s": ex.step,
+        "break_at": _plain(ex.break_at),
+        "onset": _plain(ex.onset),
+        "before_s": _plain(ex.before),
+        "after_s": _plain(ex.after),
+        "sentence": ex.sentence,
+        "evidence": rows,
+    }
 
 
 def _table(ex: Any) -> str:
@@ -79,9 +89,16 @@ def _table(ex: Any) -> str:
     shown = []
     for r in rows:
         lead = r.get("lead_s")
-        shown.append([str(r["signal"]), f"{r['score']:.2f}", _number(r["before"]), _number(r["after"]),
-                      "–" if lead is None or (isinstance(lead, float) and math.isnan(lead)) else f"{lead:.0f}s",
-                      str(r.get("detail") or "")])
+        shown.append(
+            [
+                str(r["signal"]),
+                f"{r['score']:.2f}",
+                _number(r["before"]),
+                _number(r["after"]),
+                "–" if lead is None or (isinstance(lead, float) and math.isnan(lead)) else f"{lead:.0f}s",
+                str(r.get("detail") or ""),
+            ]
+        )
     head = ["signal", "score", "before", "after", "lead", "detail"]
     widths = [max(len(head[i]), *(len(s[i]) for s in shown)) for i in range(len(head) - 1)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, [*widths, 0], strict=True)).rstrip()]
@@ -139,6 +156,8 @@ def explain_command(
     if ex.break_at is None:
         return
     onset = f", onset {ex.onset:%H:%M:%S}" if ex.onset is not None else ""
-    typer.echo(f"break at {ex.break_at:%H:%M:%S} UTC{onset}: {ex.before:.3f} s → {ex.after:.3f} s "
-               f"({ex.after / ex.before:.1f}×)\n")
+    typer.echo(
+        f"break at {ex.break_at:%H:%M:%S} UTC{onset}: {ex.before:.3f} s → {ex.after:.3f} s "
+        f"({ex.after / ex.before:.1f}×)\n"
+    )
     typer.echo(_table(ex))

@@ -19,21 +19,23 @@ from typing import Annotated
 
 import typer
 
+from common.yamlfile import YamlConfigError
+from fleet.launcher import Launcher
+from fleet.spec import FleetSpec, load_spec
 from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
+from fleetscope.settings import Settings
 
 app = typer.Typer(help="The bundled vLLM fleet: models, engines, traffic.", no_args_is_help=True)
 
 SpecOption = Annotated[
     Path | None,
-    typer.Option("--spec", help="Fleet spec file (default: fleet.spec from the config, fleet.yaml).", show_default=False),
+    typer.Option(
+        "--spec", help="Fleet spec file (default: fleet.spec from the config, fleet.yaml).", show_default=False
+    ),
 ]
 
 
-def _load(config: Path | None, spec_path: Path | None):  # -> (Settings, FleetSpec, Launcher)
-    from fleet.launcher import Launcher
-    from fleet.spec import load_spec
-    from common.yamlfile import YamlConfigError
-
+def _load(config: Path | None, spec_path: Path | None) -> tuple[Settings, FleetSpec, Launcher]:
     settings = settings_or_exit(config)
     path = spec_path or settings.fleet.spec
     try:
@@ -177,9 +179,15 @@ def traffic(
     scenario: Annotated[str, typer.Option("--scenario", "-s", help="Shipped scenario name or a YAML file.")] = "steady",
     config: ConfigOption = None,
     spec: SpecOption = None,
-    gateway: Annotated[str | None, typer.Option(help="Send everything to this gateway URL (default: the fleet's gateway).")] = None,
-    direct: Annotated[bool, typer.Option("--direct", help="Bypass the gateway: send to the replicas round-robin.")] = False,
-    speed: Annotated[float, typer.Option(min=0.01, help="Timeline speed-up: phases and events come N times sooner.")] = 1.0,
+    gateway: Annotated[
+        str | None, typer.Option(help="Send everything to this gateway URL (default: the fleet's gateway).")
+    ] = None,
+    direct: Annotated[
+        bool, typer.Option("--direct", help="Bypass the gateway: send to the replicas round-robin.")
+    ] = False,
+    speed: Annotated[
+        float, typer.Option(min=0.01, help="Timeline speed-up: phases and events come N times sooner.")
+    ] = 1.0,
     rate_scale: Annotated[float, typer.Option(min=0.01, help="Multiply the scenario's request rate.")] = 1.0,
     duration: Annotated[float | None, typer.Option(min=1, help="Stop after this many seconds (wall clock).")] = None,
     seed: Annotated[int, typer.Option(help="Random seed for the request mix.")] = 0,
@@ -191,10 +199,10 @@ def traffic(
     request carries a W3C traceparent and the tenant (x-tenant). Prints a progress line
     every 5 s and a summary at the end. Writes nothing to ClickHouse.
     """
+    from common.yamlfile import YamlConfigError
     from fleet.launcher import FleetError
     from fleet.loadgen import Targets, run_scenario
     from fleet.traffic import load_scenario
-    from common.yamlfile import YamlConfigError
 
     _settings, fleet_spec, launcher = _load(config, spec)
     try:
@@ -236,8 +244,19 @@ def traffic(
     stop = asyncio.Event()
     try:
         stats = asyncio.run(
-            _run(run_scenario, plan, targets, stop, speed=speed, rate_scale=rate_scale, duration_s=duration,
-                 seed=seed, progress=typer.echo, on_event=on_event, log=log_file)
+            _run(
+                run_scenario,
+                plan,
+                targets,
+                stop,
+                speed=speed,
+                rate_scale=rate_scale,
+                duration_s=duration,
+                seed=seed,
+                progress=typer.echo,
+                on_event=on_event,
+                log=log_file,
+            )
         )
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
@@ -255,16 +274,31 @@ def traffic(
         raise typer.Exit(1)
 
 
-
 @app.command()
 def simulate(
-    scenario: Annotated[str, typer.Option("--scenario", "-s", help="Shipped scenario name or a YAML file.")] = "long-context-rollout",
+    scenario: Annotated[
+        str, typer.Option("--scenario", "-s", help="Shipped scenario name or a YAML file.")
+    ] = "long-context-rollout",
     config: ConfigOption = None,
     spec: SpecOption = None,
-    ago: Annotated[float | None, typer.Option(min=0, help="Start the scenario this many minutes before now (default: so that it ends now).", show_default=False)] = None,
-    interval: Annotated[float, typer.Option(min=0.5, help="Scrape interval of the simulated collector, seconds.")] = 5.0,
+    ago: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="Start the scenario this many minutes before now (default: so that it ends now).",
+            show_default=False,
+        ),
+    ] = None,
+    interval: Annotated[
+        float, typer.Option(min=0.5, help="Scrape interval of the simulated collector, seconds.")
+    ] = 5.0,
     seed: Annotated[int, typer.Option(help="Random seed: the same seed writes the same run.")] = 0,
-    speed: Annotated[float, typer.Option(min=0.01, help="Engine speed relative to the simulator's GPU-like cost model (0.25: the CPU fleet).")] = 0.25,
+    speed: Annotated[
+        float,
+        typer.Option(
+            min=0.01, help="Engine speed relative to the simulator's GPU-like cost model (0.25: the CPU fleet)."
+        ),
+    ] = 0.25,
 ) -> None:
     """Play a scenario on the simulated fleet in virtual time and store it as the collector would.
 
@@ -275,8 +309,8 @@ def simulate(
 
     Example: fleetscope fleet simulate --scenario tenant-shift
     """
-    from fleet.traffic import load_scenario
     from common.yamlfile import YamlConfigError
+    from fleet.traffic import load_scenario
     from fleetscope.bench_cli import ProgressBar
     from fleetscope.replay import replay
     from fleetscope.stores import migrate_all, open_clickhouse
@@ -297,20 +331,35 @@ def simulate(
         client = open_clickhouse(settings)
     except StoreError as exc:
         fail(str(exc))
-    typer.echo(f"simulating {plan.name} ({plan.duration_s:g}s) on {len(fleet_spec.replicas)} replicas from "
-               f"{start:%Y-%m-%d %H:%M:%S} UTC into {settings.clickhouse.url}", err=True)
+    typer.echo(
+        f"simulating {plan.name} ({plan.duration_s:g}s) on {len(fleet_spec.replicas)} replicas from "
+        f"{start:%Y-%m-%d %H:%M:%S} UTC into {settings.clickhouse.url}",
+        err=True,
+    )
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the embedded ClickHouse takes SIGINT otherwise
     try:
-        report = replay(client, fleet_spec, plan, start, interval_s=interval, seed=seed, speed=speed,
-                        spool_dir=settings.data_dir / "spool" / "replay", progress=ProgressBar())
+        report = replay(
+            client,
+            fleet_spec,
+            plan,
+            start,
+            interval_s=interval,
+            seed=seed,
+            speed=speed,
+            spool_dir=settings.data_dir / "spool" / "replay",
+            progress=ProgressBar(),
+        )
     except KeyboardInterrupt:
         typer.echo("\ninterrupted: the store holds part of the run", err=True)
         raise typer.Exit(130) from None
     finally:
         client.close()
     phases = ", ".join(f"{name} {at:%H:%M:%S}" for name, at in report.phases.items())
-    typer.echo(f"wrote {report.scrapes:,} scrapes ({report.samples:,} samples) and {report.requests:,} request-log rows "
-               f"in {report.seconds:.1f}s; phases (UTC): {phases}")
+    typer.echo(
+        f"wrote {report.scrapes:,} scrapes ({report.samples:,} samples) and {report.requests:,} request-log rows "
+        f"in {report.seconds:.1f}s; phases (UTC): {phases}"
+    )
+
 
 async def _run(fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
     stop: asyncio.Event = args[2]

@@ -43,6 +43,7 @@ from collector.exposition import parse
 from fleet.sim.engine import EngineConfig, SimEngine
 from fleet.sim.metrics import Exposition
 from fleet.sim.virtual import RequestShape, VirtualReplica, run
+from storage.clickhouse import Client
 
 __all__ = ["PROFILES", "Calibration", "ModelProfile", "SeedReport", "calibrate", "seed"]
 
@@ -58,11 +59,31 @@ class ModelProfile:
 
 
 PROFILES = (
-    ModelProfile("llama-3.1-8b", EngineConfig(num_blocks=1024, block_size=16, max_model_len=8192, max_num_seqs=64,
-                                              max_num_batched_tokens=4096), "H100", 1, 0.7, 1.6),
-    ModelProfile("llama-3.1-70b", EngineConfig(num_blocks=2048, block_size=16, max_model_len=8192, max_num_seqs=64,
-                                               max_num_batched_tokens=4096, step_overhead_s=0.008,
-                                               prefill_token_s=0.00012, decode_seq_s=0.0005), "H100", 4, 0.3, 0.7),
+    ModelProfile(
+        "llama-3.1-8b",
+        EngineConfig(num_blocks=1024, block_size=16, max_model_len=8192, max_num_seqs=64, max_num_batched_tokens=4096),
+        "H100",
+        1,
+        0.7,
+        1.6,
+    ),
+    ModelProfile(
+        "llama-3.1-70b",
+        EngineConfig(
+            num_blocks=2048,
+            block_size=16,
+            max_model_len=8192,
+            max_num_seqs=64,
+            max_num_batched_tokens=4096,
+            step_overhead_s=0.008,
+            prefill_token_s=0.00012,
+            decode_seq_s=0.0005,
+        ),
+        "H100",
+        4,
+        0.3,
+        0.7,
+    ),
 )
 CHAT = RequestShape(prompt_median=500, prompt_sigma=0.9, output_median=120, output_sigma=0.6)
 LONG = RequestShape(prompt_median=3000, prompt_sigma=0.4, output_median=120, output_sigma=0.6, shared_share=0.2)
@@ -113,8 +134,9 @@ def calibrate(profile: ModelProfile, shape: RequestShape, minutes: float = 3.0, 
     for level, rate in enumerate(LEVELS):
         values, finished = [], []
         replica = VirtualReplica("calibration", profile.name, profile.config)
-        for scrape in run([replica], 0.0, warmup + minutes * 60 + 5, interval_s=5.0, rate=rate, shape=shape,
-                          seed=seed * 100 + level):
+        for scrape in run(
+            [replica], 0.0, warmup + minutes * 60 + 5, interval_s=5.0, rate=rate, shape=shape, seed=seed * 100 + level
+        ):
             if scrape.ts >= warmup:
                 values.append(parse(scrape.text).values)
                 finished.extend(scrape.finished)
@@ -125,18 +147,29 @@ def calibrate(profile: ModelProfile, shape: RequestShape, minutes: float = 3.0, 
         gauge.append(np.where(cum, 0.0, v.mean(axis=0)))
         spread.append(np.where(cum, 0.0, v.std(axis=0)))
         done = [r for r in finished if r.first_token_at is not None and r.finished_at is not None]
-        pools.append({
-            "ttft": np.array([r.first_token_at - r.arrival for r in done]),
-            "e2e": np.array([r.finished_at - r.arrival for r in done]),
-            "itl": np.array([(r.finished_at - r.first_token_at) / max(r.generated - 1, 1) for r in done]),
-            "queue": np.array([(r.first_scheduled or r.finished_at) - r.arrival for r in done]),
-            "prompt": np.array([r.prompt_len for r in done]),
-            "completion": np.array([r.generated for r in done]),
-            "cached": np.array([r.cached_tokens for r in done]),
-            "max_tokens": np.array([r.max_tokens for r in done]),
-        })
-    return Calibration(series, cum, integer, whole & ~cum, np.array(LEVELS), np.array(increase), np.array(gauge),
-                       np.array(spread), pools)
+        pools.append(
+            {
+                "ttft": np.array([r.first_token_at - r.arrival for r in done]),
+                "e2e": np.array([r.finished_at - r.arrival for r in done]),
+                "itl": np.array([(r.finished_at - r.first_token_at) / max(r.generated - 1, 1) for r in done]),
+                "queue": np.array([(r.first_scheduled or r.finished_at) - r.arrival for r in done]),
+                "prompt": np.array([r.prompt_len for r in done]),
+                "completion": np.array([r.generated for r in done]),
+                "cached": np.array([r.cached_tokens for r in done]),
+                "max_tokens": np.array([r.max_tokens for r in done]),
+            }
+        )
+    return Calibration(
+        series,
+        cum,
+        integer,
+        whole & ~cum,
+        np.array(LEVELS),
+        np.array(increase),
+        np.array(gauge),
+        np.array(spread),
+        pools,
+    )
 
 
 # ---------------------------------------------------------------------------- the fleet's story
@@ -149,8 +182,14 @@ class Replica:
 
     @property
     def labels(self) -> dict[str, str]:
-        return {"job": "vllm", "instance": f"10.{self.index // 250}.{self.index % 250}.1:8000", "replica": self.name,
-                "model": self.profile.name, "gpu_type": self.profile.gpu_type, "gpu_count": str(self.profile.gpu_count)}
+        return {
+            "job": "vllm",
+            "instance": f"10.{self.index // 250}.{self.index % 250}.1:8000",
+            "replica": self.name,
+            "model": self.profile.name,
+            "gpu_type": self.profile.gpu_type,
+            "gpu_count": str(self.profile.gpu_count),
+        }
 
 
 def fleet(replicas: int, seed: int = 0) -> list[Replica]:
@@ -161,7 +200,9 @@ def fleet(replicas: int, seed: int = 0) -> list[Replica]:
     index = 0
     for profile, count in zip(PROFILES, counts, strict=True):
         for n in range(count):
-            out.append(Replica(index, f"{profile.name.split('-')[-1]}-{n:03d}", profile, float(rng.uniform(0.85, 1.15))))
+            out.append(
+                Replica(index, f"{profile.name.split('-')[-1]}-{n:03d}", profile, float(rng.uniform(0.85, 1.15)))
+            )
             index += 1
     return out
 
@@ -206,7 +247,9 @@ class SeedReport:
     end: datetime | None = None
 
 
-def _profile_at(cals: dict[tuple[str, str], Calibration], profile: ModelProfile, rate: np.ndarray, share: np.ndarray):
+def _profile_at(
+    cals: dict[tuple[str, str], Calibration], profile: ModelProfile, rate: np.ndarray, share: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     chat, long = cals[(profile.name, "chat")], cals[(profile.name, "long")]
     ic, gc, sc = chat.at(rate)
     il, gl, sl = long.at(rate)
@@ -214,10 +257,20 @@ def _profile_at(cals: dict[tuple[str, str], Calibration], profile: ModelProfile,
     return ic * (1 - s) + il * s, gc * (1 - s) + gl * s, sc * (1 - s) + sl * s
 
 
-def _tier_frame(metric: np.ndarray, fps: np.ndarray, starts: np.ndarray, step: float | np.ndarray, scrape_s: float,
-                inc: np.ndarray, cum_end: np.ndarray, gauge: np.ndarray, spread: np.ndarray,
-                cumulative_mask: np.ndarray, rng: np.random.Generator,
-                gauge_range: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Table:
+def _tier_frame(
+    metric: np.ndarray,
+    fps: np.ndarray,
+    starts: np.ndarray,
+    step: float | np.ndarray,
+    scrape_s: float,
+    inc: np.ndarray,
+    cum_end: np.ndarray,
+    gauge: np.ndarray,
+    spread: np.ndarray,
+    cumulative_mask: np.ndarray,
+    rng: np.random.Generator,
+    gauge_range: tuple[np.ndarray, np.ndarray] | None = None,
+) -> pa.Table:
     """Rollup rows (buckets x series) with the columns of samples_1m / samples_1h; ``step`` is the
     seconds each bucket covers (less than its width for a bucket the raw samples complete)."""
     buckets, n = inc.shape
@@ -233,23 +286,27 @@ def _tier_frame(metric: np.ndarray, fps: np.ndarray, starts: np.ndarray, step: f
     mean_count = count.reshape(buckets, n)
     first_ts = _stamps(np.repeat(starts, n))
     first = np.where(cumulative_mask, cum_start, gauge)
-    return pa.table({
-        "metric": _metric_column(metric, buckets),
-        "fingerprint": pa.array(np.tile(fps, buckets)),
-        "ts": pa.array(np.repeat(starts, n).astype(np.int64), type=pa.timestamp("s", tz="UTC")),
-        "resets": np.zeros(buckets * n),
-        "value_min": lo.ravel(),
-        "value_max": hi.ravel(),
-        "value_sum": (mean * mean_count).ravel(),
-        "value_count": pa.array(count),
-        "value_first": pa.StructArray.from_arrays([first_ts, pa.array(first.ravel()), pa.array(np.zeros(buckets * n))],
-                                                  names=["1", "2", "3"]),
-        "value_last": pa.StructArray.from_arrays([last_ts, pa.array(last.ravel())], names=["1", "2"]),
-    })
+    return pa.table(
+        {
+            "metric": _metric_column(metric, buckets),
+            "fingerprint": pa.array(np.tile(fps, buckets)),
+            "ts": pa.array(np.repeat(starts, n).astype(np.int64), type=pa.timestamp("s", tz="UTC")),
+            "resets": np.zeros(buckets * n),
+            "value_min": lo.ravel(),
+            "value_max": hi.ravel(),
+            "value_sum": (mean * mean_count).ravel(),
+            "value_count": pa.array(count),
+            "value_first": pa.StructArray.from_arrays(
+                [first_ts, pa.array(first.ravel()), pa.array(np.zeros(buckets * n))], names=["1", "2", "3"]
+            ),
+            "value_last": pa.StructArray.from_arrays([last_ts, pa.array(last.ravel())], names=["1", "2"]),
+        }
+    )
 
 
-def _gauge_range(metric: np.ndarray, gauge: np.ndarray, spread: np.ndarray,
-                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _gauge_range(
+    metric: np.ndarray, gauge: np.ndarray, spread: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """min and max of a gauge around its mean in a bucket (fractions stay within 0..1)."""
     upper = np.isin(metric, _FRACTIONS)
     noise = np.abs(rng.standard_normal(gauge.shape)) * spread
@@ -269,7 +326,7 @@ def _metric_column(metric: np.ndarray, repeats: int) -> pa.DictionaryArray:
 
 
 def seed(
-    client,
+    client: Client,
     *,
     replicas: int = 200,
     days: float = 30,
@@ -305,8 +362,14 @@ def seed(
     hours = np.arange(start, minute_start, 3600.0)
     minutes = np.arange(minute_start, raw_start, 60.0)
     steps = np.arange(raw_start, end_s, interval_s)
-    series_rows: dict[str, list] = {"fingerprint": [], "metric": [], "original_metric": [], "labels": [],
-                                    "first_seen": [], "last_seen": []}
+    series_rows: dict[str, list] = {
+        "fingerprint": [],
+        "metric": [],
+        "original_metric": [],
+        "labels": [],
+        "first_seen": [],
+        "last_seen": [],
+    }
     hour_frames: list[pa.Table] = []
     minute_frames: list[pa.Table] = []
     raw_frames: list[pa.Table] = []
@@ -351,12 +414,39 @@ def seed(
         cum_float = np.cumsum(np.vstack([inc_h, inc_m]), axis=0)
         cum = np.where(cal.integer, np.floor(cum_float), cum_float)
         inc_all = np.diff(np.vstack([np.zeros((1, len(fps))), cum]), axis=0)
-        cum_h, cum_m = cum[: len(hours)], cum[len(hours):]
-        hour_frames.append(_tier_frame(metric, fps, hours, 3600.0, interval_s, inc_all[: len(hours)], cum_h,
-                                       gauge_h, spread_h, cal.cumulative, rng))
+        cum_h, cum_m = cum[: len(hours)], cum[len(hours) :]
+        hour_frames.append(
+            _tier_frame(
+                metric,
+                fps,
+                hours,
+                3600.0,
+                interval_s,
+                inc_all[: len(hours)],
+                cum_h,
+                gauge_h,
+                spread_h,
+                cal.cumulative,
+                rng,
+            )
+        )
         range_m = _gauge_range(metric, gauge_m, spread_m, rng)
-        minute_frames.append(_tier_frame(metric, fps, minutes, 60.0, interval_s, inc_all[len(hours):], cum_m,
-                                         gauge_m, spread_m, cal.cumulative, rng, range_m))
+        minute_frames.append(
+            _tier_frame(
+                metric,
+                fps,
+                minutes,
+                60.0,
+                interval_s,
+                inc_all[len(hours) :],
+                cum_m,
+                gauge_m,
+                spread_m,
+                cal.cumulative,
+                rng,
+                range_m,
+            )
+        )
         # the 1 h rows of the minute-resolution stretch: sums of its minutes (the last hour may be
         # partial: the raw samples' view adds the rest of it, and the rows merge)
         k = 0
@@ -366,12 +456,22 @@ def seed(
             last = np.r_[first[1:], len(minutes)] - 1
             counts = (last - first + 1).astype(float)
             k = len(first)
-            hour_frames.append(_tier_frame(
-                metric, fps, minute_start + 3600.0 * hour_of[first], counts * 60.0, interval_s,
-                np.add.reduceat(inc_all[len(hours):], first, axis=0), cum_m[last],
-                np.add.reduceat(gauge_m, first, axis=0) / counts[:, None],
-                np.add.reduceat(spread_m, first, axis=0) / counts[:, None], cal.cumulative, rng,
-                (np.minimum.reduceat(range_m[0], first, axis=0), np.maximum.reduceat(range_m[1], first, axis=0))))
+            hour_frames.append(
+                _tier_frame(
+                    metric,
+                    fps,
+                    minute_start + 3600.0 * hour_of[first],
+                    counts * 60.0,
+                    interval_s,
+                    np.add.reduceat(inc_all[len(hours) :], first, axis=0),
+                    cum_m[last],
+                    np.add.reduceat(gauge_m, first, axis=0) / counts[:, None],
+                    np.add.reduceat(spread_m, first, axis=0) / counts[:, None],
+                    cal.cumulative,
+                    rng,
+                    (np.minimum.reduceat(range_m[0], first, axis=0), np.maximum.reduceat(range_m[1], first, axis=0)),
+                )
+            )
         # raw samples: per-scrape shares of each minute's work
         inc_s, gauge_s, spread_s = shape_at(steps)
         inc_s = inc_s * (interval_s / 60.0) * rng.gamma(8, 1 / 8, size=(len(steps), 1))
@@ -392,18 +492,31 @@ def seed(
         blocks = replica.profile.config.num_blocks
         gauges[:, kv] = np.clip(np.round(gauges[:, kv] * blocks) / blocks, 0.0, 1.0)
         value = np.where(cal.cumulative, value, np.maximum(gauges, 0.0))
-        raw_frames.append(pa.table({
-            "metric": _metric_column(metric, len(steps)),
-            "fingerprint": pa.array(np.tile(fps, len(steps))),
-            "ts": _stamps(np.repeat(steps, len(fps))),
-            "value": value.ravel(),
-            "reset": reset.ravel(),
-        }))
-        scrape_rows.append(pd.DataFrame({
-            "ts": pd.to_datetime(steps, unit="s", utc=True), "job": "vllm", "instance": replica.labels["instance"],
-            "replica": replica.name, "up": np.uint8(1), "duration_seconds": np.float32(0.012),
-            "samples_scraped": np.uint32(len(fps)), "error": "",
-        }))
+        raw_frames.append(
+            pa.table(
+                {
+                    "metric": _metric_column(metric, len(steps)),
+                    "fingerprint": pa.array(np.tile(fps, len(steps))),
+                    "ts": _stamps(np.repeat(steps, len(fps))),
+                    "value": value.ravel(),
+                    "reset": reset.ravel(),
+                }
+            )
+        )
+        scrape_rows.append(
+            pd.DataFrame(
+                {
+                    "ts": pd.to_datetime(steps, unit="s", utc=True),
+                    "job": "vllm",
+                    "instance": replica.labels["instance"],
+                    "replica": replica.name,
+                    "up": np.uint8(1),
+                    "duration_seconds": np.float32(0.012),
+                    "samples_scraped": np.uint32(len(fps)),
+                    "error": "",
+                }
+            )
+        )
         report.series += len(fps)
         report.hour_rows += len(hours) * len(fps) + k * len(fps)
         report.minute_rows += len(minutes) * len(fps)
@@ -412,9 +525,13 @@ def seed(
         flush()
         progress(f"metrics: replica {n + 1}/{len(fleet_replicas)}", 0.05 + 0.75 * (n + 1) / len(fleet_replicas))
     flush(force=True)
-    client.insert_df("series", pd.DataFrame(series_rows).assign(
-        first_seen=lambda d: pd.to_datetime(d["first_seen"], unit="s", utc=True),
-        last_seen=lambda d: pd.to_datetime(d["last_seen"], unit="s", utc=True)))
+    client.insert_df(
+        "series",
+        pd.DataFrame(series_rows).assign(
+            first_seen=lambda d: pd.to_datetime(d["first_seen"], unit="s", utc=True),
+            last_seen=lambda d: pd.to_datetime(d["last_seen"], unit="s", utc=True),
+        ),
+    )
 
     report.requests = _seed_requests(client, cals, fleet_replicas, start, end_s, request_sample_rate, rng, progress)
     report.seconds = time.perf_counter() - t0
@@ -429,8 +546,16 @@ def _hours(start: float, end: float) -> Iterator[float]:
         t += 3600.0
 
 
-def _seed_requests(client, cals, replicas: list[Replica], start: float, end: float, rate: float,
-                   rng: np.random.Generator, progress: Callable[[str, float], None]) -> int:
+def _seed_requests(
+    client: Client,
+    cals: dict[tuple[str, str], Calibration],
+    replicas: list[Replica],
+    start: float,
+    end: float,
+    rate: float,
+    rng: np.random.Generator,
+    progress: Callable[[str, float], None],
+) -> int:
     """Sampled gateway request-log rows (weight 1/rate) for every hour of the history."""
     by_model: dict[str, list[Replica]] = {}
     for r in replicas:
@@ -454,32 +579,42 @@ def _seed_requests(client, cals, replicas: list[Replica], start: float, end: flo
             for key in ("ttft", "e2e", "itl", "queue", "prompt", "completion", "cached", "max_tokens"):
                 chat_pool = cals[(model, "chat")].requests[level][key]
                 long_pool = cals[(model, "long")].requests[level][key]
-                columns[key] = np.where(is_long, long_pool[rng.integers(0, len(long_pool), n)],
-                                        chat_pool[rng.integers(0, len(chat_pool), n)])
+                columns[key] = np.where(
+                    is_long,
+                    long_pool[rng.integers(0, len(long_pool), n)],
+                    chat_pool[rng.integers(0, len(chat_pool), n)],
+                )
             tenants = rng.choice(list(mix), size=n, p=list(mix.values()))
             tenants = np.where(is_long, "hooli", tenants)
             ts = hour + np.sort(rng.random(n)) * span
-            frames.append(pd.DataFrame({
-                "ts": pd.to_datetime(ts, unit="s", utc=True),
-                "source": "gateway",
-                "request_id": [f"seed-{int(hour)}-{model}-{j}" for j in range(n)],
-                "trace_id": "",
-                "replica": np.array([r.name for r in group])[rng.integers(0, len(group), n)],
-                "model": model, "tenant": tenants, "route": ROUTES[model], "status_code": np.uint16(200),
-                "outcome": "ok",
-                "finish_reason": np.where(columns["completion"] >= columns["max_tokens"], "length", "stop"),
-                "prompt_tokens": columns["prompt"].astype(np.uint32),
-                "completion_tokens": columns["completion"].astype(np.uint32),
-                "cached_tokens": columns["cached"].astype(np.uint32),
-                "max_tokens": columns["max_tokens"].astype(np.uint32),
-                "ttft_seconds": columns["ttft"].astype(np.float32),
-                "e2e_seconds": columns["e2e"].astype(np.float32),
-                "queue_seconds": columns["queue"].astype(np.float32),
-                "itl_seconds": columns["itl"].astype(np.float32),
-                "tpot_seconds": columns["itl"].astype(np.float32),
-                "weight": weight,
-                "stream": np.uint8(1),
-            }))
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "ts": pd.to_datetime(ts, unit="s", utc=True),
+                        "source": "gateway",
+                        "request_id": [f"seed-{int(hour)}-{model}-{j}" for j in range(n)],
+                        "trace_id": "",
+                        "replica": np.array([r.name for r in group])[rng.integers(0, len(group), n)],
+                        "model": model,
+                        "tenant": tenants,
+                        "route": ROUTES[model],
+                        "status_code": np.uint16(200),
+                        "outcome": "ok",
+                        "finish_reason": np.where(columns["completion"] >= columns["max_tokens"], "length", "stop"),
+                        "prompt_tokens": columns["prompt"].astype(np.uint32),
+                        "completion_tokens": columns["completion"].astype(np.uint32),
+                        "cached_tokens": columns["cached"].astype(np.uint32),
+                        "max_tokens": columns["max_tokens"].astype(np.uint32),
+                        "ttft_seconds": columns["ttft"].astype(np.float32),
+                        "e2e_seconds": columns["e2e"].astype(np.float32),
+                        "queue_seconds": columns["queue"].astype(np.float32),
+                        "itl_seconds": columns["itl"].astype(np.float32),
+                        "tpot_seconds": columns["itl"].astype(np.float32),
+                        "weight": weight,
+                        "stream": np.uint8(1),
+                    }
+                )
+            )
             total += n
         if sum(len(f) for f in frames) > 500_000 or i == len(hours) - 1:
             if frames:

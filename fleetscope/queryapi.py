@@ -14,8 +14,15 @@ from typing import Any
 from adhoc.runner import Limits, QueryFailed, ReadOnlyRunner, Refused, Result
 from fleetscope.settings import Settings
 
-__all__ = ["EndpointUnavailable", "endpoint_url", "is_loopback", "mount_endpoint", "remote_query", "remote_schema",
-           "runner"]
+__all__ = [
+    "EndpointUnavailable",
+    "endpoint_url",
+    "is_loopback",
+    "mount_endpoint",
+    "remote_query",
+    "remote_schema",
+    "runner",
+]
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -34,8 +41,12 @@ def limits(settings: Settings) -> Limits:
 
 def runner(settings: Settings) -> ReadOnlyRunner:
     ch = settings.clickhouse
-    return ReadOnlyRunner(ch.url, limits=limits(settings), connect_timeout_s=ch.connect_timeout_s,
-                          server_enforces_readonly=settings.sql.server_enforces_readonly)
+    return ReadOnlyRunner(
+        ch.url,
+        limits=limits(settings),
+        connect_timeout_s=ch.connect_timeout_s,
+        server_enforces_readonly=settings.sql.server_enforces_readonly,
+    )
 
 
 def endpoint_url(settings: Settings) -> str:
@@ -54,8 +65,10 @@ def mount_endpoint(settings: Settings, collector: Any) -> str:
     token = settings.sql.token.get_secret_value() if settings.sql.token else None
     host = settings.collector.listen_host
     if not is_loopback(host) and not token:
-        return (f"SQL endpoint not served: the collector listens on {host}, beyond loopback, and no sql.token is set "
-                "(FLEETSCOPE_SQL_TOKEN)")
+        return (
+            f"SQL endpoint not served: the collector listens on {host}, beyond loopback, and no sql.token is set "
+            "(FLEETSCOPE_SQL_TOKEN)"
+        )
     shared = runner(settings)
     collector.mounts.append(lambda app: routes(app, shared, token, hosts=(host,)))
     return f"read-only SQL at {endpoint_url(settings)}{QUERY_PATH}" + (" (token required)" if token else "")
@@ -71,7 +84,9 @@ def _post_or_get(url: str, token: str | None, path: str, body: dict | None, time
         else:
             response = httpx.post(f"{url}{path}", json=body, headers=headers, timeout=timeout_s)
     except httpx.HTTPError as exc:
-        raise EndpointUnavailable(f"its query endpoint {url}{path} did not answer ({type(exc).__name__}: {exc})") from None
+        raise EndpointUnavailable(
+            f"its query endpoint {url}{path} did not answer ({type(exc).__name__}: {exc})"
+        ) from None
     try:
         data = response.json()
     except ValueError:
@@ -94,14 +109,20 @@ def remote_schema(url: str, token: str | None) -> Result:
     return Result(["table", "column", "type", "comment"], ["String"] * 4, rows, False, 0.0, "select")
 
 
-def remote_query(url: str, token: str | None, sql: str, *, max_rows: int | None = None,
-                 timeout_s: float | None = None) -> Result:
+def remote_query(
+    url: str, token: str | None, sql: str, *, max_rows: int | None = None, timeout_s: float | None = None
+) -> Result:
     """Run ``sql`` through a running process's endpoint; the same errors as a local run, and the
     values as JSON carries them (times as ISO 8601 text)."""
     from adhoc.endpoint import QUERY_PATH
 
     body = {"sql": sql, "max_rows": max_rows, "timeout_s": timeout_s}
     data = _post_or_get(url, token, QUERY_PATH, body, (timeout_s or 30) + 15)
-    return Result([c["name"] for c in data["columns"]], [c["type"] for c in data["columns"]],
-                  [tuple(r) for r in data["rows"]], bool(data["truncated"]), float(data["elapsed_s"]),
-                  data.get("kind", "select"))
+    return Result(
+        [c["name"] for c in data["columns"]],
+        [c["type"] for c in data["columns"]],
+        [tuple(r) for r in data["rows"]],
+        bool(data["truncated"]),
+        float(data["elapsed_s"]),
+        data.get("kind", "select"),
+    )

@@ -72,18 +72,22 @@ def replay(
         converters: dict[str, SeriesConverter] = {}
         caches: dict[str, SeriesCache] = {}
         targets = {}
-        for i, r in enumerate(spec.replicas):
-            targets[r.name] = make_target(f"{spec.host}:{r.port}", job="vllm", interval_s=interval_s,
-                                          timeout_s=min(interval_s, 10.0),
-                                          labels={"replica": r.name, "model": r.model, "gpu_type": r.gpu_type,
-                                                  "gpu_count": str(r.gpu_count)})
+        for r in spec.replicas:
+            targets[r.name] = make_target(
+                f"{spec.host}:{r.port}",
+                job="vllm",
+                interval_s=interval_s,
+                timeout_s=min(interval_s, 10.0),
+                labels={"replica": r.name, "model": r.model, "gpu_type": r.gpu_type, "gpu_count": str(r.gpu_count)},
+            )
         for tick in play(spec, scenario, t0, interval_s=interval_s, seed=seed, speed=speed, duration_s=duration_s):
             for scrape in tick.scrapes:
                 exposition = parse(scrape.text, cache=caches.setdefault(scrape.replica, SeriesCache()))
                 batch = Batch()
                 converter = converters.setdefault(scrape.replica, SeriesConverter())
-                converter.convert(ScrapeResult(targets[scrape.replica], tick.ts, True, 0.01, len(exposition), "",
-                                               exposition), batch)
+                converter.convert(
+                    ScrapeResult(targets[scrape.replica], tick.ts, True, 0.01, len(exposition), "", exposition), batch
+                )
                 writer.add_tables(batch.tables)
                 report.scrapes += 1
                 report.samples += len(exposition)
@@ -91,8 +95,9 @@ def replay(
                 rows, errors = parse_request_log("\n".join(json.dumps(r) for r in tick.records))
                 if errors:  # the simulator writes what the gateway writes: a mismatch is a bug
                     raise ValueError(f"simulated request-log line {errors[0][0]}: {errors[0][1]}")
-                columns = {name: [row.get(name, 1.0 if name == "weight" else None) for row in rows]
-                           for name in REQUEST_COLUMNS}
+                columns = {
+                    name: [row.get(name, 1.0 if name == "weight" else None) for row in rows] for name in REQUEST_COLUMNS
+                }
                 writer.add("requests", columns)
                 report.requests += len(rows)
             if progress is not None:

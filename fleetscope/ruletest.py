@@ -85,7 +85,7 @@ def expand_values(text: str) -> list[float | None]:
 def parse_series(text: str) -> tuple[str, dict[str, str]]:
     m = _SERIES.match(text)
     if not m:
-        raise ValueError(f"cannot read series {text!r}: write name{{label=\"value\", ...}}")
+        raise ValueError(f'cannot read series {text!r}: write name{{label="value", ...}}')
     labels: dict[str, str] = {}
     inner = (m.group(2) or "").strip()
     pos = 0
@@ -191,7 +191,9 @@ def run_tests(
         with tempfile.TemporaryDirectory(prefix="fleetscope-ruletest-") as tmp:
             url = metadata_url_factory() if metadata_url_factory else f"sqlite:///{tmp}/metadata.db"
             try:
-                results.append(_run_case(name, case, groups, spec.evaluation_interval_s, client_factory(), url, Path(tmp)))
+                results.append(
+                    _run_case(name, case, groups, spec.evaluation_interval_s, client_factory(), url, Path(tmp))
+                )
             except ValueError as exc:
                 results.append(CaseResult(name, [str(exc)]))
     return results
@@ -212,9 +214,20 @@ def _run_case(name: str, case: Case, groups: list, every_s: float, client: Any, 
     list(metadata_runner.upgrade(url))
     sessions = make_sessionmaker(make_engine(url))
     for t in case.slo_targets:
-        set_slo(sessions, SloTarget(model=t.model, metric=t.metric, threshold_seconds=t.threshold_seconds,
-                                    objective=t.objective, percentile=t.percentile, window_days=t.window_days))
-    evaluator = Evaluator(groups, Context(client, sessions), sessions, AlertsSettings(builtin_rules=False, inhibit_rules=[]))
+        set_slo(
+            sessions,
+            SloTarget(
+                model=t.model,
+                metric=t.metric,
+                threshold_seconds=t.threshold_seconds,
+                objective=t.objective,
+                percentile=t.percentile,
+                window_days=t.window_days,
+            ),
+        )
+    evaluator = Evaluator(
+        groups, Context(client, sessions), sessions, AlertsSettings(builtin_rules=False, inhibit_rules=[])
+    )
     checks = sorted(case.alert_rule_test, key=lambda t: t.eval_time_s)
     # each group on its own interval (the file's evaluation_interval where a group sets none), as
     # a running evaluator does; and every group at each eval_time, so the check sees that moment
@@ -240,16 +253,20 @@ def _compare(check: AlertTest, evaluator: Any) -> list[str]:
     have = [{k: v for k, v in inst.labels.items() if k != "alertname"} for inst in got]
     failures = []
     if sorted(map(_text, want)) != sorted(map(_text, have)):
-        failures.append(f"at {_dur(check.eval_time_s)}: {check.alertname}: expected firing "
-                        f"{[_text(w) for w in want] or 'none'}, got {[_text(h) for h in have] or 'none'}")
+        failures.append(
+            f"at {_dur(check.eval_time_s)}: {check.alertname}: expected firing "
+            f"{[_text(w) for w in want] or 'none'}, got {[_text(h) for h in have] or 'none'}"
+        )
         return failures
     for exp in check.exp_alerts:
         labels = {k: v for k, v in exp.exp_labels.items() if k != "alertname"}
         inst = next(i for i in got if {k: v for k, v in i.labels.items() if k != "alertname"} == labels)
         for key, text in exp.exp_annotations.items():
             if inst.annotations.get(key) != text:
-                failures.append(f"at {_dur(check.eval_time_s)}: {check.alertname} {_text(labels)}: annotation "
-                                f"{key}: expected {text!r}, got {inst.annotations.get(key)!r}")
+                failures.append(
+                    f"at {_dur(check.eval_time_s)}: {check.alertname} {_text(labels)}: annotation "
+                    f"{key}: expected {text!r}, got {inst.annotations.get(key)!r}"
+                )
     return failures
 
 
@@ -291,8 +308,13 @@ def _load_series(client: Any, case: Case, t0: datetime, last_s: float, tmp: Path
     writer = Writer(client, WriterConfig(spool_dir=tmp / "spool"))
     steps = int(last_s // case.interval_s) + 1
     for n, ((job, instance, replica), spec) in enumerate(sorted(targets.items())):
-        target = make_target(instance or f"127.0.0.1:{9000 + n}", job=job, interval_s=case.interval_s,
-                             timeout_s=case.interval_s, labels={"replica": replica} if replica else {})
+        target = make_target(
+            instance or f"127.0.0.1:{9000 + n}",
+            job=job,
+            interval_s=case.interval_s,
+            timeout_s=case.interval_s,
+            labels={"replica": replica} if replica else {},
+        )
         converter, cache = SeriesConverter(), SeriesCache()
         lengths = [len(v) for _, _, v in spec["series"]] + ([len(spec["up"])] if spec["up"] else [])
         for i in range(min(steps, max(lengths, default=0))):
@@ -302,10 +324,14 @@ def _load_series(client: Any, case: Case, t0: datetime, last_s: float, tmp: Path
                 continue  # no scrape at all at this step
             batch = Batch()
             if not up:
-                converter.convert(ScrapeResult(target, ts, False, 0.01, 0, "connection refused (rule test input)", None), batch)
+                converter.convert(
+                    ScrapeResult(target, ts, False, 0.01, 0, "connection refused (rule test input)", None), batch
+                )
             else:
                 lines, typed = [], set()
-                for metric, labels, values in sorted(spec["series"], key=lambda x: re.sub(r"_(bucket|sum|count)$", "", x[0])):
+                for metric, labels, values in sorted(
+                    spec["series"], key=lambda x: re.sub(r"_(bucket|sum|count)$", "", x[0])
+                ):
                     if i >= len(values) or values[i] is None:
                         continue
                     family = re.sub(r"_(bucket|sum|count)$", "", metric) if _kind(metric) == "histogram" else metric

@@ -42,16 +42,28 @@ def _read_query(query: str | None, file: Path | None) -> str:
 
 
 def sql(
-    query: Annotated[str | None, typer.Argument(help="The query (ClickHouse SQL; one SELECT/DESCRIBE/SHOW/EXPLAIN).")] = None,
+    query: Annotated[
+        str | None, typer.Argument(help="The query (ClickHouse SQL; one SELECT/DESCRIBE/SHOW/EXPLAIN).")
+    ] = None,
     file: Annotated[Path | None, typer.Option("--file", "-f", help="Read the query from this file.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, csv, json or parquet.")] = "table",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="Most rows to return (default and cap: sql.max_rows).")] = None,
-    timeout: Annotated[float | None, typer.Option(min=1, help="Seconds before the query is stopped (cap: sql.timeout_s).")] = None,
-    endpoint: Annotated[str | None, typer.Option(help="Query a running fleetscope at this URL (default: only when it holds the store).")] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Most rows to return (default and cap: sql.max_rows).")
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(min=1, help="Seconds before the query is stopped (cap: sql.timeout_s).")
+    ] = None,
+    endpoint: Annotated[
+        str | None, typer.Option(help="Query a running fleetscope at this URL (default: only when it holds the store).")
+    ] = None,
     schema: Annotated[bool, typer.Option("--schema", help="List the tables and their columns, then exit.")] = False,
-    serve: Annotated[bool, typer.Option("--serve", help="Serve the read-only query endpoint alone (holds the store).")] = False,
-    host: Annotated[str, typer.Option(help="With --serve: the address (a token is required beyond loopback).")] = "127.0.0.1",
+    serve: Annotated[
+        bool, typer.Option("--serve", help="Serve the read-only query endpoint alone (holds the store).")
+    ] = False,
+    host: Annotated[
+        str, typer.Option(help="With --serve: the address (a token is required beyond loopback).")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="With --serve: the port.")] = 4318,
     config: ConfigOption = None,
 ) -> None:
@@ -120,8 +132,11 @@ def sql(
             output.write_bytes(data)
         except OSError as exc:
             fail(f"cannot write {output}: {exc.strerror}")
-        typer.echo(f"{len(result.rows):,} row(s) written to {output}" + (" (cut at the row limit)" if result.truncated else ""),
-                   err=True)
+        typer.echo(
+            f"{len(result.rows):,} row(s) written to {output}"
+            + (" (cut at the row limit)" if result.truncated else ""),
+            err=True,
+        )
     else:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
@@ -147,8 +162,11 @@ def _serve(settings, host: str, port: int) -> None:  # noqa: ANN001
 
     token = settings.sql.token.get_secret_value() if settings.sql.token else None
     if not is_loopback(host) and not token:
-        fail(f"refusing to serve SQL on {host} without a token: set sql.token (FLEETSCOPE_SQL_TOKEN), or keep it on "
-             "127.0.0.1", code=2)
+        fail(
+            f"refusing to serve SQL on {host} without a token: set sql.token (FLEETSCOPE_SQL_TOKEN), or keep it on "
+            "127.0.0.1",
+            code=2,
+        )
     shared = runner(settings)
 
     async def main() -> None:
@@ -157,8 +175,12 @@ def _serve(settings, host: str, port: int) -> None:  # noqa: ANN001
         web_runner = web.AppRunner(app, access_log=None)
         await web_runner.setup()
         await web.TCPSite(web_runner, host, port).start()
-        typer.echo(f"read-only SQL at http://{host}:{port}{QUERY_PATH}" + (" (token required)" if token else "")
-                   + "; Ctrl-C stops it", err=True)
+        typer.echo(
+            f"read-only SQL at http://{host}:{port}{QUERY_PATH}"
+            + (" (token required)" if token else "")
+            + "; Ctrl-C stops it",
+            err=True,
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

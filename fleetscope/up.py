@@ -30,8 +30,8 @@ from typing import Any
 import httpx
 import yaml
 
-from fleet.sim.engine import EngineConfigError, check_config, engine_config
 from common.yamlfile import YamlConfigError
+from fleet.sim.engine import EngineConfigError, check_config, engine_config
 from fleetscope.settings import Settings
 
 __all__ = ["UpError", "UpOptions", "derived_spec", "seed_slos", "status_line", "up"]
@@ -117,8 +117,14 @@ def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
     sat = saturation(client, end - timedelta(minutes=1), end, "replica")
     kv = float(sat["kv_max"].max()) if len(sat) else float("nan")
     firing = sum(i.state == "firing" for found in load_states(sessions).values() for i in found.values())
-    return (f"replicas up {up}/{len(health)} · {rate:.1f} req/s · p99 TTFT {p99:.2f}s (5 min) · KV max {kv:.0%} "
-            f"(1 min) · firing alerts {firing}").replace("nan%", "–").replace("nans", "–")
+    return (
+        (
+            f"replicas up {up}/{len(health)} · {rate:.1f} req/s · p99 TTFT {p99:.2f}s (5 min) · KV max {kv:.0%} "
+            f"(1 min) · firing alerts {firing}"
+        )
+        .replace("nan%", "–")
+        .replace("nans", "–")
+    )
 
 
 class _CollectorThread:
@@ -128,6 +134,11 @@ class _CollectorThread:
         self.collector = collector
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="collector", daemon=True)
+
+    @property
+    def alive(self) -> bool:
+        """The collector's loop still runs (it has not been stopped)."""
+        return self._thread.is_alive()
 
     def start(self) -> None:
         self._thread.start()
@@ -152,8 +163,12 @@ def _make_models(spec: Any, replicas: list[Any], echo: Callable[[str], None]) ->
         if (model.path / "config.json").is_file() or not model.generate:
             continue
         echo(f"  generating model {name} ({model.generate}) in {model.path}")
-        done = subprocess.run([sys.executable, "-m", "fleetscope", "fleet", "make-model", str(model.path), "--size",
-                               model.generate], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "fleetscope", "fleet", "make-model", str(model.path), "--size", model.generate],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode != 0:
             raise UpError(f"generating model {name} failed: {(done.stderr or done.stdout).strip()[-500:]}")
 
@@ -168,8 +183,11 @@ def warm_up(spec: Any, echo: Callable[[str], None]) -> None:
 
     def one(replica: Any) -> None:
         try:
-            httpx.post(f"{spec.url(replica)}/v1/completions", timeout=120,
-                       json={"model": replica.model, "prompt": "warm up " * 64, "max_tokens": 8}).raise_for_status()
+            httpx.post(
+                f"{spec.url(replica)}/v1/completions",
+                timeout=120,
+                json={"model": replica.model, "prompt": "warm up " * 64, "max_tokens": 8},
+            ).raise_for_status()
         except httpx.HTTPError as exc:
             failed.append(f"{replica.name}: {exc}")
 
@@ -205,9 +223,18 @@ def _serve_dashboard(host: str, port: int) -> None:
 
     preload()  # what `up` did not import yet (nothing, once its preloading thread is done)
     gc.freeze()  # the libraries' objects out of the collector's passes (dashboard.launch says why)
-    flags = {"server.address": host, "server.port": port, "server.headless": True, "browser.gatherUsageStats": False,
-             "server.fileWatcherType": "none", "server.runOnSave": False, "runner.magicEnabled": False,
-             "runner.postScriptGC": False, "client.toolbarMode": "minimal", "logger.level": "warning"}
+    flags = {
+        "server.address": host,
+        "server.port": port,
+        "server.headless": True,
+        "browser.gatherUsageStats": False,
+        "server.fileWatcherType": "none",
+        "server.runOnSave": False,
+        "runner.magicEnabled": False,
+        "runner.postScriptGC": False,
+        "client.toolbarMode": "minimal",
+        "logger.level": "warning",
+    }
     if hasattr(bootstrap, "_print_url"):  # `up` says where the dashboard is, once it answers
         bootstrap._print_url = lambda *_args, **_kwargs: None  # noqa: SLF001
     bootstrap.load_config_options(flag_options=flags)
@@ -247,11 +274,18 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
     client = open_clickhouse(settings)
     sessions = make_sessionmaker(make_engine(settings.metadata.url))
     if added := seed_slos(spec, sessions):
-        echo(f"SLO targets from {spec_path}: " + ", ".join(added) + " (change them: fleetscope slo set, or the Fleet page)")
+        echo(
+            f"SLO targets from {spec_path}: "
+            + ", ".join(added)
+            + " (change them: fleetscope slo set, or the Fleet page)"
+        )
     url = f"http://{opts.host}:{opts.port}"
     sink = None
-    alerts = settings.alerts.model_copy(update={"external_url": url}) \
-        if settings.alerts.external_url == "http://127.0.0.1:8501" else settings.alerts
+    alerts = (
+        settings.alerts.model_copy(update={"external_url": url})
+        if settings.alerts.external_url == "http://127.0.0.1:8501"
+        else settings.alerts
+    )
     if not alerts.receivers:  # the alert path ends somewhere visible
         sink = Sink(out=lambda line: echo(f"webhook ← {line}"), record=work / "notifications.jsonl").start()
         update: dict[str, Any] = {"receivers": [ReceiverConfig(name="sink", type="webhook", url=sink.url)]}
@@ -276,24 +310,55 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
     try:
         if not opts.no_fleet:  # healthy before the collector scrapes it: no "target down" while engines load
             started_fleet = True
-            launcher.start(None, attach=True, progress=lambda line: echo(f"  {line}"),
-                           make_models=lambda spec_, replicas_: _make_models(spec_, replicas_, echo))
+            launcher.start(
+                None,
+                attach=True,
+                progress=lambda line: echo(f"  {line}"),
+                make_models=lambda spec_, replicas_: _make_models(spec_, replicas_, echo),
+            )
             warm_up(spec, echo)
-            echo(f"fleet: {len(spec.replicas)} replica(s) healthy" + (f", gateway on :{spec.gateway.port}" if spec.gateway else ""))
+            echo(
+                f"fleet: {len(spec.replicas)} replica(s) healthy"
+                + (f", gateway on :{spec.gateway.port}" if spec.gateway else "")
+            )
         collector.start()
         c = collector.collector.config
-        echo(f"collector: {len(collector.collector.targets())} target(s), OTLP and request logs on http://{c.host}:{c.http_port}")
+        echo(
+            f"collector: {len(collector.collector.targets())} target(s), OTLP and request logs on http://{c.host}:{c.http_port}"
+        )
         if not opts.no_fleet and opts.scenario:
             log = work / "traffic.log"
-            cmd = [sys.executable, "-m", "fleetscope", "fleet", "traffic", "--scenario", opts.scenario,
-                   "--spec", str(spec_path), "--speed", str(opts.speed), "--rate-scale", str(opts.rate_scale)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "fleetscope",
+                "fleet",
+                "traffic",
+                "--scenario",
+                opts.scenario,
+                "--spec",
+                str(spec_path),
+                "--speed",
+                str(opts.speed),
+                "--rate-scale",
+                str(opts.rate_scale),
+            ]
             with log.open("w") as out:
-                traffic = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            echo(f"traffic: scenario {opts.scenario} (speed x{opts.speed:g}, rate x{opts.rate_scale:g}; its log: {log})")
+                traffic = subprocess.Popen(
+                    cmd,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                )
+            echo(
+                f"traffic: scenario {opts.scenario} (speed x{opts.speed:g}, rate x{opts.rate_scale:g}; its log: {log})"
+            )
         evaluator.start()
-        echo(f"alerts: {sum(len(g.rules) for g in rule_groups(alerts))} rule(s) evaluated; notifications to "
-             + ", ".join(r.name for r in alerts.receivers))
+        echo(
+            f"alerts: {sum(len(g.rules) for g in rule_groups(alerts))} rule(s) evaluated; notifications to "
+            + ", ".join(r.name for r in alerts.receivers)
+        )
 
         def report() -> None:
             while not stop_status.wait(opts.status_every_s):
@@ -336,15 +401,19 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
                 traffic.wait()
         evaluator.stop()
         if started_fleet:
-            if collector._thread.is_alive():
+            if collector.alive:
                 collector.stop_scraping()  # its last scrapes would find the engines gone; its receiver stays
             launcher.stop(progress=lambda line: echo(f"  {line}"))
-        if collector._thread.is_alive():
+        if collector.alive:
             flushed = collector.stop()
         if sink is not None:
             sink.stop()
         client.close()
     count, size = collector.collector.writer.spool_size()
-    echo("stopped; everything written" if flushed else
-         f"stopped; ClickHouse did not take everything: {count} batch(es) ({size} B) stay in the spool for the next start")
+    echo(
+        "stopped; everything written"
+        if flushed
+        else f"stopped; ClickHouse did not take everything: {count} batch(es) ({size} B) stay in the spool "
+        "for the next start"
+    )
     return flushed

@@ -15,7 +15,8 @@ Rules:
 
 Templates, so one file serves a single node and a cluster (DESIGN.md section 6):
     {{on_cluster}}                 ""  | ON CLUSTER 'name'
-    {{engine:MergeTree}}           MergeTree | ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')
+    {{engine:MergeTree}}           MergeTree | ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}',
+    '{replica}')
                                    (any *MergeTree, with arguments: {{engine:ReplacingMergeTree(v)}})
     {{local:samples}}              samples | samples_local      (the physical per-shard table)
     {{distributed:samples:KEY}}    nothing | CREATE TABLE samples ... ENGINE = Distributed(..., KEY)
@@ -80,9 +81,7 @@ def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     for path in sorted(directory.glob("*.sql")):
         match = _FILE_NAME.match(path.name)
         if not match:
-            raise MigrationError(
-                f"{path}: migration files are named NNNN_description.sql (lower case, digits, _)"
-            )
+            raise MigrationError(f"{path}: migration files are named NNNN_description.sql (lower case, digits, _)")
         version = int(match.group(1))
         if version in found:
             raise MigrationError(
@@ -162,9 +161,7 @@ def applied(client: Client, cluster: str | None = None) -> dict[int, tuple[str, 
     return {int(v): (str(n), str(c)) for v, n, c in rows}
 
 
-def pending(
-    client: Client, cluster: str | None = None, directory: Path = MIGRATIONS_DIR
-) -> list[Migration]:
+def pending(client: Client, cluster: str | None = None, directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     """Migrations not yet applied, after checking the applied ones are unchanged."""
     migrations = discover(directory)
     done = applied(client, cluster)
@@ -199,9 +196,7 @@ def apply(
                 client.command(statement)
             except ClickHouseError as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise MigrationError(
-                    f"migration {migration.filename}, statement {number}: {first}"
-                ) from exc
+                raise MigrationError(f"migration {migration.filename}, statement {number}: {first}") from exc
         client.insert(
             MIGRATIONS_TABLE,
             [[migration.version, migration.name, migration.checksum, datetime.now(UTC)]],

@@ -16,8 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 
 

@@ -20,10 +20,21 @@ from sqlalchemy import and_, delete, or_, select
 
 from storage.metadata import Annotation, GpuPrice, Slo
 
-__all__ = ["METRICS", "Mark", "SloTarget", "add_annotation", "annotations", "check_slo", "delete_annotation",
-           "delete_gpu_price",
-           "delete_slo",
-           "gpu_prices", "set_gpu_price", "set_slo", "slo_targets"]
+__all__ = [
+    "METRICS",
+    "Mark",
+    "SloTarget",
+    "add_annotation",
+    "annotations",
+    "check_slo",
+    "delete_annotation",
+    "delete_gpu_price",
+    "delete_slo",
+    "gpu_prices",
+    "set_gpu_price",
+    "set_slo",
+    "slo_targets",
+]
 
 METRICS = ("ttft", "itl", "tpot", "e2e")
 
@@ -85,8 +96,17 @@ def slo_targets(sessions: Any, model: str | None = None) -> list[SloTarget]:
         query = select(Slo).order_by(Slo.model, Slo.metric)
         if model is not None:
             query = query.where(Slo.model == model)
-        return [SloTarget(r.model, r.metric, float(r.threshold_seconds), float(r.objective), int(r.window_days),
-                          None if r.percentile is None else float(r.percentile)) for r in s.scalars(query)]
+        return [
+            SloTarget(
+                r.model,
+                r.metric,
+                float(r.threshold_seconds),
+                float(r.objective),
+                int(r.window_days),
+                None if r.percentile is None else float(r.percentile),
+            )
+            for r in s.scalars(query)
+        ]
 
 
 def set_slo(sessions: Any, target: SloTarget) -> None:
@@ -102,12 +122,12 @@ def set_slo(sessions: Any, target: SloTarget) -> None:
 
 def delete_gpu_price(sessions: Any, gpu_type: str) -> bool:
     with sessions.begin() as s:
-        return s.execute(delete(GpuPrice).where(GpuPrice.gpu_type == gpu_type)).rowcount > 0
+        return bool(s.execute(delete(GpuPrice).where(GpuPrice.gpu_type == gpu_type)).rowcount)
 
 
 def delete_slo(sessions: Any, model: str, metric: str) -> bool:
     with sessions.begin() as s:
-        return s.execute(delete(Slo).where(Slo.model == model, Slo.metric == metric)).rowcount > 0
+        return bool(s.execute(delete(Slo).where(Slo.model == model, Slo.metric == metric)).rowcount)
 
 
 @dataclass(frozen=True)
@@ -123,19 +143,32 @@ class Mark:
     created_by: str | None = None
 
 
-def annotations(sessions: Any, start: datetime, end: datetime) -> list[Mark]:
+def annotations(sessions: Any, start: datetime, end: datetime) -> list[Mark]:  # type: ignore[no-redef]  # the __future__ name
     """The marks that start before ``end`` and have not ended before ``start``, oldest first."""
     start, end = start.astimezone(UTC), end.astimezone(UTC)
     with sessions() as s:
-        query = (select(Annotation).where(Annotation.starts_at < end)
-                 .where(or_(and_(Annotation.ends_at.is_(None), Annotation.starts_at >= start), Annotation.ends_at >= start))
-                 .order_by(Annotation.starts_at))
-        return [Mark(r.id, r.starts_at, r.title, r.ends_at, r.text,
-                     dict(r.tags or {}), r.created_by) for r in s.scalars(query)]
+        query = (
+            select(Annotation)
+            .where(Annotation.starts_at < end)
+            .where(or_(and_(Annotation.ends_at.is_(None), Annotation.starts_at >= start), Annotation.ends_at >= start))
+            .order_by(Annotation.starts_at)
+        )
+        return [
+            Mark(r.id, r.starts_at, r.title, r.ends_at, r.text, dict(r.tags or {}), r.created_by)
+            for r in s.scalars(query)
+        ]
 
 
-def add_annotation(sessions: Any, starts_at: datetime, title: str, *, ends_at: datetime | None = None,
-                   text: str | None = None, tags: dict[str, Any] | None = None, created_by: str | None = None) -> int:
+def add_annotation(
+    sessions: Any,
+    starts_at: datetime,
+    title: str,
+    *,
+    ends_at: datetime | None = None,
+    text: str | None = None,
+    tags: dict[str, Any] | None = None,
+    created_by: str | None = None,
+) -> int:
     if not title.strip():
         raise ValueError("title must not be empty")
     if len(title) > 256:
@@ -147,8 +180,9 @@ def add_annotation(sessions: Any, starts_at: datetime, title: str, *, ends_at: d
     starts_at = starts_at.astimezone(UTC)  # SQLite keeps the wall time and drops the offset
     ends_at = ends_at.astimezone(UTC) if ends_at is not None else None
     with sessions.begin() as s:
-        row = Annotation(starts_at=starts_at, ends_at=ends_at, title=title.strip(), text=text, tags=tags or {},
-                         created_by=created_by)
+        row = Annotation(
+            starts_at=starts_at, ends_at=ends_at, title=title.strip(), text=text, tags=tags or {}, created_by=created_by
+        )
         s.add(row)
         s.flush()
         return int(row.id)
@@ -156,4 +190,4 @@ def add_annotation(sessions: Any, starts_at: datetime, title: str, *, ends_at: d
 
 def delete_annotation(sessions: Any, annotation_id: int) -> bool:
     with sessions.begin() as s:
-        return s.execute(delete(Annotation).where(Annotation.id == annotation_id)).rowcount > 0
+        return bool(s.execute(delete(Annotation).where(Annotation.id == annotation_id)).rowcount)

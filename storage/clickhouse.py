@@ -71,9 +71,7 @@ def parse_url(url: str, base_dir: Path | None = None) -> StoreTarget:
         parts = urlsplit(url)
         database = parts.path.strip("/") or None
         return StoreTarget(kind="server", url=url, database=database)
-    raise StoreUnavailable(
-        f"unsupported ClickHouse URL {url!r}: use chdb:PATH or http(s)://host:port/database"
-    )
+    raise StoreUnavailable(f"unsupported ClickHouse URL {url!r}: use chdb:PATH or http(s)://host:port/database")
 
 
 def ensure_database(client: Client, database: str) -> None:
@@ -120,12 +118,10 @@ def _connect_chdb(
                     ensure_database(bootstrap, database)
                 finally:
                     bootstrap.close()
-            return clickhouse_connect.get_client(
-                dsn=dsn, database=database, settings=settings or {}, tz_mode=TZ_MODE
-            )
+            return clickhouse_connect.get_client(dsn=dsn, database=database, settings=settings or {}, tz_mode=TZ_MODE)
         except StoreUnavailable:
             raise
-        except Exception as exc:  # chdb raises several types for these
+        except Exception as exc:  # noqa: BLE001 - chdb raises several types for these
             captured.failed = True
             message = _explain_chdb_failure(target, f"{exc}\n{captured.text()}")
     raise StoreUnavailable(message)
@@ -139,7 +135,8 @@ class _Captured:
     def text(self) -> str:
         self.file.flush()
         self.file.seek(0)
-        return self.file.read().decode("utf-8", "replace")
+        data: bytes = self.file.read()
+        return data.decode("utf-8", "replace")
 
 
 @contextmanager

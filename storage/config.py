@@ -26,7 +26,9 @@ class RetentionSettings(Section):
     raw_days: float = Field(default=7, ge=0, description="raw samples and scrapes")
     requests_days: float = Field(default=30, ge=0, description="the raw (sampled) request log")
     minute_days: float = Field(default=90, ge=0, description="1-minute rollups (samples_1m, requests_1m)")
-    hour_days: float = Field(default=730, ge=0, description="1-hour and 6-hour rollups (samples_1h, requests_1h, samples_6h)")
+    hour_days: float = Field(
+        default=730, ge=0, description="1-hour and 6-hour rollups (samples_1h, requests_1h, samples_6h)"
+    )
     raw_max_span_hours: float = Field(
         default=6, gt=0, description="queries over windows up to this long read raw rows (while retained)"
     )
@@ -34,8 +36,10 @@ class RetentionSettings(Section):
         default=7, gt=0, description="longer windows up to this long read the 1-minute rollups; beyond, 1-hour"
     )
     hour_max_span_days: float = Field(
-        default=15, gt=0, description="longer windows up to this long read the 1-hour rollups; beyond, the 6-hour "
-        "rollup of the samples (kept as long as hour_days)"
+        default=15,
+        gt=0,
+        description="longer windows up to this long read the 1-hour rollups; beyond, the 6-hour "
+        "rollup of the samples (kept as long as hour_days)",
     )
 
     @model_validator(mode="after")
@@ -48,8 +52,10 @@ class RetentionSettings(Section):
             keep = days(getattr(self, name))
             if keep < finer:
                 shown = "forever (0)" if finer == float("inf") else f"{finer:g} days"
-                raise ValueError(f"{name} ({getattr(self, name):g}) is shorter than {finer_name} ({shown}): "
-                                 "coarser tiers should keep at least as long")
+                raise ValueError(
+                    f"{name} ({getattr(self, name):g}) is shorter than {finer_name} ({shown}): "
+                    "coarser tiers should keep at least as long"
+                )
             finer_name, finer = name, keep
         return self
 
@@ -58,8 +64,11 @@ class RetentionSettings(Section):
 
     def for_queries(self) -> Retention:
         return Retention(
-            raw_days=self.raw_days, requests_days=self.requests_days, minute_days=self.minute_days,
-            hour_days=self.hour_days, raw_max_span=timedelta(hours=self.raw_max_span_hours),
+            raw_days=self.raw_days,
+            requests_days=self.requests_days,
+            minute_days=self.minute_days,
+            hour_days=self.hour_days,
+            raw_max_span=timedelta(hours=self.raw_max_span_hours),
             minute_max_span=timedelta(days=self.minute_max_span_days),
             hour_max_span=timedelta(days=self.hour_max_span_days),
         )
@@ -88,8 +97,7 @@ class ClickHouseSettings(Section):
         scheme = value.split(":", 1)[0].lower() if ":" in value else ""
         if scheme not in {"chdb", "http", "https"}:
             raise ValueError(
-                "must start with chdb: (embedded store) or http:// / https:// "
-                f"(ClickHouse server), got {value!r}"
+                f"must start with chdb: (embedded store) or http:// / https:// (ClickHouse server), got {value!r}"
             )
         if scheme == "chdb" and not value[len("chdb:") :].lstrip("/"):
             raise ValueError("chdb: needs a directory, e.g. chdb:data/clickhouse")
@@ -121,9 +129,7 @@ class MetadataSettings(Section):
         scheme = value.split("://", 1)[0].lower() if "://" in value else ""
         dialect = scheme.split("+", 1)[0]
         if dialect not in {"sqlite", "postgresql", "postgres"}:
-            raise ValueError(
-                f"must be a sqlite:/// or postgresql:// URL, got {value!r}"
-            )
+            raise ValueError(f"must be a sqlite:/// or postgresql:// URL, got {value!r}")
         # psycopg 3 is the PostgreSQL driver fleetscope ships; SQLAlchemy's bare
         # postgresql:// would look for psycopg2.
         if scheme in {"postgresql", "postgres"}:

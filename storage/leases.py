@@ -25,24 +25,26 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, and_, case, delete, literal, or_, select, update
+from sqlalchemy import Connection, CursorResult, Engine, Table, and_, case, delete, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from storage.metadata import Lease
 from common.timeutil import aware_utc
+from storage.metadata import Lease
 
 __all__ = ["LeaseState", "acquire", "holder_id", "holder_of", "read", "release"]
 
 Bind = Engine | Connection | Session
 
-_leases = Lease.__table__
-_INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
+_leases = cast("Table", Lease.__table__)  # the table (not an alias): update, insert and delete take it
+# each dialect's own INSERT, which has ON CONFLICT DO NOTHING
+_INSERTS: dict[str, Callable[[Table], Any]] = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 _MAX_NAME = 128
 _MAX_HOLDER = 256
 
@@ -87,7 +89,7 @@ def acquire(bind: Bind, name: str, holder: str, ttl_s: float, now: datetime | No
         )
     )
     with _transaction(bind) as conn:
-        if conn.execute(take).rowcount == 1:
+        if cast("CursorResult[Any]", conn.execute(take)).rowcount == 1:
             return True
         insert = _INSERTS.get(_dialect(conn))
         if insert is None:
@@ -107,7 +109,8 @@ def release(bind: Bind, name: str, holder: str) -> bool:
     _check(name, holder)
     t = _leases
     with _transaction(bind) as conn:
-        return conn.execute(delete(t).where(t.c.name == name, t.c.holder == holder)).rowcount == 1
+        done = cast("CursorResult[Any]", conn.execute(delete(t).where(t.c.name == name, t.c.holder == holder)))
+        return bool(done.rowcount == 1)
 
 
 def holder_of(bind: Bind, name: str, now: datetime | None = None) -> str | None:
@@ -115,9 +118,7 @@ def holder_of(bind: Bind, name: str, now: datetime | None = None) -> str | None:
     now = aware_utc(now, "lease times")
     t = _leases
     with _transaction(bind) as conn:
-        return conn.execute(
-            select(t.c.holder).where(t.c.name == name, t.c.expires_at > now)
-        ).scalar_one_or_none()
+        return conn.execute(select(t.c.holder).where(t.c.name == name, t.c.expires_at > now)).scalar_one_or_none()
 
 
 def read(bind: Bind, name: str) -> LeaseState | None:
@@ -127,9 +128,7 @@ def read(bind: Bind, name: str) -> LeaseState | None:
         row = conn.execute(select(t).where(t.c.name == name)).one_or_none()
     if row is None:
         return None
-    return LeaseState(
-        row.name, row.holder, row.acquired_at, row.renewed_at, row.expires_at
-    )
+    return LeaseState(row.name, row.holder, row.acquired_at, row.renewed_at, row.expires_at)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -153,5 +152,3 @@ def _check(name: str, holder: str) -> None:
         raise ValueError(f"lease name must be 1..{_MAX_NAME} characters, got {name!r}")
     if not 0 < len(holder) <= _MAX_HOLDER:
         raise ValueError(f"lease {name!r}: holder must be 1..{_MAX_HOLDER} characters, got {holder!r}")
-
-

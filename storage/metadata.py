@@ -66,6 +66,7 @@ __all__ = [
     "make_sessionmaker",
 ]
 
+
 class UtcDateTime(TypeDecorator[datetime]):
     """A point in time, in UTC both ways: a value bound must carry its zone (a naive one is an
     error, not a guess) and is stored as UTC; a value read back is UTC-aware, also from SQLite,
@@ -96,9 +97,7 @@ class Base(DeclarativeBase):
 
 
 class _Timestamps:
-    created_at: Mapped[datetime] = mapped_column(
-        UtcDateTime(), server_default=func.now(), nullable=False
-    )
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), server_default=func.now(), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(
         UtcDateTime(), server_default=func.now(), onupdate=func.now(), nullable=False
     )
@@ -164,9 +163,7 @@ class Annotation(Base):
     text: Mapped[str | None] = mapped_column(Text)
     tags: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
     created_by: Mapped[str | None] = mapped_column(String(128))
-    created_at: Mapped[datetime] = mapped_column(
-        UtcDateTime(), server_default=func.now(), nullable=False
-    )
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), server_default=func.now(), nullable=False)
 
 
 class Lease(Base):
@@ -270,9 +267,7 @@ class Silence(Base):
     ends_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False, index=True)
     created_by: Mapped[str] = mapped_column(String(128), nullable=False)
     comment: Mapped[str] = mapped_column(Text, nullable=False)
-    created_at: Mapped[datetime] = mapped_column(
-        UtcDateTime(), server_default=func.now(), nullable=False
-    )
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), server_default=func.now(), nullable=False)
 
 
 class SavedQuery(_Timestamps, Base):

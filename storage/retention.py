@@ -73,7 +73,8 @@ def current(client: Client, cluster: str | None = None) -> dict[str, str | None]
     """The TTL expression of each retention-managed table (None: no TTL)."""
     names = {f"{t}_local" if cluster else t: t for t in TABLES}
     rows = client.query(
-        "SELECT name, create_table_query FROM system.tables WHERE database = currentDatabase() AND name IN {names:Array(String)}",
+        "SELECT name, create_table_query FROM system.tables WHERE database = currentDatabase() AND name IN "
+        "{names:Array(String)}",
         parameters={"names": list(names)},
     ).result_rows
     out: dict[str, str | None] = {}

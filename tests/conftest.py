@@ -21,9 +21,7 @@ from sqlalchemy import create_engine, text
 from storage.clickhouse import connect
 
 ROOT = Path(__file__).resolve().parent.parent
-POSTGRES_URL = os.environ.get(
-    "FLEETSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
+POSTGRES_URL = os.environ.get("FLEETSCOPE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
 @pytest.fixture(scope="session")
@@ -98,19 +96,29 @@ def in_own_process(fn: Callable[..., object], *args: object, timeout: float = 30
     included) fails here with its traceback. For checks that open a chDB directory other than the
     session's: chDB allows one per process, and the suite keeps its own open. (A plain subprocess,
     not multiprocessing: it must not inherit what other tests did to ``sys.argv`` or ``__main__``.)"""
-    code = ("import importlib, pickle, sys; "
-            "fn = getattr(importlib.import_module(sys.argv[1]), sys.argv[2]); fn(*pickle.loads(sys.stdin.buffer.read()))")
-    done = subprocess.run([sys.executable, "-c", code, fn.__module__, fn.__qualname__], input=pickle.dumps(args),
-                          capture_output=True, cwd=ROOT, timeout=timeout, check=False)
+    code = (
+        "import importlib, pickle, sys; "
+        "fn = getattr(importlib.import_module(sys.argv[1]), sys.argv[2]); fn(*pickle.loads(sys.stdin.buffer.read()))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, fn.__module__, fn.__qualname__],
+        input=pickle.dumps(args),
+        capture_output=True,
+        cwd=ROOT,
+        timeout=timeout,
+        check=False,
+    )
     if done.returncode != 0:
         raise AssertionError(f"{fn.__qualname__} failed in its own process:\n{done.stderr.decode()[-4000:]}")
 
 
-def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Run the installed ``fleetscope`` console script as a user would."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
     full_env.update(env or {})
     exe = Path(sys.executable).parent / "fleetscope"
     return subprocess.run(
-        [str(exe), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+        [str(exe), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, check=False
     )

@@ -10,8 +10,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("common", "fleet", "collector", "storage", "migrations", "analytics", "alerts", "adhoc", "dashboard",
-            "fleetscope")
+PACKAGES = (
+    "common",
+    "fleet",
+    "collector",
+    "storage",
+    "migrations",
+    "analytics",
+    "alerts",
+    "adhoc",
+    "dashboard",
+    "fleetscope",
+)
 # package -> the first-party packages it may import (itself always)
 MAY_IMPORT: dict[str, set[str]] = {
     "common": set(),
@@ -54,8 +64,11 @@ def edges() -> list[tuple[str, int, str, str]]:
 
 
 def test_every_package_imports_only_what_it_may() -> None:
-    wrong = [f"{file}:{line}: {source} imports {target} (it may import: {', '.join(sorted(MAY_IMPORT[source])) or 'nothing'})"
-             for file, line, source, target in edges() if target not in MAY_IMPORT[source]]
+    wrong = [
+        f"{file}:{line}: {source} imports {target} (it may import: {', '.join(sorted(MAY_IMPORT[source])) or 'nothing'})"
+        for file, line, source, target in edges()
+        if target not in MAY_IMPORT[source]
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -71,11 +84,14 @@ def test_the_contract_covers_every_package_and_the_documented_table() -> None:
         assert named == (allowed if package != "fleetscope" else named), (package, named, allowed)
 
 
-@pytest.mark.parametrize("source", [
-    "def f():\n    from dashboard.view import read_view\n",
-    "import typing\nif typing.TYPE_CHECKING:\n    import fleetscope.settings\n",
-    "import fleetscope\n",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f():\n    from dashboard.view import read_view\n",
+        "import typing\nif typing.TYPE_CHECKING:\n    import fleetscope.settings\n",
+        "import fleetscope\n",
+    ],
+)
 def test_an_upward_import_is_seen_wherever_it_stands(tmp_path: Path, source: str) -> None:
     path = tmp_path / "planted.py"
     path.write_text(source)

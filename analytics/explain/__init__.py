@@ -62,6 +62,7 @@ from __future__ import annotations
 import itertools
 import math
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -81,7 +82,7 @@ __all__ = ["Explanation", "cost_around", "explain", "quantile_series"]
 
 
 def quantile_series(
-    client,  # noqa: ANN001
+    client: Client,
     start: datetime,
     end: datetime,
     *,
@@ -110,11 +111,18 @@ def quantile_series(
             coarse = max(step_s, auto_step(start, start + timedelta(seconds=max(wanted, 1)), points=1))
             coarse = -(-coarse // step_s) * step_s
     series = queries.metric_series(client, latency, q, start, end, coarse, source, filters)
-    return Explanation(f"p{q * 100:g} {latency}", "request log" if source else "engine histograms", step_s, series,
-                       request_step=coarse, log_source=source)
+    return Explanation(
+        f"p{q * 100:g} {latency}",
+        "request log" if source else "engine histograms",
+        step_s,
+        series,
+        request_step=coarse,
+        log_source=source,
+    )
+
 
 def explain(
-    client,  # noqa: ANN001
+    client: Client,
     start: datetime,
     end: datetime,
     *,
@@ -147,12 +155,18 @@ def explain(
     if source is not None:  # sharpen it on the requests themselves, in arrival order
         where, params = queries.requests_where(start, end, source, filters)
         middle = pd.Timestamp(ex.break_at) + pd.Timedelta(seconds=coarse / 2)
-        sharp = queries.split_in_rows(client, f"{where} AND {column} > 0", params, f"log({column})",
-                               middle - pd.Timedelta(seconds=2 * coarse), middle + pd.Timedelta(seconds=2 * coarse))
+        sharp = queries.split_in_rows(
+            client,
+            f"{where} AND {column} > 0",
+            params,
+            f"log({column})",
+            middle - pd.Timedelta(seconds=2 * coarse),
+            middle + pd.Timedelta(seconds=2 * coarse),
+        )
         if sharp is not None:
             ex.break_at = sharp.to_pydatetime()
     ex.before = math.exp(levels[base])
-    ex.after = float(np.exp(values[bounds[first]:bounds[last]].mean()))
+    ex.after = float(np.exp(values[bounds[first] : bounds[last]].mean()))
     baseline_start = series["ts"].iloc[bounds[base]].to_pydatetime() if base > 0 else start
     after_end = series["ts"].iloc[bounds[last]].to_pydatetime() if last < len(levels) else end
     break_ts = pd.Timestamp(ex.break_at)
@@ -160,7 +174,9 @@ def explain(
     # the fleet's capacity signals over the whole window (the page draws them), judged from the baseline on
     ex.capacity = queries.capacity(client, start, end, step_s, filters)
     index = ex.capacity.index
-    judged = ex.capacity[(index >= pd.Timestamp(baseline_start).floor(f"{step_s}s")) & (index < pd.Timestamp(after_end))]
+    judged = ex.capacity[
+        (index >= pd.Timestamp(baseline_start).floor(f"{step_s}s")) & (index < pd.Timestamp(after_end))
+    ]
     rows = scoring.capacity_evidence(judged, break_ts, pd.Timestamp(after_end), step_s)
     if source is not None:
         where, params = queries.requests_where(baseline_start, after_end, source, filters)
@@ -168,12 +184,17 @@ def explain(
         median_tokens, slow = queries.baseline_levels(client, base_where, base_params, column, q)
         long_tokens = LONG_FACTOR * median_tokens
         mix = queries.mix(client, baseline_start, after_end, coarse, source, filters, long_tokens)
-        near = queries.rows_near(client, where, params, pd.Timestamp(baseline_start), break_ts + pd.Timedelta(seconds=3 * coarse))
+        near = queries.rows_near(
+            client, where, params, pd.Timestamp(baseline_start), break_ts + pd.Timedelta(seconds=3 * coarse)
+        )
 
-        def request_evidence(baseline_end) -> list[dict]:  # noqa: ANN001
-            ex.dimensions = queries.dimensions(client, where, params, (baseline_end, break_ts), column, slow, long_tokens)
-            return (scoring.mix_evidence(mix, ex.dimensions, break_ts, step_s, long_tokens, near)
-                    + scoring.rate_evidence(mix, break_ts, pd.Timestamp(after_end), coarse))
+        def request_evidence(baseline_end: pd.Timestamp) -> list[dict[str, Any]]:
+            ex.dimensions = queries.dimensions(
+                client, where, params, (baseline_end, break_ts), column, slow, long_tokens
+            )
+            return scoring.mix_evidence(
+                mix, ex.dimensions, break_ts, step_s, long_tokens, near
+            ) + scoring.rate_evidence(mix, break_ts, pd.Timestamp(after_end), coarse)
 
         ex.evidence = scoring.rank(rows + request_evidence(break_ts))
         baseline_end = pd.Timestamp(break_ts)
@@ -182,7 +203,9 @@ def explain(
             baseline_end = pd.Timestamp(onset)  # the baseline ends there
             ex.evidence = scoring.rank(rows + request_evidence(baseline_end))
         # by prompt length, against the final baseline (the sentence reads it, the onset does not)
-        ex.strata = queries.strata(client, where, params, (baseline_end, break_ts), column, q, (median_tokens, long_tokens))
+        ex.strata = queries.strata(
+            client, where, params, (baseline_end, break_ts), column, q, (median_tokens, long_tokens)
+        )
     else:
         long_tokens = math.nan
         ex.evidence = scoring.rank(rows)
@@ -194,8 +217,12 @@ def explain(
     ex.sentence = words.sentence(ex, latency, q, strata, long_tokens)
     return ex
 
+
 def cost_around(
-    client, periods: tuple[datetime, datetime, datetime] | None, prices: dict[str, float], *,  # noqa: ANN001
+    client: Client,
+    periods: tuple[datetime, datetime, datetime] | None,
+    prices: dict[str, float],
+    *,
     filters: Filters | None = None,
 ) -> pd.DataFrame:
     """Cost per model in the baseline and in the regression (``Explanation.periods``; ``period``
@@ -205,6 +232,8 @@ def cost_around(
     if periods is None:
         return pd.DataFrame(columns=[*columns, "period"])
     baseline_start, break_at, after_end = periods
-    frames = [cost_per_token(client, a, b, prices, filters=filters)[columns].assign(period=period)
-              for period, (a, b) in (("before", (baseline_start, break_at)), ("after", (break_at, after_end)))]
+    frames = [
+        cost_per_token(client, a, b, prices, filters=filters)[columns].assign(period=period)
+        for period, (a, b) in (("before", (baseline_start, break_at)), ("after", (break_at, after_end)))
+    ]
     return pd.concat(frames, ignore_index=True)

@@ -11,11 +11,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import pandas as pd
 
-__all__ = ["EVIDENCE_COLUMNS", "LONG_FACTOR", "MIN_PER_STEP", "MIX_CHANGE", "MIX_DIMENSIONS", "PRESSURE", "PRIORITY",
-           "SATURATED", "Explanation"]
+__all__ = [
+    "EVIDENCE_COLUMNS",
+    "LONG_FACTOR",
+    "MIN_PER_STEP",
+    "MIX_CHANGE",
+    "MIX_DIMENSIONS",
+    "PRESSURE",
+    "PRIORITY",
+    "SATURATED",
+    "Explanation",
+]
 
 SATURATED = 0.9  # KV-cache usage at which a replica counts as saturated
 PRESSURE = 0.5  # ... or this much with requests waiting (a long prompt's blocks no longer fit)
@@ -24,13 +34,27 @@ MIX_CHANGE = 0.1  # a share that moved this much (10 points) or more counts in f
 LONG_FACTOR = 3.0  # a "long-context" prompt: more than this many times the baseline's median prompt
 # tie-break order: who sent the traffic and what the router did before what it looked like and
 # what it did to the engines
-PRIORITY = ("tenant mix", "route decisions", "long-context share", "context length", "model mix", "request rate",
-            "stalled replicas", "KV-cache saturation", "replicas up", "prefix-cache hit rate",
-            "queueing without KV saturation")
-MIX_DIMENSIONS = {"tenant": "tenant mix", "model": "model mix", "route": "route decisions", "context_bucket": "context length"}
+PRIORITY = (
+    "tenant mix",
+    "route decisions",
+    "long-context share",
+    "context length",
+    "model mix",
+    "request rate",
+    "stalled replicas",
+    "KV-cache saturation",
+    "replicas up",
+    "prefix-cache hit rate",
+    "queueing without KV saturation",
+)
+MIX_DIMENSIONS = {
+    "tenant": "tenant mix",
+    "model": "model mix",
+    "route": "route decisions",
+    "context_bucket": "context length",
+}
 
 EVIDENCE_COLUMNS = ["signal", "kind", "before", "after", "score", "moved_at", "lead_s", "detail", "resolution_s"]
-
 
 
 @dataclass
@@ -39,7 +63,7 @@ class Explanation:
     source: str
     step: int  # the step of the engine signals and of the timing (``lead_s``)
     series: pd.DataFrame
-    breaks: list[dict] = field(default_factory=list)
+    breaks: list[dict[str, Any]] = field(default_factory=list)
     break_at: datetime | None = None
     onset: datetime | None = None  # when the leading evidence moved (at or before break_at)
     before: float = math.nan

@@ -17,23 +17,46 @@ from analytics.explain.scoring import split_at
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
 from analytics.requests import CONTEXT_BUCKET
-from analytics.saturation import KV, PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES, RUNNING, WAITING
+from analytics.saturation import KV, RUNNING, WAITING
 from analytics.stalls import stalled_steps
 from analytics.tiers import param_time
 from analytics.timeseries import counter_rates_over_time, gauges_over_time, histogram_quantiles_over_time
-from analytics.vllm import LATENCIES
+from analytics.vllm import LATENCIES, PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES
 from storage.clickhouse import Client
 
-__all__ = ["baseline_levels", "capacity", "count_rows", "dimensions", "metric_series", "mix", "requests_where",
-           "rows_near", "split_in_rows", "step_grid", "strata"]
+__all__ = [
+    "baseline_levels",
+    "capacity",
+    "count_rows",
+    "dimensions",
+    "metric_series",
+    "mix",
+    "requests_where",
+    "rows_near",
+    "split_in_rows",
+    "step_grid",
+    "strata",
+]
 
 
-def requests_where(start: datetime, end: datetime, source: str | None, filters: Filters | None) -> tuple[str, dict]:
+def requests_where(
+    start: datetime, end: datetime, source: str | None, filters: Filters | None
+) -> tuple[str, dict[str, object]]:
     condition, params = request_rows(source, filters)
     params.update(start=param_time(start), end=param_time(end))
     return f"ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}} AND {condition}", params
 
-def metric_series(client, latency: str, q: float, start, end, step: int, source: str | None, filters) -> pd.DataFrame:  # noqa: ANN001
+
+def metric_series(
+    client: Client,
+    latency: str,
+    q: float,
+    start: datetime,
+    end: datetime,
+    step: int,
+    source: str | None,
+    filters: Filters | None,
+) -> pd.DataFrame:
     column = LATENCIES[latency].column
     if source is not None:
         where, params = requests_where(start, end, source, filters)
@@ -43,26 +66,31 @@ def metric_series(client, latency: str, q: float, start, end, step: int, source:
             FROM requests WHERE {where} AND {column} > 0 GROUP BY step_ts ORDER BY step_ts"""
         df = query_df(client, sql, parameters=params).rename(columns={"step_ts": "ts"})
     else:
-        df = histogram_quantiles_over_time(client, LATENCIES[latency].family, [q], start, end, "fleet", step=step,
-                                           filters=filters)
+        df = histogram_quantiles_over_time(
+            client, LATENCIES[latency].family, [q], start, end, "fleet", step=step, filters=filters
+        )
         df = df.rename(columns={"count": "n"})[["ts", "value", "n"]]
     df["ts"] = pd.to_datetime(df["ts"], utc=True)
     return df[df["n"] > 0].reset_index(drop=True)
+
 
 def step_grid(start: datetime, end: datetime, step: int) -> pd.DatetimeIndex:
     first = pd.Timestamp(start).floor(f"{step}s")
     return pd.date_range(first, pd.Timestamp(end), freq=f"{step}s", inclusive="left", tz="UTC")
 
-def capacity(client, start, end, step: int, filters) -> pd.DataFrame:  # noqa: ANN001
-    kw = {"step": step, "filters": filters}
+
+def capacity(client: Client, start: datetime, end: datetime, step: int, filters: Filters | None) -> pd.DataFrame:
     grid = pd.DataFrame(index=step_grid(start, end, step))
     # one query for the gauges over the fleet, one for the counters
-    gauges = gauges_over_time(client, [KV, RUNNING, WAITING], start, end, "fleet", **kw).set_index("ts")
+    gauges = gauges_over_time(client, [KV, RUNNING, WAITING], start, end, "fleet", step=step, filters=filters)
+    gauges = gauges.set_index("ts")
     kv, running, waiting = (gauges[gauges["metric"] == m] for m in (KV, RUNNING, WAITING))
     grid = grid.join(kv["avg"].rename("kv_avg")).join(kv["max"].rename("kv_peak"))
     grid = grid.join((waiting["avg"] * waiting["series"]).rename("waiting"))  # summed over the fleet
     grid = grid.join(running["replicas"].rename("replicas_up"))
-    rates = counter_rates_over_time(client, [PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES], start, end, "fleet", **kw)
+    rates = counter_rates_over_time(
+        client, [PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES], start, end, "fleet", step=step, filters=filters
+    )
     for name, metric in (("preemptions", PREEMPTIONS), ("hits", PREFIX_HITS), ("queries", PREFIX_QUERIES)):
         r = rates[rates["metric"] == metric]
         grid = grid.join(r.set_index("ts")["increase"].rename(name))
@@ -78,7 +106,10 @@ def capacity(client, start, end, step: int, filters) -> pd.DataFrame:  # noqa: A
     grid.index.name = "ts"
     return grid
 
-def mix(client, start, end, step: int, source: str, filters, long_tokens: float) -> pd.DataFrame:  # noqa: ANN001
+
+def mix(
+    client: Client, start: datetime, end: datetime, step: int, source: str, filters: Filters | None, long_tokens: float
+) -> pd.DataFrame:
     """Per step and dimension value: weighted requests (dimension ``long`` splits by prompt length)."""
     where, params = requests_where(start, end, source, filters)
     params["long_tokens"] = float(long_tokens)
@@ -94,30 +125,64 @@ def mix(client, start, end, step: int, source: str, filters, long_tokens: float)
     df["ts"] = pd.to_datetime(df["ts"], utc=True)
     return df
 
-def split_in_rows(client, where: str, params: dict, expr: str, a0: pd.Timestamp, a1: pd.Timestamp,  # noqa: ANN001
-                   rise: bool = True) -> pd.Timestamp | None:
+
+def split_in_rows(
+    client: Client,
+    where: str,
+    params: dict[str, object],
+    expr: str,
+    a0: pd.Timestamp,
+    a1: pd.Timestamp,
+    rise: bool = True,
+) -> pd.Timestamp | None:
     """Where ``expr`` (per request, in arrival order) shifts within ``[a0, a1)``: the best single
     split of the rows' ranks (a rise when ``rise``)."""
-    params = dict(params, a0=param_time(pd.Timestamp(a0).to_pydatetime()), a1=param_time(pd.Timestamp(a1).to_pydatetime()))
-    df = query_df(client,
+    params = dict(
+        params, a0=param_time(pd.Timestamp(a0).to_pydatetime()), a1=param_time(pd.Timestamp(a1).to_pydatetime())
+    )
+    df = query_df(
+        client,
         f"SELECT ts, toFloat64({expr}) AS x FROM requests WHERE {where} AND ts >= {{a0:DateTime64(3)}} "
-        f"AND ts < {{a1:DateTime64(3)}} ORDER BY ts", parameters=params)
+        f"AND ts < {{a1:DateTime64(3)}} ORDER BY ts",
+        parameters=params,
+    )
     return split_at(df["ts"], df["x"], rise)
 
-def rows_near(client, where: str, params: dict, a0: pd.Timestamp, a1: pd.Timestamp) -> pd.DataFrame:  # noqa: ANN001
+
+def rows_near(
+    client: Client, where: str, params: dict[str, object], a0: pd.Timestamp, a1: pd.Timestamp
+) -> pd.DataFrame:
     """The requests in ``[a0, a1)`` in arrival order, with what the mix signals split on: one read
     for every dimension (and both passes of the evidence)."""
-    params = dict(params, a0=param_time(pd.Timestamp(a0).to_pydatetime()), a1=param_time(pd.Timestamp(a1).to_pydatetime()))
-    return query_df(client,
-        f"SELECT ts, tenant, model, route, {CONTEXT_BUCKET} AS context_bucket, toFloat64(prompt_tokens) AS prompt_tokens "
+    params = dict(
+        params, a0=param_time(pd.Timestamp(a0).to_pydatetime()), a1=param_time(pd.Timestamp(a1).to_pydatetime())
+    )
+    return query_df(
+        client,
+        f"SELECT ts, tenant, model, route, {CONTEXT_BUCKET} AS context_bucket, toFloat64(prompt_tokens) AS "
+        f"prompt_tokens "
         f"FROM requests WHERE {where} AND ts >= {{a0:DateTime64(3)}} AND ts < {{a1:DateTime64(3)}} ORDER BY ts",
-        parameters=params)
+        parameters=params,
+    )
 
-def dimensions(client, where: str, params: dict, periods: tuple, column: str, slow: float,  # noqa: ANN001
-                long_tokens: float) -> pd.DataFrame:
+
+def dimensions(
+    client: Client,
+    where: str,
+    params: dict[str, object],
+    periods: tuple[pd.Timestamp, pd.Timestamp],
+    column: str,
+    slow: float,
+    long_tokens: float,
+) -> pd.DataFrame:
     """``periods``: (baseline end, after start) — the baseline ends where the regression began."""
-    params = dict(params, bend=param_time(pd.Timestamp(periods[0]).to_pydatetime()),
-                  brk=param_time(pd.Timestamp(periods[1]).to_pydatetime()), slow=float(slow), long_tokens=float(long_tokens))
+    params = dict(
+        params,
+        bend=param_time(pd.Timestamp(periods[0]).to_pydatetime()),
+        brk=param_time(pd.Timestamp(periods[1]).to_pydatetime()),
+        slow=float(slow),
+        long_tokens=float(long_tokens),
+    )
     sql = f"""
         SELECT kv.1 AS dimension, kv.2 AS value,
                sumIf(weight, ts < {{bend:DateTime64(3)}}) AS baseline,
@@ -134,13 +199,27 @@ def dimensions(client, where: str, params: dict, periods: tuple, column: str, sl
     df["lift"] = df["slow_share"] - df["baseline_share"]
     return df.sort_values(["dimension", "lift"], ascending=[True, False], ignore_index=True)
 
-def strata(client, where: str, params: dict, periods: tuple, column: str, q: float,  # noqa: ANN001
-            cuts: tuple[float, float]) -> pd.DataFrame:
-    params = dict(params, bend=param_time(pd.Timestamp(periods[0]).to_pydatetime()),
-                  brk=param_time(pd.Timestamp(periods[1]).to_pydatetime()), c1=float(cuts[0]), c2=float(cuts[1]))
-    band = ("multiIf(prompt_tokens <= {c1:Float64}, 'short', prompt_tokens <= {c2:Float64}, 'medium', 'long')")
+
+def strata(
+    client: Client,
+    where: str,
+    params: dict[str, object],
+    periods: tuple[pd.Timestamp, pd.Timestamp],
+    column: str,
+    q: float,
+    cuts: tuple[float, float],
+) -> pd.DataFrame:
+    params = dict(
+        params,
+        bend=param_time(pd.Timestamp(periods[0]).to_pydatetime()),
+        brk=param_time(pd.Timestamp(periods[1]).to_pydatetime()),
+        c1=float(cuts[0]),
+        c2=float(cuts[1]),
+    )
+    band = "multiIf(prompt_tokens <= {c1:Float64}, 'short', prompt_tokens <= {c2:Float64}, 'medium', 'long')"
     sql = f"""
-        SELECT {band} AS band, multiIf(ts < {{bend:DateTime64(3)}}, 'before', ts >= {{brk:DateTime64(3)}}, 'after', '') AS period,
+        SELECT {band} AS band, multiIf(ts < {{bend:DateTime64(3)}}, 'before', ts >= {{brk:DateTime64(3)}}, 'after',
+        '') AS period,
                sum(weight) AS requests,
                quantileExactWeightedIf({q!r})({column}, toUInt64(greatest(1, round(weight))), {column} > 0) AS value
         FROM requests WHERE {where} GROUP BY band, period HAVING period != ''"""
@@ -150,7 +229,9 @@ def strata(client, where: str, params: dict, periods: tuple, column: str, q: flo
     for period in ("before", "after"):
         req = wide[("requests", period)] if ("requests", period) in wide.columns else pd.Series(dtype=float)
         out[f"share_{period}"] = (req / req.sum()).reindex(out.index)
-        out[f"q_{period}"] = (wide[("value", period)] if ("value", period) in wide.columns else pd.Series(dtype=float)).reindex(out.index)
+        out[f"q_{period}"] = (
+            wide[("value", period)] if ("value", period) in wide.columns else pd.Series(dtype=float)
+        ).reindex(out.index)
     out["slowdown"] = out["q_after"] / out["q_before"]
     out.index.name = "band"
     out.attrs["cuts"] = cuts
@@ -158,13 +239,18 @@ def strata(client, where: str, params: dict, periods: tuple, column: str, q: flo
 
 
 def count_rows(client: Client, where: str, params: dict[str, object]) -> int:
-    return int(client.command(f"SELECT count() FROM requests WHERE {where}", parameters=params))
+    found = client.command(f"SELECT count() FROM requests WHERE {where}", parameters=params)
+    return int(found) if isinstance(found, int | str) else 0
 
 
-def baseline_levels(client: Client, where: str, params: dict[str, object], column: str, q: float) -> tuple[float, float]:
+def baseline_levels(
+    client: Client, where: str, params: dict[str, object], column: str, q: float
+) -> tuple[float, float]:
     """The baseline's median prompt length (tokens) and its ``q`` quantile of ``column``."""
     row = client.query(
         f"SELECT quantileExactWeighted(0.5)(prompt_tokens, toUInt64(greatest(1, round(weight)))), "
         f"quantileExactWeightedIf({q!r})({column}, toUInt64(greatest(1, round(weight))), {column} > 0) "
-        f"FROM requests WHERE {where}", parameters=params).result_rows[0]
+        f"FROM requests WHERE {where}",
+        parameters=params,
+    ).result_rows[0]
     return float(row[0]), float(row[1])

@@ -10,6 +10,7 @@ Out: evidence rows (``evidence_row``: signal, kind, before, after, score, moved_
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import pandas as pd
 
@@ -24,8 +25,17 @@ from analytics.explain.model import (
     Explanation,
 )
 
-__all__ = ["capacity_evidence", "evidence_row", "mix_evidence", "moved_at", "onset", "rank", "rate_evidence", "split_at",
-           "timing"]
+__all__ = [
+    "capacity_evidence",
+    "evidence_row",
+    "mix_evidence",
+    "moved_at",
+    "onset",
+    "rank",
+    "rate_evidence",
+    "split_at",
+    "timing",
+]
 
 
 def moved_at(series: pd.Series, break_at: pd.Timestamp, step: int, radius: int = 12) -> pd.Timestamp | None:
@@ -33,12 +43,15 @@ def moved_at(series: pd.Series, break_at: pd.Timestamp, step: int, radius: int =
     s = series.dropna()
     if len(s) < 6:
         return None
-    window = s[(s.index >= break_at - pd.Timedelta(seconds=step * radius * 2)) &
-               (s.index < break_at + pd.Timedelta(seconds=step * radius * 2))]
+    window = s[
+        (s.index >= break_at - pd.Timedelta(seconds=step * radius * 2))
+        & (s.index < break_at + pd.Timedelta(seconds=step * radius * 2))
+    ]
     if len(window) < 6:
         return None
     k, gain = best_split(window.to_numpy(float), 2)
     return window.index[k] if k > 0 and gain > 0 else None
+
 
 def timing(moved: pd.Timestamp | None, break_at: pd.Timestamp, step: int) -> tuple[float | None, float]:
     if moved is None:
@@ -46,11 +59,31 @@ def timing(moved: pd.Timestamp | None, break_at: pd.Timestamp, step: int) -> tup
     lead = (break_at - moved).total_seconds()
     return lead, (1.0 if lead >= -2 * step else 0.5)
 
-def evidence_row(signal: str, kind: str, before: str, after: str, score: float, moved, lead, detail: str,  # noqa: ANN001
-         resolution_s: float) -> dict:
+
+def evidence_row(
+    signal: str,
+    kind: str,
+    before: str,
+    after: str,
+    score: float,
+    moved: pd.Timestamp | None,
+    lead: float | None,
+    detail: str,
+    resolution_s: float,
+) -> dict[str, Any]:
     """``resolution_s``: how finely ``moved`` is known (0: a request's own time; else the step)."""
-    return {"signal": signal, "kind": kind, "before": before, "after": after, "score": round(float(score), 4),
-            "moved_at": moved, "lead_s": lead, "detail": detail, "resolution_s": float(resolution_s)}
+    return {
+        "signal": signal,
+        "kind": kind,
+        "before": before,
+        "after": after,
+        "score": round(float(score), 4),
+        "moved_at": moved,
+        "lead_s": lead,
+        "detail": detail,
+        "resolution_s": float(resolution_s),
+    }
+
 
 def split_at(ts: pd.Series, values: pd.Series, rise: bool = True) -> pd.Timestamp | None:
     """The arrival time where ``values`` (in arrival order) shift: the best single split of their
@@ -64,9 +97,16 @@ def split_at(ts: pd.Series, values: pd.Series, rise: bool = True) -> pd.Timestam
     at = pd.Timestamp(ts.iloc[k])
     return at.tz_convert("UTC") if at.tzinfo else at.tz_localize("UTC")
 
-def mix_evidence(mix: pd.DataFrame, dims: pd.DataFrame, break_at, step: int, long_tokens: float,  # noqa: ANN001
-                  near: pd.DataFrame) -> list[dict]:
-    rows = []
+
+def mix_evidence(
+    mix: pd.DataFrame,
+    dims: pd.DataFrame,
+    break_at: pd.Timestamp,
+    step: int,
+    long_tokens: float,
+    near: pd.DataFrame,
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     totals = mix[mix["dimension"] == "tenant"].groupby("ts")["requests"].sum()
     for dim, label in [("long", "long-context share"), *MIX_DIMENSIONS.items()]:
         d = dims[dims["dimension"] == dim]
@@ -74,10 +114,10 @@ def mix_evidence(mix: pd.DataFrame, dims: pd.DataFrame, break_at, step: int, lon
             continue
         d = d.assign(diff=d["slow_share"] - d["baseline_share"])
         if dim == "long":
-            top = d[d["value"] == "long"]
-            if top.empty:
+            longs = d[d["value"] == "long"]
+            if longs.empty:
                 continue
-            top = top.iloc[0]
+            top = longs.iloc[0]
         else:
             top = d.sort_values("diff", ascending=False).iloc[0]
         on = near["prompt_tokens"] > float(long_tokens) if dim == "long" else near[dim] == str(top["value"])
@@ -90,19 +130,35 @@ def mix_evidence(mix: pd.DataFrame, dims: pd.DataFrame, break_at, step: int, lon
             resolution = step
         lead, factor = timing(moved, break_at, step)
         name = f"prompts > {long_tokens:,.0f} tokens" if dim == "long" else f"{dim} {top['value'] or '(none)'}"
-        detail = (f"{name}: {top['baseline_share']:.0%} of baseline requests, {top['slow_share']:.0%} of the slow ones "
-                  f"after the break ({top['after_share']:.0%} of all after)")
+        detail = (
+            f"{name}: {top['baseline_share']:.0%} of baseline requests, {top['slow_share']:.0%} of the slow ones "
+            f"after the break ({top['after_share']:.0%} of all after)"
+        )
         # concentrated among the slow requests (BubbleUp), and more of the traffic than before:
         # a share that did not change says where the slow requests are, not why
         changed = min(1.0, abs(float(top["after_share"]) - float(top["baseline_share"])) / MIX_CHANGE)
-        rows.append(evidence_row(label, "mix", f"{top['baseline_share']:.0%}", f"{top['after_share']:.0%}",
-                         max(float(top["diff"]), 0.0) * changed * factor, moved, lead, detail, resolution))
+        rows.append(
+            evidence_row(
+                label,
+                "mix",
+                f"{top['baseline_share']:.0%}",
+                f"{top['after_share']:.0%}",
+                max(float(top["diff"]), 0.0) * changed * factor,
+                moved,
+                lead,
+                detail,
+                resolution,
+            )
+        )
     return rows
 
-def capacity_evidence(cap: pd.DataFrame, break_at, after_end, step: int) -> list[dict]:  # noqa: ANN001
+
+def capacity_evidence(
+    cap: pd.DataFrame, break_at: pd.Timestamp, after_end: pd.Timestamp, step: int
+) -> list[dict[str, Any]]:
     before = cap[cap.index < break_at]
     after = cap[(cap.index >= break_at) & (cap.index < after_end)]
-    rows = []
+    rows: list[dict[str, Any]] = []
     if before.empty or after.empty:
         return rows
 
@@ -115,28 +171,63 @@ def capacity_evidence(cap: pd.DataFrame, break_at, after_end, step: int) -> list
         f_b, f_a = frac(before, on[before.index]), frac(after, on[after.index])
         moved = moved_at(cap["kv_avg"], break_at, step)
         lead, factor = timing(moved, break_at, step)
-        detail = (f"KV usage {before['kv_avg'].mean():.0%} -> {after['kv_avg'].mean():.0%} on average; a replica at "
-                  f">= {SATURATED:.0%}, or >= {PRESSURE:.0%} with requests waiting, in {f_b:.0%} -> {f_a:.0%} of steps; "
-                  f"{before['waiting'].mean():.1f} -> "
-                  f"{after['waiting'].mean():.1f} requests waiting; {before['preemptions'].sum() / max(len(before) * step, 1) * 60:.1f} -> "
-                  f"{after['preemptions'].sum() / max(len(after) * step, 1) * 60:.1f} preemptions/min")
-        rows.append(evidence_row("KV-cache saturation", "capacity", f"{f_b:.0%} of steps", f"{f_a:.0%} of steps",
-                         max(f_a - f_b, 0.0) * factor, moved, lead, detail, step))
+        detail = (
+            f"KV usage {before['kv_avg'].mean():.0%} -> {after['kv_avg'].mean():.0%} on average; a replica at "
+            f">= {SATURATED:.0%}, or >= {PRESSURE:.0%} with requests waiting, in {f_b:.0%} -> {f_a:.0%} of steps; "
+            f"{before['waiting'].mean():.1f} -> "
+            f"{after['waiting'].mean():.1f} requests waiting; "
+            f"{before['preemptions'].sum() / max(len(before) * step, 1) * 60:.1f} -> "
+            f"{after['preemptions'].sum() / max(len(after) * step, 1) * 60:.1f} preemptions/min"
+        )
+        rows.append(
+            evidence_row(
+                "KV-cache saturation",
+                "capacity",
+                f"{f_b:.0%} of steps",
+                f"{f_a:.0%} of steps",
+                max(f_a - f_b, 0.0) * factor,
+                moved,
+                lead,
+                detail,
+                step,
+            )
+        )
         queue_on = (cap["waiting"] > 0.5) & ~on
     else:
         queue_on = cap["waiting"] > 0.5
     q_b, q_a = frac(before, queue_on[before.index]), frac(after, queue_on[after.index])
     moved = moved_at(cap["waiting"], break_at, step)
     lead, factor = timing(moved, break_at, step)
-    rows.append(evidence_row("queueing without KV saturation", "capacity", f"{q_b:.0%} of steps", f"{q_a:.0%} of steps",
-                     max(q_a - q_b, 0.0) * factor, moved, lead,
-                     f"requests waiting while no replica's KV cache was {PRESSURE:.0%} used: batch or compute limits", step))
+    rows.append(
+        evidence_row(
+            "queueing without KV saturation",
+            "capacity",
+            f"{q_b:.0%} of steps",
+            f"{q_a:.0%} of steps",
+            max(q_a - q_b, 0.0) * factor,
+            moved,
+            lead,
+            f"requests waiting while no replica's KV cache was {PRESSURE:.0%} used: batch or compute limits",
+            step,
+        )
+    )
     hb, ha = before["prefix_hit_rate"].mean(), after["prefix_hit_rate"].mean()
     if pd.notna(hb) and pd.notna(ha):
         moved = moved_at(cap["prefix_hit_rate"], break_at, step)
         lead, factor = timing(moved, break_at, step)
-        rows.append(evidence_row("prefix-cache hit rate", "capacity", f"{hb:.0%}", f"{ha:.0%}", max(hb - ha, 0.0) * factor,
-                         moved, lead, "a lower hit rate means more prompt tokens to compute", step))
+        rows.append(
+            evidence_row(
+                "prefix-cache hit rate",
+                "capacity",
+                f"{hb:.0%}",
+                f"{ha:.0%}",
+                max(hb - ha, 0.0) * factor,
+                moved,
+                lead,
+                "a lower hit rate means more prompt tokens to compute",
+                step,
+            )
+        )
     if "stalled" in cap:
         on = cap["stalled"] > 0
         s_b, s_a = frac(before, on[before.index]), frac(after, on[after.index])
@@ -145,33 +236,73 @@ def capacity_evidence(cap: pd.DataFrame, break_at, after_end, step: int) -> list
             lead, factor = timing(moved, break_at, step)
             who = sorted((cap.attrs.get("stalled_replicas") or {}).items(), key=lambda item: -item[1][1])
             named = ", ".join(f"{r} (from {first:%H:%M:%S}, {n * step / 60:.1f} min)" for r, (first, n) in who[:5])
-            rows.append(evidence_row("stalled replicas", "capacity", f"{s_b:.0%} of steps", f"{s_a:.0%} of steps",
-                             max(s_a - s_b, 0.0) * factor, moved, lead,
-                             f"replicas that held requests and generated no token: {named or 'none named'}; their "
-                             "requests wait, the others take the rest", step))
+            rows.append(
+                evidence_row(
+                    "stalled replicas",
+                    "capacity",
+                    f"{s_b:.0%} of steps",
+                    f"{s_a:.0%} of steps",
+                    max(s_a - s_b, 0.0) * factor,
+                    moved,
+                    lead,
+                    f"replicas that held requests and generated no token: {named or 'none named'}; their "
+                    "requests wait, the others take the rest",
+                    step,
+                )
+            )
     ub, ua = before["replicas_up"].mean(), after["replicas_up"].mean()
     if pd.notna(ub) and ub > 0:
         moved = moved_at(cap["replicas_up"], break_at, step)
         lead, factor = timing(moved, break_at, step)
-        rows.append(evidence_row("replicas up", "capacity", f"{ub:.1f}", f"{ua:.1f}", max(1 - ua / ub, 0.0) * factor,
-                         moved, lead, "fewer replicas serving the same traffic", step))
+        rows.append(
+            evidence_row(
+                "replicas up",
+                "capacity",
+                f"{ub:.1f}",
+                f"{ua:.1f}",
+                max(1 - ua / ub, 0.0) * factor,
+                moved,
+                lead,
+                "fewer replicas serving the same traffic",
+                step,
+            )
+        )
     return rows
 
-def rate_evidence(mix: pd.DataFrame, break_at, after_end, step: int) -> list[dict]:  # noqa: ANN001
+
+def rate_evidence(
+    mix: pd.DataFrame, break_at: pd.Timestamp, after_end: pd.Timestamp, step: int
+) -> list[dict[str, Any]]:
     totals = mix[mix["dimension"] == "tenant"].groupby("ts")["requests"].sum().sort_index() / step
-    b, a = totals[totals.index < break_at].mean(), totals[(totals.index >= break_at) & (totals.index < after_end)].mean()
+    b, a = (
+        totals[totals.index < break_at].mean(),
+        totals[(totals.index >= break_at) & (totals.index < after_end)].mean(),
+    )
     if not (pd.notna(b) and b > 0 and pd.notna(a)):
         return []
     moved = moved_at(totals, break_at, step)
     lead, factor = timing(moved, break_at, step)
-    return [evidence_row("request rate", "mix", f"{b:.2f}/s", f"{a:.2f}/s", min(max(a / b - 1, 0.0), 1.0) * factor, moved, lead,
-                 "more requests per second", step)]
+    return [
+        evidence_row(
+            "request rate",
+            "mix",
+            f"{b:.2f}/s",
+            f"{a:.2f}/s",
+            min(max(a / b - 1, 0.0), 1.0) * factor,
+            moved,
+            lead,
+            "more requests per second",
+            step,
+        )
+    ]
+
 
 def onset(ex: Explanation) -> datetime:
     """When the regression began: the earliest move of the top two signals, if before the break.
 
     A move found on per-step values (a gauge, a per-step share) is known to a few steps; where it
     falls within that of a move found on the requests themselves, the requests' time is used."""
+    assert ex.break_at is not None, "an onset is looked for before a break found"
     top = ex.evidence.head(2)
     leading = top[(top["score"] > 0.1) & (top["lead_s"].fillna(-1) >= 0)]
     if not len(leading):
@@ -179,9 +310,10 @@ def onset(ex: Explanation) -> datetime:
     moves = [(pd.Timestamp(t), float(r)) for t, r in zip(leading["moved_at"], leading["resolution_s"], strict=True)]
     exact = [t for t, r in moves if r == 0]
     kept = [t for t, r in moves if r == 0 or not any(abs((t - e).total_seconds()) <= 3 * r for e in exact)]
-    return min(ex.break_at, min(t.to_pydatetime() for t in kept))
+    return min(ex.break_at, *(t.to_pydatetime() for t in kept))
 
-def rank(rows: list[dict]) -> pd.DataFrame:
+
+def rank(rows: list[dict[str, Any]]) -> pd.DataFrame:
     columns = EVIDENCE_COLUMNS
     if not rows:
         return pd.DataFrame(columns=columns)

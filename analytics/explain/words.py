@@ -7,6 +7,8 @@ Out: the sentence.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from analytics.explain.model import Explanation
@@ -15,8 +17,11 @@ __all__ = ["sentence"]
 
 
 def sentence(ex: Explanation, latency: str, q: float, strata: pd.DataFrame, long_tokens: float) -> str:
-    head = (f"p{q * 100:g} {latency.upper()} rose from {ex.before:.2f}s to {ex.after:.2f}s at "
-            f"{ex.break_at:%H:%M:%S} UTC (±{ex.step}s)")
+    assert ex.break_at is not None, "a sentence is said about a break found"
+    head = (
+        f"p{q * 100:g} {latency.upper()} rose from {ex.before:.2f}s to {ex.after:.2f}s at "
+        f"{ex.break_at:%H:%M:%S} UTC (±{ex.step}s)"
+    )
     if ex.onset is not None and ex.onset < ex.break_at:
         first = ex.evidence[ex.evidence["moved_at"] == pd.Timestamp(ex.onset)].iloc[0]["signal"]
         head += f"; it began at {ex.onset:%H:%M:%S}, when the {first} moved"
@@ -24,16 +29,28 @@ def sentence(ex: Explanation, latency: str, q: float, strata: pd.DataFrame, long
     if top.empty:
         return head + "; none of the signals fleetscope watches moved with it (look at deploys and annotations)."
     causes = [f"{r.signal} ({r.before} -> {r.after})" for r in top.itertuples()]
-    short = strata.set_index("band").loc["short"] if "short" in set(strata["band"]) else None
-    long = strata.set_index("band").loc["long"] if "long" in set(strata["band"]) else None
+    bands = strata.set_index("band")
+    short = _band(bands, "short")
+    long = _band(bands, "long")
     verdict = ""
     if short is not None and pd.notna(short["slowdown"]):
-        heavier = long is not None and pd.notna(long["share_after"]) and long["share_after"] - long["share_before"] >= 0.05
+        heavier = (
+            long is not None and pd.notna(long["share_after"]) and long["share_after"] - long["share_before"] >= 0.05
+        )
         if short["slowdown"] >= 1.5:
-            verdict = (f"; short prompts slowed too (p{q * 100:g} {short['q_before']:.2f}s -> {short['q_after']:.2f}s): "
-                       "everyone got slower, contention" + (" brought on by a heavier mix" if heavier else ""))
-        elif heavier:
-            verdict = (f"; short prompts kept their latency ({short['q_before']:.2f}s -> {short['q_after']:.2f}s): "
-                       f"the mix got heavier (prompts over {long_tokens:,.0f} tokens {long['share_before']:.0%} -> "
-                       f"{long['share_after']:.0%})")
+            verdict = (
+                f"; short prompts slowed too (p{q * 100:g} {short['q_before']:.2f}s -> {short['q_after']:.2f}s): "
+                "everyone got slower, contention" + (" brought on by a heavier mix" if heavier else "")
+            )
+        elif heavier and long is not None:
+            verdict = (
+                f"; short prompts kept their latency ({short['q_before']:.2f}s -> {short['q_after']:.2f}s): "
+                f"the mix got heavier (prompts over {long_tokens:,.0f} tokens {long['share_before']:.0%} -> "
+                f"{long['share_after']:.0%})"
+            )
     return f"{head}. Consistent with {', '.join(causes)}{verdict}."
+
+
+def _band(bands: pd.DataFrame, name: str) -> dict[str, Any] | None:
+    """One prompt-length band's row (``share_before``, ``q_before``, ``slowdown``, ...), or None."""
+    return {str(k): v for k, v in bands.loc[name].items()} if name in bands.index else None

@@ -27,8 +27,13 @@ from dashboard.marks import TS_TIP, time_x, with_annotations
 from dashboard.view import FILTER_KEYS
 
 FRESH_S = 10  # metadata reads are kept this long (the shortest grain): the evaluator runs every 15 s or more
-DURATIONS = {"30m": timedelta(minutes=30), "1h": timedelta(hours=1), "2h": timedelta(hours=2),
-             "4h": timedelta(hours=4), "1d": timedelta(days=1)}
+DURATIONS = {
+    "30m": timedelta(minutes=30),
+    "1h": timedelta(hours=1),
+    "2h": timedelta(hours=2),
+    "4h": timedelta(hours=4),
+    "1d": timedelta(days=1),
+}
 STATE_COLORS = {"firing": "#dc2626", "pending": "#f59e0b", "resolved": "#16a34a", "inactive": "#9ca3af"}
 TIME = "YYYY-MM-DD HH:mm:ss"
 _FLASH = "fleetscope_alerts_flash"
@@ -69,9 +74,11 @@ def _investigate(inst: Any, now: datetime) -> str:
     """Investigate from an hour before the condition first held to now (or 30 minutes past the resolve)."""
     end = min(now, inst.resolved_at + timedelta(minutes=30)) if inst.resolved_at else now
     metric = inst.labels.get("metric", "ttft")
-    query = {"metric": metric if metric in LATENCIES else "ttft",
-             "from": (inst.active_at - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-             "to": end.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    query = {
+        "metric": metric if metric in LATENCIES else "ttft",
+        "from": (inst.active_at - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "to": end.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
     if inst.labels.get("model") and REASON not in inst.labels:
         query["model"] = inst.labels["model"]
     return f"investigate?{urlencode(query)}"  # relative: the page sits beside this one, also under a base path
@@ -108,59 +115,111 @@ cols = st.columns(4)
 cols[0].metric("Firing", f"{len(firing)}")
 cols[1].metric("Pending", f"{len(pending)}", help="the condition holds; firing once it has held for the rule's `for`")
 cols[2].metric("Active silences", f"{len(active)}", help=f"{muted} of the firing alerts are muted by them")
-cols[3].metric("Notifications pending or failed", f"{sent['pending'] + sent['failed']}",
-               help=f"{sent['pending']} waiting for delivery, {sent['failed']} given up on, {sent['delivered']} delivered")
+cols[3].metric(
+    "Notifications pending or failed",
+    f"{sent['pending'] + sent['failed']}",
+    help=f"{sent['pending']} waiting for delivery, {sent['failed']} given up on, {sent['delivered']} delivered",
+)
 last_run = max((g.evaluated_at for g in groups), default=None)
 failing = {f"{g.group}/{rule}": error for g in groups for rule, error in g.errors.items()}
 
 st.subheader("Firing and pending")
 if not firing and not pending:
     if last_run is not None:
-        st.info(f"No alert is firing or pending: {sum(g.rules for g in groups)} rules in {len(groups)} groups, "
-                f"last evaluated at {last_run:%Y-%m-%d %H:%M:%S} UTC.")
+        st.info(
+            f"No alert is firing or pending: {sum(g.rules for g in groups)} rules in {len(groups)} groups, "
+            f"last evaluated at {last_run:%Y-%m-%d %H:%M:%S} UTC."
+        )
     else:
-        st.info("No alert is firing or pending, and the evaluator has not run yet: start it with "
-                "`fleetscope alerts run`.")
+        st.info(
+            "No alert is firing or pending, and the evaluator has not run yet: start it with `fleetscope alerts run`."
+        )
 else:
-    order = sorted(firing, key=lambda ri: ri[1].fired_at or ri[1].active_at, reverse=True) + \
-        sorted(pending, key=lambda ri: ri[1].active_at, reverse=True)
-    table = pd.DataFrame([{
-        "state": i.state, "alert": i.labels.get("alertname", r), "labels": _labels(i.labels),
-        "summary": i.annotations.get("summary", ""), "value": shown(i.value, "{:.4g}"),
-        "since": i.fired_at if i.state == "firing" and i.fired_at else i.active_at,
-        "silenced": any(s.mutes(i.labels, now) for s in active), "investigate": _investigate(i, now)}
-        for r, i in order])
-    st.dataframe(table, hide_index=True, width="stretch", column_config={
-        "state": st.column_config.TextColumn("state", width="small"),
-        "labels": st.column_config.TextColumn("labels", width="medium"),
-        "summary": st.column_config.TextColumn("summary", width="medium"),
-        "value": st.column_config.TextColumn("value", width="small"),
-        "since": st.column_config.DatetimeColumn("since (UTC)", format=TIME,
-                                                 help="firing: when it fired; pending: when the condition began to hold"),
-        "silenced": st.column_config.CheckboxColumn("silenced", width="small", help="muted by an active silence"),
-        "investigate": st.column_config.LinkColumn("investigate", display_text="Investigate", width="small")})
+    order = sorted(firing, key=lambda ri: ri[1].fired_at or ri[1].active_at, reverse=True) + sorted(
+        pending, key=lambda ri: ri[1].active_at, reverse=True
+    )
+    table = pd.DataFrame(
+        [
+            {
+                "state": i.state,
+                "alert": i.labels.get("alertname", r),
+                "labels": _labels(i.labels),
+                "summary": i.annotations.get("summary", ""),
+                "value": shown(i.value, "{:.4g}"),
+                "since": i.fired_at if i.state == "firing" and i.fired_at else i.active_at,
+                "silenced": any(s.mutes(i.labels, now) for s in active),
+                "investigate": _investigate(i, now),
+            }
+            for r, i in order
+        ]
+    )
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "state": st.column_config.TextColumn("state", width="small"),
+            "labels": st.column_config.TextColumn("labels", width="medium"),
+            "summary": st.column_config.TextColumn("summary", width="medium"),
+            "value": st.column_config.TextColumn("value", width="small"),
+            "since": st.column_config.DatetimeColumn(
+                "since (UTC)", format=TIME, help="firing: when it fired; pending: when the condition began to hold"
+            ),
+            "silenced": st.column_config.CheckboxColumn("silenced", width="small", help="muted by an active silence"),
+            "investigate": st.column_config.LinkColumn("investigate", display_text="Investigate", width="small"),
+        },
+    )
     if last_run is not None:
         st.caption(f"Last evaluation recorded at {last_run:%H:%M:%S} UTC.")
 if resolved:
     st.caption("Resolved in the last minutes (kept until the resolve is notified):")
-    st.dataframe(pd.DataFrame([{
-        "alert": i.labels.get("alertname", r), "labels": _labels(i.labels), "summary": i.annotations.get("summary", ""),
-        "fired": i.fired_at, "resolved": i.resolved_at, "investigate": _investigate(i, now)}
-        for r, i in sorted(resolved, key=lambda ri: ri[1].resolved_at or now, reverse=True)]),
-        hide_index=True, width="stretch", column_config={
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "alert": i.labels.get("alertname", r),
+                    "labels": _labels(i.labels),
+                    "summary": i.annotations.get("summary", ""),
+                    "fired": i.fired_at,
+                    "resolved": i.resolved_at,
+                    "investigate": _investigate(i, now),
+                }
+                for r, i in sorted(resolved, key=lambda ri: ri[1].resolved_at or now, reverse=True)
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+        column_config={
             "fired": st.column_config.DatetimeColumn("fired (UTC)", format=TIME),
             "resolved": st.column_config.DatetimeColumn("resolved (UTC)", format=TIME),
-            "investigate": st.column_config.LinkColumn("investigate", display_text="Investigate", width="small")})
+            "investigate": st.column_config.LinkColumn("investigate", display_text="Investigate", width="small"),
+        },
+    )
 
 if failing:
-    st.error(f"{len(failing)} rule(s) could not be evaluated last time (they raise an Error alert unless their "
-             "`error` policy says otherwise):\n\n" + "\n".join(f"- **{k}**: {e}" for k, e in sorted(failing.items())))
+    st.error(
+        f"{len(failing)} rule(s) could not be evaluated last time (they raise an Error alert unless their "
+        "`error` policy says otherwise):\n\n" + "\n".join(f"- **{k}**: {e}" for k, e in sorted(failing.items()))
+    )
 if groups:
     with st.expander(f"Rule groups ({len(groups)}; last evaluated {last_run:%H:%M:%S} UTC)"):
-        st.dataframe(pd.DataFrame([{
-            "group": g.group, "rules": g.rules, "last evaluated": g.evaluated_at, "took (ms)": round(g.seconds * 1000),
-            "failing rules": len(g.errors)} for g in groups]), hide_index=True, width="stretch", column_config={
-            "last evaluated": st.column_config.DatetimeColumn("last evaluated (UTC)", format=TIME)})
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "group": g.group,
+                        "rules": g.rules,
+                        "last evaluated": g.evaluated_at,
+                        "took (ms)": round(g.seconds * 1000),
+                        "failing rules": len(g.errors),
+                    }
+                    for g in groups
+                ]
+            ),
+            hide_index=True,
+            width="stretch",
+            column_config={"last evaluated": st.column_config.DatetimeColumn("last evaluated (UTC)", format=TIME)},
+        )
 
 st.subheader("History")
 try:
@@ -171,24 +230,48 @@ except DatabaseError as exc:
 if changes is not None and not changes:
     st.info(f"No alert changed state between {v.start:%H:%M} and {v.end:%H:%M} UTC. Try a longer time range.")
 elif changes:
-    events = pd.DataFrame([{
-        "ts": e["ts"], "alert": e["rule"], "labels": _labels(dict(e["labels"])),
-        "change": f"{e['state_before']} → {e['state']}", "state": e["state"], "value": shown(e["value"], "{:.4g}"),
-        "summary": e["summary"]} for e in changes])
+    events = pd.DataFrame(
+        [
+            {
+                "ts": e["ts"],
+                "alert": e["rule"],
+                "labels": _labels(dict(e["labels"])),
+                "change": f"{e['state_before']} → {e['state']}",
+                "state": e["state"],
+                "value": shown(e["value"], "{:.4g}"),
+                "summary": e["summary"],
+            }
+            for e in changes
+        ]
+    )
     events["ts"] = pd.to_datetime(events["ts"], utc=True)  # ClickHouse gives UTC, with or without the zone
     alerts_shown = events["alert"].nunique()
-    window = [alt.DateTime(year=t.year, month=t.month, date=t.day, hours=t.hour, minutes=t.minute, seconds=t.second,
-                           utc=True) for t in (v.start, v.end)]  # the whole range, so a change shows when in it
-    chart = alt.Chart(events).mark_point(filled=True, size=90, opacity=0.9).encode(
-        x=time_x(v).scale(type="utc", domain=window),
-        y=alt.Y("alert:N", title=None),
-        color=alt.Color("state:N", title="state entered", scale=alt.Scale(domain=list(STATE_COLORS),
-                                                                          range=list(STATE_COLORS.values()))),
-        tooltip=[TS_TIP, "alert:N", "labels:N", "change:N", "value:N", "summary:N"]).properties(
-        height=max(120, 28 * alerts_shown))
+    window = [
+        alt.DateTime(year=t.year, month=t.month, date=t.day, hours=t.hour, minutes=t.minute, seconds=t.second, utc=True)
+        for t in (v.start, v.end)
+    ]  # the whole range, so a change shows when in it
+    chart = (
+        alt.Chart(events)
+        .mark_point(filled=True, size=90, opacity=0.9)
+        .encode(
+            x=time_x(v).scale(type="utc", domain=window),
+            y=alt.Y("alert:N", title=None),
+            color=alt.Color(
+                "state:N",
+                title="state entered",
+                scale=alt.Scale(domain=list(STATE_COLORS), range=list(STATE_COLORS.values())),
+            ),
+            tooltip=[TS_TIP, "alert:N", "labels:N", "change:N", "value:N", "summary:N"],
+        )
+        .properties(height=max(120, 28 * alerts_shown))
+    )
     st.altair_chart(with_annotations(chart, ctx), width="stretch")
-    st.dataframe(plain(events.drop(columns=["state"])), hide_index=True, width="stretch", column_config={
-        "ts": st.column_config.DatetimeColumn("time (UTC)", format=TIME)})
+    st.dataframe(
+        plain(events.drop(columns=["state"])),
+        hide_index=True,
+        width="stretch",
+        column_config={"ts": st.column_config.DatetimeColumn("time (UTC)", format=TIME)},
+    )
     if len(changes) >= 500:
         st.caption("The newest 500 changes: pick a shorter time range to see the older ones.")
 
@@ -203,8 +286,11 @@ if not silence_rows:
     st.caption("No silences yet.")
 for s in upcoming:
     left, right = st.columns([6, 1])
-    when = (f"until {s.ends_at:%Y-%m-%d %H:%M} UTC" if s.active(now)
-            else f"from {s.starts_at:%Y-%m-%d %H:%M} to {s.ends_at:%Y-%m-%d %H:%M} UTC")
+    when = (
+        f"until {s.ends_at:%Y-%m-%d %H:%M} UTC"
+        if s.active(now)
+        else f"from {s.starts_at:%Y-%m-%d %H:%M} to {s.ends_at:%Y-%m-%d %H:%M} UTC"
+    )
     left.markdown(f"**#{s.id}** `{', '.join(map(str, s.matchers))}` {when} — {s.created_by}: {s.comment}")
     if right.button("Expire", key=f"expire_{s.id}"):
         done = expire_silence(sessions, s.id)
@@ -214,11 +300,27 @@ for s in upcoming:
             st.rerun()
         st.warning(f"Silence #{s.id} had already ended.")
 if ended:
-    st.dataframe(pd.DataFrame([{
-        "id": s.id, "matchers": ", ".join(map(str, s.matchers)), "started": s.starts_at, "ended": s.ends_at,
-        "by": s.created_by, "comment": s.comment} for s in ended]), hide_index=True, width="stretch", column_config={
-        "started": st.column_config.DatetimeColumn("started (UTC)", format=TIME),
-        "ended": st.column_config.DatetimeColumn("ended (UTC)", format=TIME)})
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "id": s.id,
+                    "matchers": ", ".join(map(str, s.matchers)),
+                    "started": s.starts_at,
+                    "ended": s.ends_at,
+                    "by": s.created_by,
+                    "comment": s.comment,
+                }
+                for s in ended
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "started": st.column_config.DatetimeColumn("started (UTC)", format=TIME),
+            "ended": st.column_config.DatetimeColumn("ended (UTC)", format=TIME),
+        },
+    )
 
 dash = getattr(settings, "dashboard", None)
 user = st.user.get("email") if dash is not None and dash.oidc and st.user.is_logged_in else None
@@ -227,8 +329,12 @@ if st.session_state.pop(_CLEAR_FORM, False):  # before the widgets are drawn: th
         st.session_state[key] = ""
 with st.form("silence"):
     st.markdown("**New silence**")
-    text = st.text_input("Matchers", key="silence_matchers", placeholder='alertname="KVCacheSaturated", replica="small-0"',
-                         help='name="value", name!="value", name=~"regex" or name!~"regex", separated by commas')
+    text = st.text_input(
+        "Matchers",
+        key="silence_matchers",
+        placeholder='alertname="KVCacheSaturated", replica="small-0"',
+        help='name="value", name!="value", name=~"regex" or name!~"regex", separated by commas',
+    )
     a, b = st.columns([1, 2])
     duration = a.selectbox("Duration", list(DURATIONS), index=2, key="silence_duration", help="from now")
     author = b.text_input("Author", value=user or "", key="silence_author")
@@ -243,22 +349,47 @@ with st.form("silence"):
         else:
             _silences.clear()
             st.session_state[_CLEAR_FORM] = True
-            st.session_state[_FLASH] = (f"Silence #{silence_id} created: {', '.join(map(str, matchers))} "
-                                        f"until {begins + DURATIONS[duration]:%Y-%m-%d %H:%M} UTC.")
+            st.session_state[_FLASH] = (
+                f"Silence #{silence_id} created: {', '.join(map(str, matchers))} "
+                f"until {begins + DURATIONS[duration]:%Y-%m-%d %H:%M} UTC."
+            )
             st.rerun()
 
 st.subheader("Notification log")
-st.caption(f"{sent['delivered']} delivered · {sent['pending']} pending · {sent['failed']} failed "
-           "(the newest 100 below; `fleetscope alerts outbox` prints them too).")
+st.caption(
+    f"{sent['delivered']} delivered · {sent['pending']} pending · {sent['failed']} failed "
+    "(the newest 100 below; `fleetscope alerts outbox` prints them too)."
+)
 if not log_rows:
     receivers = getattr(getattr(settings, "alerts", None), "receivers", None)
-    st.info("No notification yet: " + ("no receiver is configured (`alerts.receivers` in fleetscope.yaml)."
-                                       if not receivers else "none has been due (a firing alert is sent to the "
-                                       "receivers its route names)."))
+    st.info(
+        "No notification yet: "
+        + (
+            "no receiver is configured (`alerts.receivers` in fleetscope.yaml)."
+            if not receivers
+            else "none has been due (a firing alert is sent to the receivers its route names)."
+        )
+    )
 else:
-    st.dataframe(pd.DataFrame([{
-        "created": r.created_at, "receiver": r.receiver, "status": r.status, "attempts": r.attempts,
-        "last HTTP status": shown(r.last_status, "{:.0f}"), "error": r.last_error or "", "delivered": r.delivered_at}
-        for r in log_rows]), hide_index=True, width="stretch", column_config={
-        "created": st.column_config.DatetimeColumn("created (UTC)", format=TIME),
-        "delivered": st.column_config.DatetimeColumn("delivered (UTC)", format=TIME)})
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "created": r.created_at,
+                    "receiver": r.receiver,
+                    "status": r.status,
+                    "attempts": r.attempts,
+                    "last HTTP status": shown(r.last_status, "{:.0f}"),
+                    "error": r.last_error or "",
+                    "delivered": r.delivered_at,
+                }
+                for r in log_rows
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "created": st.column_config.DatetimeColumn("created (UTC)", format=TIME),
+            "delivered": st.column_config.DatetimeColumn("delivered (UTC)", format=TIME),
+        },
+    )

@@ -22,8 +22,10 @@ ctx = page_context("Cache & capacity")
 v, client = ctx.view, ctx.client
 per_replica = cached(kv_over_time, client, v.start, v.end, "replica", filters=v.filters)
 if per_replica.empty:
-    st.info(f"No KV-cache samples between {v.start:%H:%M} and {v.end:%H:%M} UTC: no replica was scraped in this window "
-            "(is `fleetscope collect` running?). Try a longer time range.")
+    st.info(
+        f"No KV-cache samples between {v.start:%H:%M} and {v.end:%H:%M} UTC: no replica was scraped in this window "
+        "(is `fleetscope collect` running?). Try a longer time range."
+    )
     st.stop()
 step = per_replica.attrs.get("step")
 targets = Targets()
@@ -31,64 +33,128 @@ replicas = per_replica["replica"].nunique()
 st.subheader("KV-cache usage per replica")
 # the replicas that came closest to full: a row per replica stays readable, and the chart light, up to a few dozen
 peaks = per_replica.groupby("replica").agg(peak=("kv_max", "max"), avg=("kv_avg", "mean"))
-hottest = (peaks.sort_values(["peak", "avg"], ascending=False).index[:HEAT_ROWS] if replicas > HEAT_ROWS
-           else peaks.index)  # a small fleet keeps its rows in name order (they do not move on a refresh)
+hottest = (
+    peaks.sort_values(["peak", "avg"], ascending=False).index[:HEAT_ROWS] if replicas > HEAT_ROWS else peaks.index
+)  # a small fleet keeps its rows in name order (they do not move on a refresh)
 cells = per_replica[per_replica["replica"].isin(hottest)]
-st.caption(f"Average of each {step:g}s step; a replica at 100% queues or preempts requests (target {targets.kv_target:.0%})."
-           + (f" The {len(hottest)} of {replicas} replicas with the highest peak, hottest first "
-              f"({int((peaks['peak'] >= targets.kv_target).sum())} of {replicas} went past the target); "
-              "pick replicas in the sidebar to see others." if replicas > HEAT_ROWS else ""))
+st.caption(
+    f"Average of each {step:g}s step; a replica at 100% queues or preempts requests (target {targets.kv_target:.0%})."
+    + (
+        f" The {len(hottest)} of {replicas} replicas with the highest peak, hottest first "
+        f"({int((peaks['peak'] >= targets.kv_target).sum())} of {replicas} went past the target); "
+        "pick replicas in the sidebar to see others."
+        if replicas > HEAT_ROWS
+        else ""
+    )
+)
 cells = cells.assign(ts_end=cells["ts"] + pd.Timedelta(seconds=step))  # each step a cell of its own width
 wedged = cached(stalls, client, v.start, v.end, min_seconds=targets.stall_s, filters=v.filters)
 for row in wedged.itertuples():
-    st.error(f"**{row.replica}** ({row.model}) {'is' if row.ongoing else 'was'} stalled: it held {row.requests} "
-             f"request(s) and generated no token from {row.since:%H:%M:%S} to "
-             + ("now" if row.ongoing else f"{row.until:%H:%M:%S}") + f" UTC ({row.seconds / 60:.1f} min).")
-heat = alt.Chart(plain(cells)).mark_rect().encode(
-    x=time_x(v), x2="ts_end:T", y=alt.Y("replica:N", title=None, sort=list(hottest)),
-    color=alt.Color("kv_avg:Q", title="KV used", scale=alt.Scale(domain=[0, 1], scheme="orangered"),
-                    legend=alt.Legend(format="%")),
-    tooltip=[TS_TIP, "replica:N", alt.Tooltip("kv_avg:Q", format=".0%", title="KV avg"),
-             alt.Tooltip("kv_max:Q", format=".0%", title="KV max"), alt.Tooltip("waiting:Q", format=".1f")])
+    st.error(
+        f"**{row.replica}** ({row.model}) {'is' if row.ongoing else 'was'} stalled: it held {row.requests} "
+        f"request(s) and generated no token from {row.since:%H:%M:%S} to "
+        + ("now" if row.ongoing else f"{row.until:%H:%M:%S}")
+        + f" UTC ({row.seconds / 60:.1f} min)."
+    )
+heat = (
+    alt.Chart(plain(cells))
+    .mark_rect()
+    .encode(
+        x=time_x(v),
+        x2="ts_end:T",
+        y=alt.Y("replica:N", title=None, sort=list(hottest)),
+        color=alt.Color(
+            "kv_avg:Q",
+            title="KV used",
+            scale=alt.Scale(domain=[0, 1], scheme="orangered"),
+            legend=alt.Legend(format="%"),
+        ),
+        tooltip=[
+            TS_TIP,
+            "replica:N",
+            alt.Tooltip("kv_avg:Q", format=".0%", title="KV avg"),
+            alt.Tooltip("kv_max:Q", format=".0%", title="KV max"),
+            alt.Tooltip("waiting:Q", format=".1f"),
+        ],
+    )
+)
 shown = wedged[wedged["replica"].isin(hottest)]
 if len(shown):  # a stalled replica's steps outlined on its row
-    heat = alt.layer(heat, alt.Chart(plain(shown)).mark_rect(fill=None, stroke="#111827", strokeWidth=2,
-                                                             strokeDash=[3, 2]).encode(
-        x=time_x(v, field="since"), x2="until:T", y=alt.Y("replica:N", sort=list(hottest)),
-        tooltip=["replica:N", alt.Tooltip("seconds:Q", title="stalled (s)", format=",.0f"), "requests:Q"]))
+    heat = alt.layer(
+        heat,
+        alt.Chart(plain(shown))
+        .mark_rect(fill=None, stroke="#111827", strokeWidth=2, strokeDash=[3, 2])
+        .encode(
+            x=time_x(v, field="since"),
+            x2="until:T",
+            y=alt.Y("replica:N", sort=list(hottest)),
+            tooltip=["replica:N", alt.Tooltip("seconds:Q", title="stalled (s)", format=",.0f"), "requests:Q"],
+        ),
+    )
 st.altair_chart(with_annotations(heat, ctx), width="stretch")
 
 # a line per replica reads well up to a dozen; beyond, per model pool (filter replicas to see them one by one)
 by = "replica" if replicas <= MAX_LINES else "model"
 lines = cached(saturation_over_time, client, v.start, v.end, by, step=step, filters=v.filters)
 if by == "model":
-    st.caption(f"{replicas} replicas: the charts below show each model pool (requests per replica, preemptions summed); "
-               "pick replicas in the sidebar to see them one by one.")
+    st.caption(
+        f"{replicas} replicas: the charts below show each model pool (requests per replica, preemptions summed); "
+        "pick replicas in the sidebar to see them one by one."
+    )
 queue = lines.melt(id_vars=["ts", by], value_vars=["waiting", "running"], var_name="state", value_name="requests")
 left, right = st.columns(2)
 with left:
     st.subheader("Requests waiting and running")
-    st.altair_chart(with_annotations(alt.Chart(plain(with_gaps(queue, step, [by, "state"]))).mark_line(**LINE).encode(
-        x=time_x(v), y=alt.Y("requests:Q", title="requests (avg per step)"),
-        color=alt.Color(f"{by}:N"), strokeDash=alt.StrokeDash("state:N"),
-        tooltip=[TS_TIP, f"{by}:N", "state:N", alt.Tooltip("requests:Q", format=".1f")]), ctx),
-        width="stretch")
+    st.altair_chart(
+        with_annotations(
+            alt.Chart(plain(with_gaps(queue, step, [by, "state"])))
+            .mark_line(**LINE)
+            .encode(
+                x=time_x(v),
+                y=alt.Y("requests:Q", title="requests (avg per step)"),
+                color=alt.Color(f"{by}:N"),
+                strokeDash=alt.StrokeDash("state:N"),
+                tooltip=[TS_TIP, f"{by}:N", "state:N", alt.Tooltip("requests:Q", format=".1f")],
+            ),
+            ctx,
+        ),
+        width="stretch",
+    )
 with right:
     st.subheader("Preemptions")
-    st.altair_chart(with_annotations(alt.Chart(plain(with_gaps(lines, step, by))).mark_line(**LINE).encode(
-        x=time_x(v), y=alt.Y("preemptions_per_s:Q", title="preemptions / s"),
-        color=alt.Color(f"{by}:N"),
-        tooltip=[TS_TIP, f"{by}:N", alt.Tooltip("preemptions_per_s:Q", format=".3f")]), ctx),
-        width="stretch")
+    st.altair_chart(
+        with_annotations(
+            alt.Chart(plain(with_gaps(lines, step, by)))
+            .mark_line(**LINE)
+            .encode(
+                x=time_x(v),
+                y=alt.Y("preemptions_per_s:Q", title="preemptions / s"),
+                color=alt.Color(f"{by}:N"),
+                tooltip=[TS_TIP, f"{by}:N", alt.Tooltip("preemptions_per_s:Q", format=".3f")],
+            ),
+            ctx,
+        ),
+        width="stretch",
+    )
 hits = lines.dropna(subset=["prefix_hit_rate"])
 st.subheader("Prefix-cache hit rate")
 if hits.empty:
     st.caption("No prefix-cache queries in this window (prefix caching off, or no traffic).")
 else:
-    st.altair_chart(with_annotations(alt.Chart(plain(with_gaps(hits, step, by))).mark_line(**LINE).encode(
-        x=time_x(v), y=alt.Y("prefix_hit_rate:Q", title="hit rate", axis=alt.Axis(format="%")),
-        color=alt.Color(f"{by}:N"), tooltip=[TS_TIP, f"{by}:N", alt.Tooltip("prefix_hit_rate:Q", format=".0%")]), ctx),
-        width="stretch")
+    st.altair_chart(
+        with_annotations(
+            alt.Chart(plain(with_gaps(hits, step, by)))
+            .mark_line(**LINE)
+            .encode(
+                x=time_x(v),
+                y=alt.Y("prefix_hit_rate:Q", title="hit rate", axis=alt.Axis(format="%")),
+                color=alt.Color(f"{by}:N"),
+                tooltip=[TS_TIP, f"{by}:N", alt.Tooltip("prefix_hit_rate:Q", format=".0%")],
+            ),
+            ctx,
+        ),
+        width="stretch",
+    )
 
 st.subheader("Headroom and scale-out")
 room = cached(headroom, client, v.start, v.end, targets=targets, filters=v.filters)
@@ -97,13 +163,29 @@ recent = room.attrs.get("window")
 if recent:
     st.caption(f"Judged on the window's last quarter ({recent[0]:%H:%M}–{recent[1]:%H:%M} UTC).")
 for row in plan.itertuples():
-    verb = ("add " + str(row.change)) if row.change > 0 else ("remove " + str(-row.change)) if row.change < 0 else "keep"
-    box = (st.error if row.stalled else st.warning if row.change > 0 or row.attention
-           else st.success if row.change == 0 else st.info)
+    verb = (
+        ("add " + str(row.change)) if row.change > 0 else ("remove " + str(-row.change)) if row.change < 0 else "keep"
+    )
+    box = (
+        st.error
+        if row.stalled
+        else st.warning
+        if row.change > 0 or row.attention
+        else st.success
+        if row.change == 0
+        else st.info
+    )
     box(f"**{row.model}**: {row.replicas} → {row.recommended} replicas ({verb}). " + "; ".join(row.reasons) + ".")
-st.dataframe(plain(room.drop(columns=["saturated", "stalled"])), hide_index=True, width="stretch", column_config=PERCENT | {
-    "kv_recent": st.column_config.NumberColumn("KV avg", format="percent"),
-    "kv_max_recent": st.column_config.NumberColumn("KV max", format="percent"),
-    "headroom": st.column_config.NumberColumn("headroom", format="percent"),
-    "ttft_p99_recent": st.column_config.NumberColumn("p99 TTFT now (s)", format="%.3f"),
-    "ttft_p99_before": st.column_config.NumberColumn("p99 TTFT before (s)", format="%.3f")})
+st.dataframe(
+    plain(room.drop(columns=["saturated", "stalled"])),
+    hide_index=True,
+    width="stretch",
+    column_config=PERCENT
+    | {
+        "kv_recent": st.column_config.NumberColumn("KV avg", format="percent"),
+        "kv_max_recent": st.column_config.NumberColumn("KV max", format="percent"),
+        "headroom": st.column_config.NumberColumn("headroom", format="percent"),
+        "ttft_p99_recent": st.column_config.NumberColumn("p99 TTFT now (s)", format="%.3f"),
+        "ttft_p99_before": st.column_config.NumberColumn("p99 TTFT before (s)", format="%.3f"),
+    },
+)

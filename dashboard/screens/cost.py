@@ -25,31 +25,52 @@ except KeyError as exc:
     st.error(f"{exc.args[0]}. GPU prices: `fleetscope prices list`.")
     st.stop()
 if spend.empty:
-    st.info(f"No replica reported between {v.start:%H:%M} and {v.end:%H:%M} UTC: nothing was spent that fleetscope saw.")
+    st.info(
+        f"No replica reported between {v.start:%H:%M} and {v.end:%H:%M} UTC: nothing was spent that fleetscope saw."
+    )
     st.stop()
 fleet = per_model.set_index("model").loc["(fleet)"]
 cols = st.columns(4)
 cols[0].metric("Spend", shown(fleet["spend"], "${:,.2f}"))
-cols[1].metric("Idle", shown(fleet["idle_share"], "{:.0%}"), help=f"{shown(fleet['idle_spend'], '${:,.2f}')} with nothing running")
-cols[2].metric("Per 1M tokens", shown(fleet["cost_per_million_tokens"], "${:,.2f}"),
-               help="– when no tokens were served in the window")
-cols[3].metric("Per 1M output tokens", shown(fleet["output_per_million"], "${:,.2f}"),
-               help=f"input {shown(fleet['input_per_million'], '${:,.2f}')}, "
-                    f"cached {shown(fleet['cached_per_million'], '${:,.2f}')} per 1M")
+cols[1].metric(
+    "Idle", shown(fleet["idle_share"], "{:.0%}"), help=f"{shown(fleet['idle_spend'], '${:,.2f}')} with nothing running"
+)
+cols[2].metric(
+    "Per 1M tokens",
+    shown(fleet["cost_per_million_tokens"], "${:,.2f}"),
+    help="– when no tokens were served in the window",
+)
+cols[3].metric(
+    "Per 1M output tokens",
+    shown(fleet["output_per_million"], "${:,.2f}"),
+    help=f"input {shown(fleet['input_per_million'], '${:,.2f}')}, "
+    f"cached {shown(fleet['cached_per_million'], '${:,.2f}')} per 1M",
+)
 st.subheader("Spend by replica")
 # the costliest replicas: a bar per replica reads well up to a few dozen (200 took the browser long to lay out)
 totals = spend["busy_spend"] + spend["idle_spend"]
 many = len(spend) > MAX_BARS
 top = spend.loc[totals.nlargest(MAX_BARS).index] if many else spend
 if many:
-    st.caption(f"The {MAX_BARS} of {len(spend)} replicas that cost the most "
-               f"({totals[top.index].sum() / totals.sum():.0%} of the spend), costliest first; "
-               "pick replicas in the sidebar to see others.")
-long = top.melt(id_vars=["replica", "model"], value_vars=["busy_spend", "idle_spend"], var_name="kind", value_name="usd")
-st.altair_chart(alt.Chart(plain(long)).mark_bar().encode(
-    x=alt.X("usd:Q", title="USD"), y=alt.Y("replica:N", sort=list(top["replica"]) if many else "ascending"),
-    color=alt.Color("kind:N", title=""),
-    tooltip=["replica:N", "model:N", "kind:N", alt.Tooltip("usd:Q", format=",.4f")]), width="stretch")
+    st.caption(
+        f"The {MAX_BARS} of {len(spend)} replicas that cost the most "
+        f"({totals[top.index].sum() / totals.sum():.0%} of the spend), costliest first; "
+        "pick replicas in the sidebar to see others."
+    )
+long = top.melt(
+    id_vars=["replica", "model"], value_vars=["busy_spend", "idle_spend"], var_name="kind", value_name="usd"
+)
+st.altair_chart(
+    alt.Chart(plain(long))
+    .mark_bar()
+    .encode(
+        x=alt.X("usd:Q", title="USD"),
+        y=alt.Y("replica:N", sort=list(top["replica"]) if many else "ascending"),
+        color=alt.Color("kind:N", title=""),
+        tooltip=["replica:N", "model:N", "kind:N", alt.Tooltip("usd:Q", format=",.4f")],
+    ),
+    width="stretch",
+)
 st.subheader("By model")
 st.dataframe(plain(per_model), hide_index=True, width="stretch", column_config=PERCENT)
 st.subheader("Showback by tenant")

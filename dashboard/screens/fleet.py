@@ -42,32 +42,57 @@ st.subheader("Replicas")
 health = cached(scrape_health, client, v.start, v.end)
 hours = cached(gpu_hours, client, v.start, v.end, filters=v.filters)
 if health.empty and hours.empty:
-    st.info(f"No scrape between {v.start:%H:%M} and {v.end:%H:%M} UTC: add targets to the collector "
-            "(`fleetscope collect --help`) or start the bundled fleet (`fleetscope fleet up`).")
+    st.info(
+        f"No scrape between {v.start:%H:%M} and {v.end:%H:%M} UTC: add targets to the collector "
+        "(`fleetscope collect --help`) or start the bundled fleet (`fleetscope fleet up`)."
+    )
 else:
     for why in silent_targets(health)["why"] if len(health) else []:
         st.error(why)
     wedged = cached(stalls, client, v.start, v.end, min_seconds=STALL_S, filters=v.filters)
     for row in wedged.itertuples():
-        st.error(f"replica {row.replica} {'is' if row.ongoing else 'was'} stalled "
-                 f"since {row.since:%Y-%m-%d %H:%M:%S} UTC" + ("" if row.ongoing else f" until {row.until:%H:%M:%S}")
-                 + f" ({row.seconds / 60:.1f} min): it answers /metrics but held {row.requests} request(s) and "
-                 "generated no token")
+        st.error(
+            f"replica {row.replica} {'is' if row.ongoing else 'was'} stalled "
+            f"since {row.since:%Y-%m-%d %H:%M:%S} UTC"
+            + ("" if row.ongoing else f" until {row.until:%H:%M:%S}")
+            + f" ({row.seconds / 60:.1f} min): it answers /metrics but held {row.requests} request(s) and "
+            "generated no token"
+        )
     table = health.merge(hours[["replica", "model", "gpu_type", "gpu_count", "up_seconds"]], on="replica", how="outer")
     worst = wedged.groupby("replica")["seconds"].max() if len(wedged) else pd.Series(dtype=float)
     ongoing = set(wedged.loc[wedged["ongoing"], "replica"]) if len(wedged) else set()
-    table["stalled"] = [("now, " if r in ongoing else "") + f"{worst[r] / 60:.1f} min" if r in worst.index else ""
-                        for r in table["replica"]]
+    table["stalled"] = [
+        ("now, " if r in ongoing else "") + f"{worst[r] / 60:.1f} min" if r in worst.index else ""
+        for r in table["replica"]
+    ]
     if len(hours):
-        st.altair_chart(alt.Chart(plain(hours)).mark_bar().encode(
-            x=alt.X("gpu_hours:Q", title="GPU-hours in the window"), y=alt.Y("replica:N", title=None),
-            color=alt.Color("gpu_type:N", title="GPU type"),
-            tooltip=["replica:N", "model:N", "gpu_type:N", "gpu_count:Q", alt.Tooltip("gpu_hours:Q", format=",.2f")]),
-            width="stretch")
-    st.dataframe(plain(table), hide_index=True, width="stretch", column_config={
-        "up_share": st.column_config.NumberColumn("scrapes ok", format="percent"),
-        "scrape_seconds_avg": st.column_config.NumberColumn("scrape (s)", format="%.3f"),
-        "up_seconds": st.column_config.NumberColumn("up (s) in window", format="%.0f")})
+        st.altair_chart(
+            alt.Chart(plain(hours))
+            .mark_bar()
+            .encode(
+                x=alt.X("gpu_hours:Q", title="GPU-hours in the window"),
+                y=alt.Y("replica:N", title=None),
+                color=alt.Color("gpu_type:N", title="GPU type"),
+                tooltip=[
+                    "replica:N",
+                    "model:N",
+                    "gpu_type:N",
+                    "gpu_count:Q",
+                    alt.Tooltip("gpu_hours:Q", format=",.2f"),
+                ],
+            ),
+            width="stretch",
+        )
+    st.dataframe(
+        plain(table),
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "up_share": st.column_config.NumberColumn("scrapes ok", format="percent"),
+            "scrape_seconds_avg": st.column_config.NumberColumn("scrape (s)", format="%.3f"),
+            "up_seconds": st.column_config.NumberColumn("up (s) in window", format="%.0f"),
+        },
+    )
 
 if sessions is None:
     st.caption("No metadata DB configured: prices, SLOs and annotations cannot be edited here.")
@@ -76,13 +101,25 @@ if sessions is None:
 st.subheader("GPU prices")
 st.caption("USD per GPU-hour, by the `gpu_type` label of the scrape targets. Edit a price or add a row, then save.")
 prices = pd.DataFrame(sorted(gpu_prices(sessions).items()), columns=["gpu_type", "usd_per_gpu_hour"])
-edited = st.data_editor(prices, num_rows="dynamic", hide_index=True, key="prices", column_config={
-    "gpu_type": st.column_config.TextColumn("GPU type", required=True),
-    "usd_per_gpu_hour": st.column_config.NumberColumn("USD / GPU-hour", min_value=0.0, format="%.2f", required=True)})
+edited = st.data_editor(
+    prices,
+    num_rows="dynamic",
+    hide_index=True,
+    key="prices",
+    column_config={
+        "gpu_type": st.column_config.TextColumn("GPU type", required=True),
+        "usd_per_gpu_hour": st.column_config.NumberColumn(
+            "USD / GPU-hour", min_value=0.0, format="%.2f", required=True
+        ),
+    },
+)
 if st.button("Save prices", key="save_prices"):
     rows = edited.dropna(how="all")
-    problems = [f"row {i + 1}: GPU type and price are both needed" for i, r in enumerate(rows.itertuples())
-                if not str(r.gpu_type or "").strip() or pd.isna(r.usd_per_gpu_hour)]
+    problems = [
+        f"row {i + 1}: GPU type and price are both needed"
+        for i, r in enumerate(rows.itertuples())
+        if not str(r.gpu_type or "").strip() or pd.isna(r.usd_per_gpu_hour)
+    ]
     names = [str(t).strip() for t in rows["gpu_type"].dropna()]
     problems += [f"{name} is listed twice" for name in sorted({n for n in names if names.count(n) > 1})]
     if problems:
@@ -100,27 +137,51 @@ if st.button("Save prices", key="save_prices"):
             st.success(f"Saved {len(rows)} prices" + (f", removed {', '.join(sorted(gone))}" if gone else "") + ".")
 
 st.subheader("SLO targets")
-targets = pd.DataFrame([t.__dict__ for t in slo_targets(sessions)],
-                       columns=["model", "metric", "threshold_seconds", "objective", "window_days", "percentile"])
-edited_slo = st.data_editor(targets, num_rows="dynamic", hide_index=True, key="slos", column_config={
-    "model": st.column_config.TextColumn("model", required=True),
-    "metric": st.column_config.SelectboxColumn("metric", options=list(METRICS), required=True),
-    "threshold_seconds": st.column_config.NumberColumn("threshold (s)", min_value=0.0, format="%.3f", required=True),
-    "objective": st.column_config.NumberColumn("objective", min_value=0.0, max_value=1.0, format="%.4f"),
-    "window_days": st.column_config.NumberColumn("window (days)", min_value=1, step=1),
-    "percentile": st.column_config.NumberColumn("percentile", min_value=0.0, max_value=1.0, format="%.3f")})
+targets = pd.DataFrame(
+    [t.__dict__ for t in slo_targets(sessions)],
+    columns=["model", "metric", "threshold_seconds", "objective", "window_days", "percentile"],
+)
+edited_slo = st.data_editor(
+    targets,
+    num_rows="dynamic",
+    hide_index=True,
+    key="slos",
+    column_config={
+        "model": st.column_config.TextColumn("model", required=True),
+        "metric": st.column_config.SelectboxColumn("metric", options=list(METRICS), required=True),
+        "threshold_seconds": st.column_config.NumberColumn(
+            "threshold (s)", min_value=0.0, format="%.3f", required=True
+        ),
+        "objective": st.column_config.NumberColumn("objective", min_value=0.0, max_value=1.0, format="%.4f"),
+        "window_days": st.column_config.NumberColumn("window (days)", min_value=1, step=1),
+        "percentile": st.column_config.NumberColumn("percentile", min_value=0.0, max_value=1.0, format="%.3f"),
+    },
+)
 if st.button("Save SLOs", key="save_slos"):
     keep = edited_slo.dropna(how="all")
-    problems = [f"row {i + 1}: model, metric and threshold are needed" for i, r in enumerate(keep.itertuples())
-                if not str(r.model or "").strip() or pd.isna(r.metric) or pd.isna(r.threshold_seconds)]
+    problems = [
+        f"row {i + 1}: model, metric and threshold are needed"
+        for i, r in enumerate(keep.itertuples())
+        if not str(r.model or "").strip() or pd.isna(r.metric) or pd.isna(r.threshold_seconds)
+    ]
     keys = list(zip(keep["model"].astype(str).str.strip(), keep["metric"].astype(str), strict=True))
     problems += [f"{m} {k} is listed twice" for m, k in sorted({key for key in keys if keys.count(key) > 1})]
     try:  # every row checked before any is written
-        wanted = [] if problems else [
-            SloTarget(str(r.model).strip(), str(r.metric), float(r.threshold_seconds),
-                      0.99 if pd.isna(r.objective) else float(r.objective),
-                      30 if pd.isna(r.window_days) else int(r.window_days),
-                      None if pd.isna(r.percentile) else float(r.percentile)) for r in keep.itertuples()]
+        wanted = (
+            []
+            if problems
+            else [
+                SloTarget(
+                    str(r.model).strip(),
+                    str(r.metric),
+                    float(r.threshold_seconds),
+                    0.99 if pd.isna(r.objective) else float(r.objective),
+                    30 if pd.isna(r.window_days) else int(r.window_days),
+                    None if pd.isna(r.percentile) else float(r.percentile),
+                )
+                for r in keep.itertuples()
+            ]
+        )
         for target in wanted:
             check_slo(target)
     except ValueError as exc:
@@ -145,7 +206,9 @@ with st.form("annotate", clear_on_submit=True):
     text = st.text_input("Details (optional)")
     if st.form_submit_button("Add annotation"):
         try:
-            add_annotation(sessions, datetime.combine(day, at, tzinfo=UTC), title, text=text or None, created_by="dashboard")
+            add_annotation(
+                sessions, datetime.combine(day, at, tzinfo=UTC), title, text=text or None, created_by="dashboard"
+            )
         except ValueError as exc:
             st.error(f"Not added: {exc}")
         else:

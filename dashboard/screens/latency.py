@@ -30,33 +30,58 @@ else:
         unapplied = df.attrs.get("unapplied", {}).get(source)
         if unapplied:
             st.caption(f"{source} cannot be filtered by {', '.join(unapplied)}: showing every {', '.join(unapplied)}")
-        frame = frame.dropna(subset=["value"]).assign(percentile=lambda f: "p" + (f["q"] * 100).round().astype(int).astype(str))
-        frame = with_gaps(frame, df.attrs.get("step"), [by, "percentile"])
-        chart = alt.Chart(plain(frame)).mark_line(**LINE).encode(
-            x=time_x(v), y=alt.Y("value:Q", title=f"{latency.upper()} (s)"),
-            color=alt.Color(f"{by}:N"), strokeDash=alt.StrokeDash("percentile:N"),
-            tooltip=[TS_TIP, f"{by}:N", "percentile:N", alt.Tooltip("value:Q", format=".3f"), "count:Q"])
+        shown_rows = frame.dropna(subset=["value"]).assign(
+            percentile=lambda f: "p" + (f["q"] * 100).round().astype(int).astype(str)
+        )
+        chart = (
+            alt.Chart(plain(with_gaps(shown_rows, df.attrs.get("step"), [by, "percentile"])))
+            .mark_line(**LINE)
+            .encode(
+                x=time_x(v),
+                y=alt.Y("value:Q", title=f"{latency.upper()} (s)"),
+                color=alt.Color(f"{by}:N"),
+                strokeDash=alt.StrokeDash("percentile:N"),
+                tooltip=[TS_TIP, f"{by}:N", "percentile:N", alt.Tooltip("value:Q", format=".3f"), "count:Q"],
+            )
+        )
         st.altair_chart(with_annotations(chart, ctx), width="stretch")
     heat = df.attrs["heatmap"]  # from the same read of the engines' buckets as the percentiles above
     heat = heat[heat["count"] > 0]
     if len(heat):
         st.subheader(f"{latency.upper()} heatmap — engine histograms")
         st.caption("Observations per step and histogram bucket over the fleet; the bucket bounds are the engines' own.")
-        heat = heat.assign(bucket=heat["high"].map(lambda h: "+Inf" if h == float("inf") else f"≤ {h:g}s"),
-                           order=heat["high"].rank(method="dense"),
-                           ts_end=heat["ts"] + pd.Timedelta(seconds=df.attrs["step"]))
-        st.altair_chart(alt.Chart(plain(heat)).mark_rect().encode(
-            x=time_x(v), x2="ts_end:T",
-            y=alt.Y("bucket:O", title=f"{latency.upper()} bucket", sort=alt.EncodingSortField("order", order="descending")),
-            color=alt.Color("count:Q", title="observations", scale=alt.Scale(type="sqrt", scheme="viridis")),
-            tooltip=[TS_TIP, "bucket:O", alt.Tooltip("count:Q", format=",.0f")]), width="stretch")
+        heat = heat.assign(
+            bucket=heat["high"].map(lambda h: "+Inf" if h == float("inf") else f"≤ {h:g}s"),
+            order=heat["high"].rank(method="dense"),
+            ts_end=heat["ts"] + pd.Timedelta(seconds=df.attrs["step"]),
+        )
+        st.altair_chart(
+            alt.Chart(plain(heat))
+            .mark_rect()
+            .encode(
+                x=time_x(v),
+                x2="ts_end:T",
+                y=alt.Y(
+                    "bucket:O",
+                    title=f"{latency.upper()} bucket",
+                    sort=alt.EncodingSortField("order", order="descending"),
+                ),
+                color=alt.Color("count:Q", title="observations", scale=alt.Scale(type="sqrt", scheme="viridis")),
+                tooltip=[TS_TIP, "bucket:O", alt.Tooltip("count:Q", format=",.0f")],
+            ),
+            width="stretch",
+        )
 targets = slo_targets(ctx.sessions) if ctx.sessions is not None else []
 st.subheader("SLOs")
 if not targets:
     st.caption("No SLO targets yet: add one with `fleetscope slo set MODEL ttft 1.0 --objective 0.99`.")
 else:
     att = cached(slo_attainment, client, tuple(targets), v.start, v.end, filters=v.filters)
-    st.dataframe(plain(att[["label", "requests", "attainment", "objective", "observed", "met"]]), hide_index=True,
-                 width="stretch", column_config=PERCENT)
+    st.dataframe(
+        plain(att[["label", "requests", "attainment", "objective", "observed", "met"]]),
+        hide_index=True,
+        width="stretch",
+        column_config=PERCENT,
+    )
     good = cached(goodput, client, tuple(targets), v.start, v.end, filters=v.filters)
     st.dataframe(plain(good), hide_index=True, width="stretch", column_config=PERCENT)

@@ -57,8 +57,10 @@ for why in silent_targets(health)["why"] if len(health) else []:
     st.error(why)
 sat = cached(saturation, client, v.start, v.end, "replica", filters=v.filters)
 if sat.empty:
-    st.info(f"No engine metrics between {v.start:%H:%M} and {v.end:%H:%M} UTC: no replica was scraped in this window "
-            "(is `fleetscope collect` running, and are the targets up?). Try a longer time range.")
+    st.info(
+        f"No engine metrics between {v.start:%H:%M} and {v.end:%H:%M} UTC: no replica was scraped in this window "
+        "(is `fleetscope collect` running, and are the targets up?). Try a longer time range."
+    )
     st.columns(4)[0].metric("Firing alerts", alerts_firing, help=alerts_help)
     link_to_alerts(alerts_firing)
     st.stop()
@@ -72,54 +74,103 @@ itl = hist[ITL].window[hist[ITL].window["model"] == "(fleet)"].rename(columns={"
 by_source = cached(request_totals, client, v.start, v.end, by=["source"], source=None, filters=v.filters)
 by_source = by_source.set_index("source") if "source" in by_source else by_source
 # the gateway logs every request it routes; engine spans are the fallback (not both: the same requests)
-requests = by_source.loc[["gateway"]] if "gateway" in by_source.index else by_source.loc[[s for s in by_source.index if s == "otlp"]]
+requests = (
+    by_source.loc[["gateway"]]
+    if "gateway" in by_source.index
+    else by_source.loc[[s for s in by_source.index if s == "otlp"]]
+)
 prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
 ttft_line = ttft_steps.loc[ttft_steps["model"] == "(fleet)", "value"].dropna().round(4).tolist()
 itl_line = itl_steps["value"].dropna().round(5).tolist()
-kv_line = cached(gauge_over_time, client, KV, v.start, v.end, "fleet", filters=v.filters)["avg"].dropna().round(3).tolist()
+kv_line = (
+    cached(gauge_over_time, client, KV, v.start, v.end, "fleet", filters=v.filters)["avg"].dropna().round(3).tolist()
+)
 cols = st.columns(5)
 down = int((~health["up"]).sum()) if len(health) else 0
-cols[0].metric("Replicas reporting", f"{len(sat)}", help="replicas with engine metrics in the window"
-               + (f"; {down} scrape target(s) failing now" if down else ""))
+cols[0].metric(
+    "Replicas reporting",
+    f"{len(sat)}",
+    help="replicas with engine metrics in the window" + (f"; {down} scrape target(s) failing now" if down else ""),
+)
 with cols[1]:
     st.metric("Firing alerts", alerts_firing, help=alerts_help)
     link_to_alerts(alerts_firing)
-cols[2].metric("Requests/s", f"{float(requests['requests'].sum()) / seconds:.2f}" if len(requests) else "–",
-               help="From the request log (weighted rows)")
-cols[3].metric("p99 TTFT", shown(ttft["quantile"].iloc[0], "{:.3f} s") if len(ttft) else "–", chart_data=ttft_line or None,
-               chart_type="line", help="over the window (widened to whole steps of the line); the line: per step")
-cols[4].metric("p99 ITL", shown(itl["quantile"].iloc[0], "{:.1f} ms", 1000) if len(itl) else "–", chart_data=itl_line or None,
-               chart_type="line")
+cols[2].metric(
+    "Requests/s",
+    f"{float(requests['requests'].sum()) / seconds:.2f}" if len(requests) else "–",
+    help="From the request log (weighted rows)",
+)
+cols[3].metric(
+    "p99 TTFT",
+    shown(ttft["quantile"].iloc[0], "{:.3f} s") if len(ttft) else "–",
+    chart_data=ttft_line or None,
+    chart_type="line",
+    help="over the window (widened to whole steps of the line); the line: per step",
+)
+cols[4].metric(
+    "p99 ITL",
+    shown(itl["quantile"].iloc[0], "{:.1f} ms", 1000) if len(itl) else "–",
+    chart_data=itl_line or None,
+    chart_type="line",
+)
 cols = st.columns(4)
-cols[0].metric("KV cache used (avg)", shown(sat["kv_avg"].mean(), "{:.0%}"), chart_data=kv_line or None, chart_type="area")
+cols[0].metric(
+    "KV cache used (avg)", shown(sat["kv_avg"].mean(), "{:.0%}"), chart_data=kv_line or None, chart_type="area"
+)
 cols[1].metric("KV cache peak", shown(sat["kv_max"].max(), "{:.0%}"))
 try:
     cost = cached(cost_per_token, client, v.start, v.end, prices, filters=v.filters).set_index("model").loc["(fleet)"]
     tokens_per_s = (cost["prompt_tokens"] + cost["completion_tokens"]) / seconds
     cols[2].metric("Tokens/s", f"{tokens_per_s:,.0f}")
-    cols[3].metric("Cost per hour", shown(cost["spend"], "${:,.2f}", 3600 / seconds),
-                   help=f"{shown(cost['cost_per_million_tokens'], '${:.2f}')} per 1M tokens; "
-                        f"{shown(cost['idle_share'], '{:.0%}')} of it idle")
+    cols[3].metric(
+        "Cost per hour",
+        shown(cost["spend"], "${:,.2f}", 3600 / seconds),
+        help=f"{shown(cost['cost_per_million_tokens'], '${:.2f}')} per 1M tokens; "
+        f"{shown(cost['idle_share'], '{:.0%}')} of it idle",
+    )
 except KeyError as exc:
     cols[3].metric("Cost per hour", "–", help=str(exc).strip("'\""))
 series = ttft_steps[ttft_steps["model"] != "(fleet)"]
 if len(series):
     st.subheader("p99 TTFT by model")
-    chart = alt.Chart(plain(with_gaps(series.dropna(subset=["value"]), ttft_steps.attrs.get("step"), "model"))).mark_line(
-        **LINE).encode(
-        x=time_x(v), y=alt.Y("value:Q", title="p99 TTFT (s)"), color=alt.Color("model:N"),
-        tooltip=[TS_TIP, "model:N", alt.Tooltip("value:Q", format=".3f")])
+    chart = (
+        alt.Chart(plain(with_gaps(series.dropna(subset=["value"]), ttft_steps.attrs.get("step"), "model")))
+        .mark_line(**LINE)
+        .encode(
+            x=time_x(v),
+            y=alt.Y("value:Q", title="p99 TTFT (s)"),
+            color=alt.Color("model:N"),
+            tooltip=[TS_TIP, "model:N", alt.Tooltip("value:Q", format=".3f")],
+        )
+    )
     st.altair_chart(with_annotations(chart, ctx), width="stretch")
 targets = slo_targets(ctx.sessions) if ctx.sessions is not None else []
 if targets:
     st.subheader("SLOs")
     att = cached(slo_attainment, client, tuple(targets), v.start, v.end, filters=v.filters)
     for col, row in zip(st.columns(min(len(att), 4)), att.head(4).itertuples(), strict=False):
-        col.metric(row.label, f"{row.attainment:.2%}" if row.requests else "–",
-                   delta=("met" if row.met else "missed") if row.requests else None,
-                   delta_color="normal" if row.met else "inverse", help=f"objective {row.objective:.2%}")
+        col.metric(
+            row.label,
+            f"{row.attainment:.2%}" if row.requests else "–",
+            delta=("met" if row.met else "missed") if row.requests else None,
+            delta_color="normal" if row.met else "inverse",
+            help=f"objective {row.objective:.2%}",
+        )
 st.subheader("Replicas")
-st.dataframe(plain(sat.rename(columns={"kv_avg": "KV avg", "kv_max": "KV max", "waiting_avg": "waiting",
-                                 "running_avg": "running", "preemptions_per_s": "preemptions/s",
-                                 "prefix_hit_rate": "prefix hits"})),
-             hide_index=True, width="stretch", column_config=PERCENT)
+st.dataframe(
+    plain(
+        sat.rename(
+            columns={
+                "kv_avg": "KV avg",
+                "kv_max": "KV max",
+                "waiting_avg": "waiting",
+                "running_avg": "running",
+                "preemptions_per_s": "preemptions/s",
+                "prefix_hit_rate": "prefix hits",
+            }
+        )
+    ),
+    hide_index=True,
+    width="stretch",
+    column_config=PERCENT,
+)

@@ -31,8 +31,24 @@ FRESH_S = 10  # the saved queries are read at most this often (a save or delete 
 MAX_CHARTS = 6  # numeric columns drawn over time
 MAX_COLORS = 12  # a text column with at most this many values colours the lines
 MAX_POINTS = 300  # rows up to which a chart marks each one (past that the dots hide the line, and slow the browser)
-_AS_TEXT = ("Map", "Array", "Tuple", "Nested", "UUID", "IPv", "JSON", "Object", "Variant", "Dynamic", "Point", "Ring",
-            "Polygon", "MultiPolygon", "LineString", "MultiLineString")
+_AS_TEXT = (
+    "Map",
+    "Array",
+    "Tuple",
+    "Nested",
+    "UUID",
+    "IPv",
+    "JSON",
+    "Object",
+    "Variant",
+    "Dynamic",
+    "Point",
+    "Ring",
+    "Polygon",
+    "MultiPolygon",
+    "LineString",
+    "MultiLineString",
+)
 _TEXT, _LIMIT, _PICK = "sql_text", "sql_limit", "sql_saved"
 _SAVE_KEYS = ("sql_save_name", "sql_save_description")  # emptied after a save; the author stays
 _KEPT = "fleetscope_sql_kept"  # the editor's text and row limit, kept while another page is open (widget state is not)
@@ -49,11 +65,21 @@ def _store(sessions: Any) -> str:
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def _runner(url: str, database: str | None, limits: tuple[float, int, int], connect_timeout_s: float,
-            server_enforces_readonly: bool = False) -> ReadOnlyRunner:
+def _runner(
+    url: str,
+    database: str | None,
+    limits: tuple[float, int, int],
+    connect_timeout_s: float,
+    server_enforces_readonly: bool = False,
+) -> ReadOnlyRunner:
     """One runner per store (thread-safe; it keeps its read-only ClickHouse sessions open)."""
-    return ReadOnlyRunner(url, database=database, limits=Limits(*limits), connect_timeout_s=connect_timeout_s,
-                          server_enforces_readonly=server_enforces_readonly)
+    return ReadOnlyRunner(
+        url,
+        database=database,
+        limits=Limits(*limits),
+        connect_timeout_s=connect_timeout_s,
+        server_enforces_readonly=server_enforces_readonly,
+    )
 
 
 @st.cache_data(ttl=SCHEMA_TTL_S, show_spinner=False, max_entries=16)
@@ -74,7 +100,7 @@ def _base(kind: str) -> str:
     """A ClickHouse type without its Nullable/LowCardinality wrappers."""
     for wrapper in ("Nullable(", "LowCardinality("):
         while kind.startswith(wrapper):
-            kind = kind[len(wrapper):-1]
+            kind = kind[len(wrapper) : -1]
     return kind
 
 
@@ -124,7 +150,8 @@ def _time_columns(result: Result, df: pd.DataFrame) -> dict[str, Any]:
         if base.startswith("DateTime"):
             fraction = base.startswith("DateTime64(") and not base.startswith("DateTime64(0")
             config[name] = st.column_config.DatetimeColumn(
-                f"{name} (UTC)", format="YYYY-MM-DD HH:mm:ss" + (".SSS" if fraction else ""))
+                f"{name} (UTC)", format="YYYY-MM-DD HH:mm:ss" + (".SSS" if fraction else "")
+            )
     return config
 
 
@@ -157,12 +184,18 @@ def _charts(result: Result, df: pd.DataFrame) -> tuple[list[alt.Chart], str]:
             encoding["detail"] = "line:N"
             tooltip.append(alt.Tooltip("line:N", title=" · ".join(others)))
         series = [c for c in ("group", "line") if c in data]
-        chart = alt.Chart(with_gaps(data.dropna(subset=["ts"]), by=series), title=column).mark_line(
-            point=len(data) <= MAX_POINTS, **LINE).encode(
-            x=x, y=alt.Y("value:Q", title=column), tooltip=tooltip, **encoding).properties(height=240)
+        chart = (
+            alt.Chart(with_gaps(data.dropna(subset=["ts"]), by=series), title=column)
+            .mark_line(point=len(data) <= MAX_POINTS, **LINE)
+            .encode(x=x, y=alt.Y("value:Q", title=column), tooltip=tooltip, **encoding)
+            .properties(height=240)
+        )
         charts.append(chart)
-    said = f"{', '.join(numbers[:MAX_CHARTS])} over {time}" + (f", by {group}" if group else "") + \
-        (f", one line per {' · '.join(others)}" if others else "")
+    said = (
+        f"{', '.join(numbers[:MAX_CHARTS])} over {time}"
+        + (f", by {group}" if group else "")
+        + (f", one line per {' · '.join(others)}" if others else "")
+    )
     if len(numbers) > MAX_CHARTS:
         said += f" (the first {MAX_CHARTS} numeric columns of {len(numbers)})"
     return charts, said
@@ -201,18 +234,24 @@ if settings is None:
     st.info("No settings: the SQL page needs `clickhouse.url` and the `sql` limits (fleetscope.yaml).")
     st.stop()
 limits = settings.sql.limits()
-st.caption(f"One read-only statement: SELECT, DESCRIBE, SHOW or EXPLAIN (no SETTINGS or FORMAT clause, nothing "
-           f"that reaches files, the network or other databases). At most {limits.max_rows:,} rows, "
-           f"{limits.timeout_s:g} s and {limits.max_memory_bytes / 1024**3:g} GiB per query. Times are UTC. "
-           "Examples are in `docs/queries/`, every table and column in `docs/schema.md` and in *Tables* on the right. "
-           "Ctrl+Enter runs the query.")
+st.caption(
+    f"One read-only statement: SELECT, DESCRIBE, SHOW or EXPLAIN (no SETTINGS or FORMAT clause, nothing "
+    f"that reaches files, the network or other databases). At most {limits.max_rows:,} rows, "
+    f"{limits.timeout_s:g} s and {limits.max_memory_bytes / 1024**3:g} GiB per query. Times are UTC. "
+    "Examples are in `docs/queries/`, every table and column in `docs/schema.md` and in *Tables* on the right. "
+    "Ctrl+Enter runs the query."
+)
 if any(getattr(ctx.view.filters, key) for key in FILTER_KEYS):
     st.caption("The sidebar's time range and filters do not apply here: the query says what it reads.")
 st.html("<style>.st-key-sql_text textarea { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }</style>")
 
-runner = _runner(settings.clickhouse.url, getattr(client, "database", None),
-                 (limits.timeout_s, limits.max_rows, limits.max_memory_bytes), settings.clickhouse.connect_timeout_s,
-                 settings.sql.server_enforces_readonly)
+runner = _runner(
+    settings.clickhouse.url,
+    getattr(client, "database", None),
+    (limits.timeout_s, limits.max_rows, limits.max_memory_bytes),
+    settings.clickhouse.connect_timeout_s,
+    settings.sql.server_enforces_readonly,
+)
 schema_key = f"{settings.clickhouse.url}|{runner.database}"
 
 # before the widgets are drawn: the only time their values may be set
@@ -246,33 +285,55 @@ with main:
         st.caption(saved_problem)
     else:
         pick_col, delete_col = st.columns([5, 1], vertical_alignment="bottom")
-        picked = pick_col.selectbox("Saved queries", names, key=_PICK, on_change=_load,
-                                    placeholder="Load a saved query…" if names else "No saved queries yet: save one below",
-                                    help="Puts the query in the editor and runs it.")
-        if delete_col.button("Delete", key="sql_delete", disabled=picked is None, width="stretch",
-                             help="Delete the saved query picked on the left."):
+        picked = pick_col.selectbox(
+            "Saved queries",
+            names,
+            key=_PICK,
+            on_change=_load,
+            placeholder="Load a saved query…" if names else "No saved queries yet: save one below",
+            help="Puts the query in the editor and runs it.",
+        )
+        if delete_col.button(
+            "Delete",
+            key="sql_delete",
+            disabled=picked is None,
+            width="stretch",
+            help="Delete the saved query picked on the left.",
+        ):
             done = delete_query(sessions, picked)
             _saved.clear()
             st.session_state[_AFTER_SAVE] = ""  # nothing picked
-            st.session_state[_FLASH] = f"Deleted the saved query “{picked}”." if done else f"“{picked}” was already gone."
+            st.session_state[_FLASH] = (
+                f"Deleted the saved query “{picked}”." if done else f"“{picked}” was already gone."
+            )
             st.rerun()
         chosen = next((q for q in saved if q.name == picked), None)
         if chosen is not None:
-            st.caption(f"{chosen.description or 'No description.'} — {chosen.created_by or 'anonymous'}, "
-                       f"saved {chosen.updated_at:%Y-%m-%d %H:%M} UTC")
+            st.caption(
+                f"{chosen.description or 'No description.'} — {chosen.created_by or 'anonymous'}, "
+                f"saved {chosen.updated_at:%Y-%m-%d %H:%M} UTC"
+            )
 
     dash = getattr(settings, "dashboard", None)
     user = st.user.get("email") if dash is not None and dash.oidc and st.user.is_logged_in else None
     with st.form("sql"):
-        sql = st.text_area("Query", key=_TEXT, height=180, label_visibility="collapsed",
-                           placeholder="SELECT … FROM requests …")
+        sql = st.text_area(
+            "Query", key=_TEXT, height=180, label_visibility="collapsed", placeholder="SELECT … FROM requests …"
+        )
         left, right = st.columns([1, 4], vertical_alignment="bottom")
-        max_rows = left.number_input("Row limit", min_value=1, max_value=limits.max_rows, step=100, key=_LIMIT,
-                                     help=f"At most {limits.max_rows:,} (`sql.max_rows`); a longer result is cut.")
+        max_rows = left.number_input(
+            "Row limit",
+            min_value=1,
+            max_value=limits.max_rows,
+            step=100,
+            key=_LIMIT,
+            help=f"At most {limits.max_rows:,} (`sql.max_rows`); a longer result is cut.",
+        )
         run_clicked = right.form_submit_button("Run", type="primary")
         with st.expander("Save this query"):
-            name = st.text_input("Name", key="sql_save_name", max_chars=200,
-                                 help="Saving under a name that exists replaces that query.")
+            name = st.text_input(
+                "Name", key="sql_save_name", max_chars=200, help="Saving under a name that exists replaces that query."
+            )
             description = st.text_input("Description", key="sql_save_description")
             author = st.text_input("Author", value=user or "", key="sql_save_author", max_chars=128)
             save_clicked = st.form_submit_button("Save query")
@@ -297,7 +358,9 @@ with main:
         _run(runner, sql, int(max_rows))
     ran_sql, ran_rows, outcome = st.session_state[_LAST]
     if ran_sql.strip() != sql.strip() or ran_rows != max_rows:
-        st.caption("The results below are of the last run: the query or the row limit changed since. **Run** to update.")
+        st.caption(
+            "The results below are of the last run: the query or the row limit changed since. **Run** to update."
+        )
     if isinstance(outcome, tuple):
         kind, message = outcome
         if kind == "refused":
@@ -324,8 +387,14 @@ with main:
             st.dataframe(table, hide_index=True, width="stretch", column_config=_time_columns(result, table))
             cap, download = st.columns([4, 1], vertical_alignment="center")
             cap.caption(took)
-            download.download_button("Download CSV", render(result, "csv"), file_name="query.csv", mime="text/csv",
-                                     on_click="ignore", width="stretch")
+            download.download_button(
+                "Download CSV",
+                render(result, "csv"),
+                file_name="query.csv",
+                mime="text/csv",
+                on_click="ignore",
+                width="stretch",
+            )
 
 with side:
     st.subheader("Tables")
@@ -341,7 +410,8 @@ with side:
         rows = "–" if info.rows is None else f"{info.rows:,} row{'' if info.rows == 1 else 's'}"
         with st.expander(f"**{info.name}** · {rows}"):
             st.caption(f"{info.engine}" + (f" — {info.comment}" if info.comment else ""))
-            st.dataframe(pd.DataFrame(info.columns, columns=["column", "type", "comment"]), hide_index=True,
-                         width="stretch")
+            st.dataframe(
+                pd.DataFrame(info.columns, columns=["column", "type", "comment"]), hide_index=True, width="stretch"
+            )
     if tables:
         st.caption(f"Read at most every {SCHEMA_TTL_S} s. Views and materialized views have no row count.")

@@ -21,26 +21,44 @@ v, client = ctx.view, ctx.client
 kind = st.radio("Compare with", list(REFERENCES), format_func=REFERENCES.get, horizontal=True, key="reference")
 current = (v.start, v.end)
 reference = reference_window(v.start, v.end, kind)
-st.caption(f"Current {current[0]:%m-%d %H:%M}–{current[1]:%H:%M} UTC against reference "
-           f"{reference[0]:%m-%d %H:%M}–{reference[1]:%m-%d %H:%M} UTC, from the request log.")
+st.caption(
+    f"Current {current[0]:%m-%d %H:%M}–{current[1]:%H:%M} UTC against reference "
+    f"{reference[0]:%m-%d %H:%M}–{reference[1]:%m-%d %H:%M} UTC, from the request log."
+)
 
 step = auto_step(v.start, v.end)
-mix_by = st.radio("Mix by", ["model", "tenant", "context_bucket"], horizontal=True, key="mix_by",
-                  format_func=lambda d: d.replace("_", " "))
+mix_by = st.radio(
+    "Mix by",
+    ["model", "tenant", "context_bucket"],
+    horizontal=True,
+    key="mix_by",
+    format_func=lambda d: d.replace("_", " "),
+)
 mix = cached(request_totals, client, v.start, v.end, by=[mix_by], step=step, filters=v.filters)
 if mix.empty:
-    st.info(f"No request-log rows between {v.start:%H:%M} and {v.end:%H:%M} UTC for these filters: is the gateway "
-            "sending its request log, or are the engines exporting `llm_request` spans to the collector?")
+    st.info(
+        f"No request-log rows between {v.start:%H:%M} and {v.end:%H:%M} UTC for these filters: is the gateway "
+        "sending its request log, or are the engines exporting `llm_request` spans to the collector?"
+    )
     st.stop()
 st.subheader(f"Requests per second by {mix_by.replace('_', ' ')}")
 rate = mix.assign(per_s=mix["requests"] / mix.attrs.get("step", step))  # older windows read whole rollup buckets
 # a step without requests has no row: none were sent, so the area goes down to 0 there
 rate = with_gaps(rate, mix.attrs.get("step", step), mix_by).fillna({"per_s": 0.0})
-st.altair_chart(with_annotations(alt.Chart(plain(rate)).mark_area().encode(
-    x=time_x(v), y=alt.Y("per_s:Q", title="requests / s", stack="zero"),
-    color=alt.Color(f"{mix_by}:N", title=mix_by.replace("_", " ")),
-    tooltip=[TS_TIP, f"{mix_by}:N", alt.Tooltip("per_s:Q", format=".2f", title="requests/s")]), ctx),
-    width="stretch")
+st.altair_chart(
+    with_annotations(
+        alt.Chart(plain(rate))
+        .mark_area()
+        .encode(
+            x=time_x(v),
+            y=alt.Y("per_s:Q", title="requests / s", stack="zero"),
+            color=alt.Color(f"{mix_by}:N", title=mix_by.replace("_", " ")),
+            tooltip=[TS_TIP, f"{mix_by}:N", alt.Tooltip("per_s:Q", format=".2f", title="requests/s")],
+        ),
+        ctx,
+    ),
+    width="stretch",
+)
 
 left, right = st.columns(2)
 for column, feature, label in ((left, "prompt_tokens", "Prompt length"), (right, "output_tokens", "Output length")):
@@ -50,12 +68,23 @@ for column, feature, label in ((left, "prompt_tokens", "Prompt length"), (right,
         if dist.empty or dist[dist["window"] == "reference"]["requests"].sum() == 0:
             st.caption("The reference window holds no request-log rows: nothing to compare with yet.")
         if len(dist):
-            st.altair_chart(alt.Chart(plain(dist)).mark_bar(opacity=0.55).encode(
-                x=alt.X("low:Q", title=f"{label.lower()} (tokens, log scale)", scale=alt.Scale(type="log")),
-                x2="high:Q", y=alt.Y("share:Q", title="share of requests", axis=alt.Axis(format="%"), stack=None),
-                color=alt.Color("window:N", sort=["reference", "current"]),
-                tooltip=["window:N", alt.Tooltip("low:Q", format=",.0f"), alt.Tooltip("high:Q", format=",.0f"),
-                         alt.Tooltip("share:Q", format=".1%")]), width="stretch")
+            st.altair_chart(
+                alt.Chart(plain(dist))
+                .mark_bar(opacity=0.55)
+                .encode(
+                    x=alt.X("low:Q", title=f"{label.lower()} (tokens, log scale)", scale=alt.Scale(type="log")),
+                    x2="high:Q",
+                    y=alt.Y("share:Q", title="share of requests", axis=alt.Axis(format="%"), stack=None),
+                    color=alt.Color("window:N", sort=["reference", "current"]),
+                    tooltip=[
+                        "window:N",
+                        alt.Tooltip("low:Q", format=",.0f"),
+                        alt.Tooltip("high:Q", format=",.0f"),
+                        alt.Tooltip("share:Q", format=".1%"),
+                    ],
+                ),
+                width="stretch",
+            )
 
 st.subheader("Drift")
 try:
@@ -65,9 +94,19 @@ except ValueError as exc:
 else:
     share = table.attrs.get("share_drifted", 0.0)
     verdict = "the traffic has drifted" if table.attrs.get("dataset_drift") else "no dataset drift"
-    st.metric("Features drifted", f"{int(table['drifted'].sum())} of {len(table)}", help=f"{share:.0%}: {verdict} "
-              "(Evidently's rule: half the features or more)")
-    st.dataframe(plain(table), hide_index=True, width="stretch", column_config={
-        "score": st.column_config.NumberColumn("score", format="%.4f",
-                                               help="distance (drift at >= threshold) or p-value (drift below it)"),
-        "drifted": st.column_config.CheckboxColumn("drifted")})
+    st.metric(
+        "Features drifted",
+        f"{int(table['drifted'].sum())} of {len(table)}",
+        help=f"{share:.0%}: {verdict} (Evidently's rule: half the features or more)",
+    )
+    st.dataframe(
+        plain(table),
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "score": st.column_config.NumberColumn(
+                "score", format="%.4f", help="distance (drift at >= threshold) or p-value (drift below it)"
+            ),
+            "drifted": st.column_config.CheckboxColumn("drifted"),
+        },
+    )

@@ -9,10 +9,10 @@ import signal
 import sys
 from pathlib import Path
 
+from common.yamlfile import YamlConfigError
 from fleet.gateway.routing import ReplicaState
 from fleet.gateway.server import Gateway
 from fleet.spec import load_spec
-from common.yamlfile import YamlConfigError
 
 
 async def _main(spec_path: Path) -> None:
@@ -22,8 +22,11 @@ async def _main(spec_path: Path) -> None:
     replicas = [ReplicaState(r.name, r.model, spec.url(r)) for r in spec.replicas]
     gateway = Gateway(spec.gateway, replicas)
     await gateway.start(spec.host, spec.gateway.port)
-    print(f"gateway on http://{spec.host}:{spec.gateway.port} ({spec.gateway.policy}"
-          f"{', model router' if spec.gateway.model_router else ''}) in front of {len(replicas)} replica(s)", flush=True)
+    print(
+        f"gateway on http://{spec.host}:{spec.gateway.port} ({spec.gateway.policy}"
+        f"{', model router' if spec.gateway.model_router else ''}) in front of {len(replicas)} replica(s)",
+        flush=True,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -48,8 +48,12 @@ class GatewaySpec(_Strict):
     queue_timeout_s: float = Field(default=30.0, gt=0)
     upstream_timeout_s: float = Field(default=300.0, gt=0, description="the whole answer of a replica; beyond: 504")
     upstream_first_byte_timeout_s: float = Field(
-        default=120.0, gt=0, description="the replica's first byte (a streamed answer's first event, a non-streamed "
-        "answer whole), and the longest silence inside a streamed answer; beyond: 504 (a wedged engine frees its slots)")
+        default=120.0,
+        gt=0,
+        description="the replica's first byte (a streamed answer's first event, a non-streamed "
+        "answer whole), and the longest silence inside a streamed answer; beyond: 504 (a wedged engine frees its "
+        "slots)",
+    )
     health_interval_s: float = Field(default=2.0, gt=0)
     request_log_url: str | None = Field(default="http://127.0.0.1:4318/v1/requests")
     request_log_flush_s: float = Field(default=1.0, gt=0)

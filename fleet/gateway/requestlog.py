@@ -28,10 +28,24 @@ class RequestLogShipper:
         self.url = url
         self.flush_s = flush_s
         self.buffer: deque[dict[str, Any]] = deque(maxlen=max_buffer)
-        self.dropped = Counter("fleetscope_gateway_request_log_dropped_total", "Request-log records dropped: buffer full", registry=registry)
-        self.shipped = Counter("fleetscope_gateway_request_log_shipped_total", "Request-log records accepted by the collector", registry=registry)
-        self.refused = Counter("fleetscope_gateway_request_log_refused_total", "Request-log records the collector refused", registry=registry)
-        Gauge("fleetscope_gateway_request_log_buffered", "Request-log records waiting", registry=registry).set_function(lambda: len(self.buffer))
+        self.dropped = Counter(
+            "fleetscope_gateway_request_log_dropped_total",
+            "Request-log records dropped: buffer full",
+            registry=registry,
+        )
+        self.shipped = Counter(
+            "fleetscope_gateway_request_log_shipped_total",
+            "Request-log records accepted by the collector",
+            registry=registry,
+        )
+        self.refused = Counter(
+            "fleetscope_gateway_request_log_refused_total",
+            "Request-log records the collector refused",
+            registry=registry,
+        )
+        Gauge("fleetscope_gateway_request_log_buffered", "Request-log records waiting", registry=registry).set_function(
+            lambda: len(self.buffer)
+        )
         self._down = False
 
     def add(self, record: dict[str, Any]) -> None:
@@ -47,8 +61,12 @@ class RequestLogShipper:
             batch = [self.buffer[i] for i in range(min(BATCH, len(self.buffer)))]
             body = "\n".join(json.dumps(r) for r in batch) + "\n"
             try:
-                async with session.post(self.url, data=body, headers={"Content-Type": "application/x-ndjson"},
-                                        timeout=aiohttp.ClientTimeout(total=10)) as response:
+                async with session.post(
+                    self.url,
+                    data=body,
+                    headers={"Content-Type": "application/x-ndjson"},
+                    timeout=aiohttp.ClientTimeout(total=10),
+                ) as response:
                     answer = await response.json(content_type=None)
                     if response.status >= 500:
                         raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)

@@ -68,9 +68,17 @@ class Router:
             if tenant in router.large_tenants:
                 return router.large_model, "model-router:large", f"tenant rule ({tenant})"
             if prompt_tokens > router.long_prompt_tokens:
-                return router.large_model, "model-router:large", f"long prompt ({prompt_tokens} > {router.long_prompt_tokens} tokens)"
+                return (
+                    router.large_model,
+                    "model-router:large",
+                    f"long prompt ({prompt_tokens} > {router.long_prompt_tokens} tokens)",
+                )
             if max_tokens > router.high_max_tokens:
-                return router.large_model, "model-router:large", f"high max_tokens ({max_tokens} > {router.high_max_tokens})"
+                return (
+                    router.large_model,
+                    "model-router:large",
+                    f"high max_tokens ({max_tokens} > {router.high_max_tokens})",
+                )
             return router.small_model, "model-router:small", "easy request"
         if requested not in self.models():
             raise NoReplica(f"model {requested!r} is not served (models: {', '.join(self.models())})")

@@ -135,10 +135,14 @@ class _Limits:
         if spent >= self.total_s - 0.05:
             return f"replica {self.replica} did not finish its answer within {self.total_s:g} s (upstream timeout)"
         if self.started:
-            return (f"replica {self.replica} sent nothing for {self.first_byte_s:g} s in the middle of its answer "
-                    "(upstream first-byte timeout: an engine that stopped producing)")
-        return (f"replica {self.replica} sent no byte within {self.first_byte_s:g} s "
-                "(upstream first-byte timeout: a stalled or overloaded engine)")
+            return (
+                f"replica {self.replica} sent nothing for {self.first_byte_s:g} s in the middle of its answer "
+                "(upstream first-byte timeout: an engine that stopped producing)"
+            )
+        return (
+            f"replica {self.replica} sent no byte within {self.first_byte_s:g} s "
+            "(upstream first-byte timeout: a stalled or overloaded engine)"
+        )
 
 
 def _upstream_message(payload: bytes, status: int) -> str:
@@ -153,7 +157,9 @@ def _upstream_message(payload: bytes, status: int) -> str:
 async def _end_stream(response: web.StreamResponse, message: str) -> None:
     """Tell a streaming client why its answer stops (vLLM's error event), then end the stream."""
     try:
-        await response.write(f"data: {json.dumps({'error': {'message': message, 'type': 'timeout', 'code': 504}})}\n\n".encode())
+        await response.write(
+            f"data: {json.dumps({'error': {'message': message, 'type': 'timeout', 'code': 504}})}\n\n".encode()
+        )
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
     except (ConnectionResetError, RuntimeError):
@@ -164,26 +170,46 @@ class _Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         labels = ["model", "replica", "tenant", "outcome"]
         self.requests = Counter("fleetscope_gateway_requests_total", "Requests by outcome", labels, registry=registry)
-        self.routes = Counter("fleetscope_gateway_route_decisions_total", "Routing decisions", ["route", "reason"], registry=registry)
+        self.routes = Counter(
+            "fleetscope_gateway_route_decisions_total", "Routing decisions", ["route", "reason"], registry=registry
+        )
         self.rejected = Counter("fleetscope_gateway_rejected_total", "Requests refused", ["reason"], registry=registry)
-        self.e2e = Histogram("fleetscope_gateway_request_duration_seconds", "End-to-end latency seen by the gateway",
-                             ["model"], buckets=LATENCY_BUCKETS, registry=registry)
-        self.ttft = Histogram("fleetscope_gateway_time_to_first_token_seconds", "Client-side TTFT (streaming)",
-                              ["model"], buckets=LATENCY_BUCKETS, registry=registry)
-        self.in_flight = Gauge("fleetscope_gateway_in_flight", "Requests forwarded and not finished", ["replica"], registry=registry)
+        self.e2e = Histogram(
+            "fleetscope_gateway_request_duration_seconds",
+            "End-to-end latency seen by the gateway",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "fleetscope_gateway_time_to_first_token_seconds",
+            "Client-side TTFT (streaming)",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "fleetscope_gateway_in_flight", "Requests forwarded and not finished", ["replica"], registry=registry
+        )
         self.queue = Gauge("fleetscope_gateway_queue_depth", "Requests waiting for a slot", registry=registry)
-        self.healthy = Gauge("fleetscope_gateway_replica_healthy", "1 when the replica answers /health", ["replica"], registry=registry)
+        self.healthy = Gauge(
+            "fleetscope_gateway_replica_healthy", "1 when the replica answers /health", ["replica"], registry=registry
+        )
 
 
 class Gateway:
-    def __init__(self, spec: GatewaySpec, replicas: list[ReplicaState], registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, spec: GatewaySpec, replicas: list[ReplicaState], registry: CollectorRegistry | None = None
+    ) -> None:
         self.spec = spec
         self.router = Router(spec, replicas)
         self.admission = Admission(spec)
         self.registry = registry or CollectorRegistry()
         self.metrics = _Metrics(self.registry)
         self.metrics.queue.set_function(lambda: self.admission.waiting)
-        self.shipper = RequestLogShipper(spec.request_log_url, spec.request_log_flush_s, spec.request_log_max_buffer, self.registry)
+        self.shipper = RequestLogShipper(
+            spec.request_log_url, spec.request_log_flush_s, spec.request_log_max_buffer, self.registry
+        )
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
@@ -269,8 +295,9 @@ class Gateway:
         return web.json_response({"object": "list", "data": data})
 
     # ------------------------------------------------------------------ proxy
-    def _error(self, record: _Record, t0: float, status: int, message: str, outcome: str,
-               retry_after: int | None = None) -> web.Response:
+    def _error(
+        self, record: _Record, t0: float, status: int, message: str, outcome: str, retry_after: int | None = None
+    ) -> web.Response:
         record.status_code, record.outcome, record.error = status, outcome, message
         self._log(record, t0)
         headers = {"Retry-After": str(retry_after)} if retry_after else None
@@ -306,7 +333,9 @@ class Gateway:
         stream = bool(body.get("stream"))
         prompt_tokens, prefix_key = _prompt_info(body, chat, self.spec.affinity_prefix_tokens)
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-        record = _Record(time.time(), trace_id, tenant, session, stream, prompt_tokens, max_tokens, prefix_hash(prefix_key))
+        record = _Record(
+            time.time(), trace_id, tenant, session, stream, prompt_tokens, max_tokens, prefix_hash(prefix_key)
+        )
         record.model = str(body.get("model", self.spec.auto_model))[:128]  # the model asked for, until routed
         try:
             decision = self.router.decide(record.model, tenant, prompt_tokens, max_tokens, session or prefix_key)
@@ -314,7 +343,11 @@ class Gateway:
             self.metrics.rejected.labels("no_replica").inc()
             return self._error(record, t0, 503, str(exc), "no_replica", retry_after=5)
         record.model, record.replica, record.route, record.route_reason = (
-            decision.model, decision.replica.name, decision.route, decision.reason)
+            decision.model,
+            decision.replica.name,
+            decision.route,
+            decision.reason,
+        )
         self.metrics.routes.labels(decision.route, decision.reason.split(" (")[0]).inc()
         try:
             self.admission.check_rate(tenant, prompt_tokens + max_tokens)
@@ -333,8 +366,16 @@ class Gateway:
             self.metrics.in_flight.labels(replica.name).dec()
             self.admission.release()
 
-    async def _forward(self, request: web.Request, body: dict[str, Any], chat: bool, stream: bool,
-                       record: _Record, traceparent: str, t0: float) -> web.StreamResponse:
+    async def _forward(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        chat: bool,
+        stream: bool,
+        record: _Record,
+        traceparent: str,
+        t0: float,
+    ) -> web.StreamResponse:
         assert self._session is not None
         upstream_body = dict(body, model=record.model)
         hide_usage = False
@@ -347,7 +388,9 @@ class Gateway:
         response: web.StreamResponse | None = None
         limits = _Limits(self.spec.upstream_first_byte_timeout_s, self.spec.upstream_timeout_s, record.replica)
         try:
-            async with await limits.first(self._session.post(f"{url}{path}", json=upstream_body, headers=headers)) as upstream:
+            async with await limits.first(
+                self._session.post(f"{url}{path}", json=upstream_body, headers=headers)
+            ) as upstream:
                 record.status_code = upstream.status
                 if upstream.status != 200 or not stream:
                     payload = await limits.next(upstream.read())
@@ -358,9 +401,12 @@ class Gateway:
                         record.outcome = "upstream_error"
                         record.error = _upstream_message(payload, upstream.status)
                     self._log(record, t0)
-                    return web.Response(body=payload, status=upstream.status,
-                                        content_type=upstream.content_type or "application/json")
-                response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+                    return web.Response(
+                        body=payload, status=upstream.status, content_type=upstream.content_type or "application/json"
+                    )
+                response = web.StreamResponse(
+                    status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+                )
                 await response.prepare(request)
                 while line := await limits.next(upstream.content.readline()):
                     forward = True

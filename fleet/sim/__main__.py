@@ -10,20 +10,26 @@ import signal
 import sys
 from pathlib import Path
 
-from fleet.sim.server import SimFleet, SimReplica, engine_config
 from common.yamlfile import YamlConfigError
+from fleet.sim.server import SimFleet, SimReplica, engine_config
 
 
 def replicas_from_args(args: argparse.Namespace) -> tuple[list[SimReplica], str | None, str]:
     if args.replicas:
         config = engine_config({"num_gpu_blocks_override": args.blocks, "max_model_len": args.max_model_len})
-        reps = [SimReplica(f"sim-{i}", args.model, args.base_port + i, config, gpu_type=args.gpu_type) for i in range(args.replicas)]
+        reps = [
+            SimReplica(f"sim-{i}", args.model, args.base_port + i, config, gpu_type=args.gpu_type)
+            for i in range(args.replicas)
+        ]
         return reps, args.otlp_endpoint, args.host
     from fleet.spec import load_spec
 
     spec = load_spec(args.spec)
-    reps = [SimReplica(r.name, r.model, r.port, engine_config(r.engine_args), r.gpu_type, r.gpu_count)
-            for r in spec.replicas if r.engine == "sim"]
+    reps = [
+        SimReplica(r.name, r.model, r.port, engine_config(r.engine_args), r.gpu_type, r.gpu_count)
+        for r in spec.replicas
+        if r.engine == "sim"
+    ]
     if not reps:
         raise YamlConfigError(f"{args.spec}: no replica has engine: sim")
     return reps, args.otlp_endpoint or spec.otlp_traces_endpoint, spec.host

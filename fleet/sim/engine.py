@@ -38,8 +38,16 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EngineConfig", "EngineConfigError", "RequestRejected", "SimEngine", "SimRequest", "SimStats", "check_config",
-           "engine_config"]
+__all__ = [
+    "EngineConfig",
+    "EngineConfigError",
+    "RequestRejected",
+    "SimEngine",
+    "SimRequest",
+    "SimStats",
+    "check_config",
+    "engine_config",
+]
 
 NULL_BLOCKS = 1  # vLLM's block pool holds one block back (the null block): it is never used
 STALLED_STEP_S = 0.1  # how long a stalled engine's idle step lasts (a driver polls it at this pace)
@@ -101,7 +109,8 @@ def check_config(config: EngineConfig) -> None:
             f"available KV cache ({max(usable, 0)} blocks, {max(usable, 0) * config.block_size} tokens: "
             f"num_gpu_blocks_override={config.num_blocks} less vLLM's null block). Based on the available "
             f"memory, the estimated maximum model length is {max(usable, 0) * config.block_size}. Try "
-            f"decreasing `max_model_len` or raising `num_gpu_blocks_override` to at least {need + NULL_BLOCKS}.")
+            f"decreasing `max_model_len` or raising `num_gpu_blocks_override` to at least {need + NULL_BLOCKS}."
+        )
 
 
 @dataclass
@@ -197,15 +206,19 @@ class SimEngine:
                 f"This model's maximum context length is {limit} tokens. However, your prompt contains "
                 f"{request.prompt_len} input tokens, which exceeds this limit even without any output tokens. "
                 f"Please reduce the length of the input prompt. (parameter=input_tokens, value={request.prompt_len})",
-                "input_tokens")
+                "input_tokens",
+            )
         if request.max_tokens > limit:
-            raise RequestRejected(f"max_tokens={request.max_tokens} cannot be greater than max_model_len={limit}. "
-                                  f"Please request fewer output tokens. (parameter=max_tokens, value={request.max_tokens})",
-                                  "max_tokens")
+            raise RequestRejected(
+                f"max_tokens={request.max_tokens} cannot be greater than max_model_len={limit}. "
+                f"Please request fewer output tokens. (parameter=max_tokens, value={request.max_tokens})",
+                "max_tokens",
+            )
         left = min(request.max_tokens, limit - request.prompt_len)
         if left < 1:  # vLLM: a prompt of max_model_len tokens leaves max_tokens at 0
-            raise RequestRejected(f"max_tokens must be at least 1, got {left}. (parameter=max_tokens, value={left})",
-                                  "max_tokens")
+            raise RequestRejected(
+                f"max_tokens must be at least 1, got {left}. (parameter=max_tokens, value={left})", "max_tokens"
+            )
         request.max_tokens = left  # vLLM shortens the output to what is left of the context ("length")
         bs = self.config.block_size
         parent = ""
@@ -276,7 +289,7 @@ class SimEngine:
     def _register_prefix(self, request: SimRequest) -> None:
         """The prompt's full blocks are computed: they join the prefix cache (shared from now on)."""
         held = set(request.held_hashes)
-        for h in request.block_hashes[len(request.held_hashes):]:
+        for h in request.block_hashes[len(request.held_hashes) :]:
             if h in held or h in self.in_use or h in self.cached:
                 continue  # another copy is already cached; this one stays private
             self.in_use[h] = 1
@@ -345,7 +358,9 @@ class SimEngine:
             budget -= chunk
             prefill_tokens += chunk
             prefilling.append(request)
-        duration = (cfg.step_overhead_s + prefill_tokens * cfg.prefill_token_s + len(decoding) * cfg.decode_seq_s) / cfg.speed
+        duration = (
+            cfg.step_overhead_s + prefill_tokens * cfg.prefill_token_s + len(decoding) * cfg.decode_seq_s
+        ) / cfg.speed
         end = now + duration
         self.stats.observe("iteration_tokens", prefill_tokens + len(decoding))
         produced: list[SimRequest] = []

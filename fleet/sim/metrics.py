@@ -12,6 +12,7 @@ Out: text format 0.0.4 with exactly the families, names, label sets, types, HELP
 from __future__ import annotations
 
 import json
+import math
 import time
 from bisect import bisect_left
 from collections.abc import Callable
@@ -61,7 +62,7 @@ class _Histogram:
 
 
 def _fmt(value: float) -> str:
-    if value != value:
+    if math.isnan(value):
         return "NaN"
     if value in (float("inf"), float("-inf")):
         return "+Inf" if value > 0 else "-Inf"
@@ -79,8 +80,10 @@ class Exposition:
         self.lines: list[tuple[str, Callable[[], float]]] = []
         cfg = engine.config
         overrides = {
-            "block_size": str(cfg.block_size), "num_gpu_blocks": str(cfg.num_blocks),
-            "num_gpu_blocks_override": str(cfg.num_blocks), "kv_cache_size_tokens": str(cfg.num_blocks * cfg.block_size),
+            "block_size": str(cfg.block_size),
+            "num_gpu_blocks": str(cfg.num_blocks),
+            "num_gpu_blocks_override": str(cfg.num_blocks),
+            "kv_cache_size_tokens": str(cfg.num_blocks * cfg.block_size),
             "effective_attention_block_size": str(cfg.block_size),
         }
         self.header: dict[str, str] = {}
@@ -88,13 +91,15 @@ class Exposition:
             name, typ = family["name"], family["type"]
             self.header[name] = f"# HELP {name} {family['help']}\n# TYPE {name} {typ}\n"
             if typ == "histogram" and name in HISTOGRAMS:
-                bounds = [float(dict(lab)["le"]) for sname, lab, _v in family["samples"]
-                          if sname.endswith("_bucket") and dict(lab)["le"] != "+Inf"]
+                bounds = [
+                    float(dict(lab)["le"])
+                    for sname, lab, _v in family["samples"]
+                    if sname.endswith("_bucket") and dict(lab)["le"] != "+Inf"
+                ]
                 self.histograms[name] = _Histogram(bounds)
             for sname, labels, value in family["samples"]:
                 rendered = ",".join(
-                    f'{k}="{engine_index if v == "$engine" else model if v == "$model" else overrides.get(k, v) if name == "vllm:cache_config_info" else v}"'
-                    for k, v in labels
+                    f'{k}="{_label_value(k, v, name, engine_index, model, overrides)}"' for k, v in labels
                 )
                 prefix = f"{sname}{{{rendered}}} " if labels else f"{sname} "
                 self.lines.append((name + "\0" + prefix, self._getter(name, typ, sname, dict(labels), value)))
@@ -160,3 +165,12 @@ class Exposition:
                 current = family
             out.append(f"{prefix}{_fmt(getter())}\n")
         return "".join(out)
+
+
+def _label_value(key: str, value: str, family: str, engine_index: str, model: str, overrides: dict[str, str]) -> str:
+    """A label of the captured exposition, with the engine's own values put in."""
+    if value == "$engine":
+        return engine_index
+    if value == "$model":
+        return model
+    return overrides.get(key, value) if family == "vllm:cache_config_info" else value

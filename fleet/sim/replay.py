@@ -118,8 +118,11 @@ def play(
     for r in spec.replicas:
         args = {"block_size": CPU_BLOCK_SIZE, **r.engine_args}
         config = replace(engine_config(args), speed=speed)
-        replica = _Replica(ReplicaState(r.name, r.model, url=""), {"replica": r.name, "model": r.model, "gpu_type": r.gpu_type,
-                                                                  "gpu_count": str(r.gpu_count)}, config)
+        replica = _Replica(
+            ReplicaState(r.name, r.model, url=""),
+            {"replica": r.name, "model": r.model, "gpu_type": r.gpu_type, "gpu_count": str(r.gpu_count)},
+            config,
+        )
         replica.restart(start)
         replicas[r.name] = replica
     router = Router(gateway, [r.state for r in replicas.values()])
@@ -153,8 +156,15 @@ def play(
                     replica.engine.stalled = action == "stall_replica"
                 elif action == "kill_replica":
                     for meta in replica.meta.values():
-                        finished.append(dict(meta, status_code=502, outcome="upstream_error", e2e_seconds=round(t - meta["ts"], 6),
-                                             error=f"replica {name} failed: connection reset (killed)"))
+                        finished.append(
+                            dict(
+                                meta,
+                                status_code=502,
+                                outcome="upstream_error",
+                                e2e_seconds=round(t - meta["ts"], 6),
+                                error=f"replica {name} failed: connection reset (killed)",
+                            )
+                        )
                     replica.state.healthy = False
                     replica.restart(t)
                 else:
@@ -167,23 +177,46 @@ def play(
             trace_id = f"{rng.getrandbits(128):032x}"
             key = ",".join(map(str, plan.prompt[:32]))
             meta: dict[str, Any] = {
-                "ts": round(t, 6), "trace_id": trace_id, "request_id": f"sim-{n}", "tenant": plan.tenant,
-                "prompt_tokens": len(plan.prompt), "max_tokens": plan.max_tokens, "stream": plan.stream,
-                "status_code": 200, "outcome": "ok",
+                "ts": round(t, 6),
+                "trace_id": trace_id,
+                "request_id": f"sim-{n}",
+                "tenant": plan.tenant,
+                "prompt_tokens": len(plan.prompt),
+                "max_tokens": plan.max_tokens,
+                "stream": plan.stream,
+                "status_code": 200,
+                "outcome": "ok",
                 "prefix_hash": f"{prefix_hash(key):016x}",  # as the gateway logs it: a hash of the first tokens
             }
             try:
                 decision = router.decide(plan.model, plan.tenant, len(plan.prompt), plan.max_tokens, key)
             except NoReplica as exc:
-                finished.append(dict(meta, model=plan.model, status_code=503, outcome="no_replica", route_reason=str(exc),
-                                     error=str(exc)))
+                finished.append(
+                    dict(
+                        meta,
+                        model=plan.model,
+                        status_code=503,
+                        outcome="no_replica",
+                        route_reason=str(exc),
+                        error=str(exc),
+                    )
+                )
             else:
                 target = replicas[decision.replica.name]
-                meta.update(model=decision.model, replica=target.state.name, route=decision.route, route_reason=decision.reason)
+                meta.update(
+                    model=decision.model, replica=target.state.name, route=decision.route, route_reason=decision.reason
+                )
                 target.advance(t)
                 try:
-                    target.engine.submit(SimRequest(request_id=meta["request_id"], prompt=plan.prompt,
-                                                    max_tokens=plan.max_tokens, arrival=t, trace_id=trace_id))
+                    target.engine.submit(
+                        SimRequest(
+                            request_id=meta["request_id"],
+                            prompt=plan.prompt,
+                            max_tokens=plan.max_tokens,
+                            arrival=t,
+                            trace_id=trace_id,
+                        )
+                    )
                 except RequestRejected as exc:  # longer than the model's max_model_len: the engine answers 400
                     finished.append(dict(meta, status_code=400, outcome="upstream_error", error=str(exc)))
                 else:
@@ -194,8 +227,9 @@ def play(
         tick = Tick(tick_at, scenario.mix_at(tick_at - start)[0])
         for replica in replicas.values():
             if replica.state.healthy:
-                tick.scrapes.append(ReplicaScrape(replica.state.name, replica.state.model, replica.labels,
-                                                  replica.exposition.render()))
+                tick.scrapes.append(
+                    ReplicaScrape(replica.state.name, replica.state.model, replica.labels, replica.exposition.render())
+                )
         tick.records, finished = finished, []
         yield tick
         tick_at += interval_s

@@ -49,8 +49,8 @@ class SimReplica:
     gpu_count: int = 1
     engine: SimEngine = field(init=False)
     exposition: Exposition = field(init=False)
-    _wake: asyncio.Event = field(init=False)
-    _waiters: dict[str, asyncio.Queue[Any]] = field(init=False, default_factory=dict)
+    wake: asyncio.Event = field(init=False)
+    waiters: dict[str, asyncio.Queue[Any]] = field(init=False, default_factory=dict)
     lag_s: float = 0.0  # how far the step loop fell behind its modelled schedule (max seen)
 
     def __post_init__(self) -> None:
@@ -58,17 +58,21 @@ class SimReplica:
 
     def restart(self) -> None:
         """A simulated engine restart: in-flight requests fail, counters start from zero."""
-        for queue in getattr(self, "_waiters", {}).values():
+        for queue in getattr(self, "waiters", {}).values():
             queue.put_nowait(RuntimeError("engine restarted"))
-        self._waiters = {}
+        self.waiters = {}
         self.engine = SimEngine(self.config)
         self.exposition = Exposition(self.engine, self.model, started=time.time())
 
     def resource(self) -> dict[str, str]:
         return {
-            "service.name": self.name, "service.instance.id": self.name, "fleetscope.replica": self.name,
-            "fleetscope.model": self.model, "fleetscope.gpu_type": self.gpu_type,
-            "fleetscope.gpu_count": str(self.gpu_count), "fleetscope.simulated": "true",
+            "service.name": self.name,
+            "service.instance.id": self.name,
+            "fleetscope.replica": self.name,
+            "fleetscope.model": self.model,
+            "fleetscope.gpu_type": self.gpu_type,
+            "fleetscope.gpu_count": str(self.gpu_count),
+            "fleetscope.simulated": "true",
         }
 
 
@@ -85,7 +89,7 @@ class SimFleet:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         for replica in self.replicas:
-            replica._wake = asyncio.Event()
+            replica.wake = asyncio.Event()
             # a stop closes idle keep-alive connections (the gateway's) after 2 s, not aiohttp's 60
             runner = web.AppRunner(self._app(replica), access_log=None, shutdown_timeout=2.0)
             await runner.setup()
@@ -109,15 +113,20 @@ class SimFleet:
     async def _drive(self, replica: SimReplica) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await replica._wake.wait()
-            replica._wake.clear()
+            await replica.wake.wait()
+            replica.wake.clear()
             engine = replica.engine
             now = loop.time()
             while engine.has_work():
                 if engine is not replica.engine:  # restarted
                     break
                 duration, produced, finished = engine.step(now)
-                if not produced and not finished and duration <= engine.config.step_overhead_s / engine.config.speed and not engine.running:
+                if (
+                    not produced
+                    and not finished
+                    and duration <= engine.config.step_overhead_s / engine.config.speed
+                    and not engine.running
+                ):
                     break  # waiting requests that cannot be admitted and nothing running: idle
                 now += duration
                 delay = now - loop.time()
@@ -128,11 +137,11 @@ class SimFleet:
                     now = loop.time()
                     await asyncio.sleep(0)
                 for request in produced:
-                    queue = replica._waiters.get(request.request_id)
+                    queue = replica.waiters.get(request.request_id)
                     if queue is not None:
                         queue.put_nowait(random.choice(_TEXT))
                 for request in finished:
-                    queue = replica._waiters.pop(request.request_id, None)
+                    queue = replica.waiters.pop(request.request_id, None)
                     if queue is not None:
                         queue.put_nowait(None)
                     if self.otlp_endpoint:
@@ -144,18 +153,40 @@ class SimFleet:
             return web.Response(status=200)
 
         async def metrics(_r: web.Request) -> web.Response:
-            return web.Response(text=replica.exposition.render(), content_type="text/plain", charset="utf-8",
-                                headers={"X-Simulated": "fleetscope"})
+            return web.Response(
+                text=replica.exposition.render(),
+                content_type="text/plain",
+                charset="utf-8",
+                headers={"X-Simulated": "fleetscope"},
+            )
 
         async def models(_r: web.Request) -> web.Response:
-            return web.json_response({"object": "list", "data": [{
-                "id": replica.model, "object": "model", "owned_by": "fleetscope-sim",
-                "max_model_len": replica.config.max_model_len}]})
+            return web.json_response(
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": replica.model,
+                            "object": "model",
+                            "owned_by": "fleetscope-sim",
+                            "max_model_len": replica.config.max_model_len,
+                        }
+                    ],
+                }
+            )
 
         async def status(_r: web.Request) -> web.Response:
             e = replica.engine
-            return web.json_response({"replica": replica.name, "lag_s": replica.lag_s, "running": len(e.running),
-                                      "waiting": len(e.waiting), "kv_usage": e.kv_usage, "stalled": e.stalled})
+            return web.json_response(
+                {
+                    "replica": replica.name,
+                    "lag_s": replica.lag_s,
+                    "running": len(e.running),
+                    "waiting": len(e.waiting),
+                    "kv_usage": e.kv_usage,
+                    "stalled": e.stalled,
+                }
+            )
 
         async def restart(_r: web.Request) -> web.Response:
             replica.restart()
@@ -166,10 +197,11 @@ class SimFleet:
                 body = await request.json() if request.can_read_body else {}
                 stalled = bool(body.get("stalled", True)) if isinstance(body, dict) else True
             except (ValueError, json.JSONDecodeError):
-                return web.json_response({"error": {"message": 'the body must be {"stalled": true|false}', "code": 400}},
-                                         status=400)
+                return web.json_response(
+                    {"error": {"message": 'the body must be {"stalled": true|false}', "code": 400}}, status=400
+                )
             replica.engine.stalled = stalled
-            replica._wake.set()
+            replica.wake.set()
             log.warning("simulated engine %s %s (test hook)", replica.name, "stalled" if stalled else "resumed")
             return web.json_response({"replica": replica.name, "stalled": stalled})
 
@@ -198,18 +230,21 @@ class SimFleet:
         except (ValueError, TypeError, json.JSONDecodeError) as exc:
             return web.json_response({"error": {"message": f"invalid request: {exc}", "code": 400}}, status=400)
         if body.get("model") not in (None, replica.model):
-            return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist.", "code": 404}}, status=404)
+            return web.json_response(
+                {"error": {"message": f"The model `{body.get('model')}` does not exist.", "code": 404}}, status=404
+            )
         trace_id = _trace_id(request.headers.get("traceparent"))
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
         sim = SimRequest(request_id, prompt, max_tokens, asyncio.get_running_loop().time(), trace_id)
         try:
             replica.engine.submit(sim)
         except RequestRejected as exc:  # vLLM's answer, word for word
-            return web.json_response({"error": {"message": str(exc), "type": "BadRequestError", "param": exc.param,
-                                                "code": 400}}, status=400)
+            return web.json_response(
+                {"error": {"message": str(exc), "type": "BadRequestError", "param": exc.param, "code": 400}}, status=400
+            )
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        replica._waiters[request_id] = queue
-        replica._wake.set()
+        replica.waiters[request_id] = queue
+        replica.wake.set()
         created = int(time.time())
         stream = bool(body.get("stream"))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -231,27 +266,51 @@ class SimFleet:
             if response is not None:
                 choice = {"index": 0, "delta": {"content": item}} if chat else {"index": 0, "text": item}
                 choice["finish_reason"] = None
-                chunk = {"id": request_id, "object": f"{kind}.chunk" if chat else kind, "created": created,
-                         "model": replica.model, "choices": [choice]}
+                chunk = {
+                    "id": request_id,
+                    "object": f"{kind}.chunk" if chat else kind,
+                    "created": created,
+                    "model": replica.model,
+                    "choices": [choice],
+                }
                 await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        usage = {"prompt_tokens": sim.prompt_len, "completion_tokens": sim.generated,
-                 "total_tokens": sim.prompt_len + sim.generated,
-                 "prompt_tokens_details": {"cached_tokens": sim.cached_tokens}}
+        usage = {
+            "prompt_tokens": sim.prompt_len,
+            "completion_tokens": sim.generated,
+            "total_tokens": sim.prompt_len + sim.generated,
+            "prompt_tokens_details": {"cached_tokens": sim.cached_tokens},
+        }
         if response is not None:
             reason = sim.finish_reason or "length"
-            last = {"index": 0, "delta": {}, "finish_reason": reason} if chat else {"index": 0, "text": "", "finish_reason": reason}
-            await response.write(f"data: {json.dumps({'id': request_id, 'object': kind, 'created': created, 'model': replica.model, 'choices': [last]})}\n\n".encode())
+            last = (
+                {"index": 0, "delta": {}, "finish_reason": reason}
+                if chat
+                else {"index": 0, "text": "", "finish_reason": reason}
+            )
+            head = {"id": request_id, "object": kind, "created": created, "model": replica.model}
+            await response.write(f"data: {json.dumps({**head, 'choices': [last]})}\n\n".encode())
             if include_usage:
-                await response.write(f"data: {json.dumps({'id': request_id, 'object': kind, 'created': created, 'model': replica.model, 'choices': [], 'usage': usage})}\n\n".encode())
+                await response.write(f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n".encode())
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
             return response
         text = "".join(pieces)
         reason = sim.finish_reason or "length"
-        choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason} if chat
-                  else {"index": 0, "text": text, "finish_reason": reason})
-        return web.json_response({"id": request_id, "object": kind, "created": created, "model": replica.model,
-                                  "choices": [choice], "usage": usage})
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
+            if chat
+            else {"index": 0, "text": text, "finish_reason": reason}
+        )
+        return web.json_response(
+            {
+                "id": request_id,
+                "object": kind,
+                "created": created,
+                "model": replica.model,
+                "choices": [choice],
+                "usage": usage,
+            }
+        )
 
     # ------------------------------------------------------------------ spans
     async def _export_loop(self) -> None:
@@ -265,8 +324,12 @@ class SimFleet:
         spans, self._spans = self._spans, []
         body = _export_request(spans)
         try:
-            async with self._session.post(self.otlp_endpoint, data=body, headers={"Content-Type": "application/x-protobuf"},
-                                          timeout=aiohttp.ClientTimeout(total=5)) as r:
+            async with self._session.post(
+                self.otlp_endpoint,
+                data=body,
+                headers={"Content-Type": "application/x-protobuf"},
+                timeout=aiohttp.ClientTimeout(total=5),
+            ) as r:
                 await r.read()
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.debug("span export failed: %s", exc)  # like vLLM's exporter: spans are best effort
@@ -323,12 +386,23 @@ def _export_request(spans: list[tuple[SimReplica, SimRequest, float]]) -> bytes:
             kv("gen_ai.request.max_tokens", r.max_tokens),
             kv("gen_ai.request.n", 1),
         ]
-        span = Span(name="llm_request", trace_id=bytes.fromhex(r.trace_id), span_id=secrets.token_bytes(8), kind=2,
-                    start_time_unix_nano=int(start_wall * 1e9), end_time_unix_nano=int(wall_end * 1e9), attributes=attrs)
+        span = Span(
+            name="llm_request",
+            trace_id=bytes.fromhex(r.trace_id),
+            span_id=secrets.token_bytes(8),
+            kind=2,
+            start_time_unix_nano=int(start_wall * 1e9),
+            end_time_unix_nano=int(wall_end * 1e9),
+            attributes=attrs,
+        )
         by_replica.setdefault(replica.name, (replica, []))[1].append(span)
-    request = ExportTraceServiceRequest(resource_spans=[
-        ResourceSpans(resource={"attributes": [kv(k, v) for k, v in replica.resource().items()]},
-                      scope_spans=[ScopeSpans(spans=spans_)])
-        for replica, spans_ in by_replica.values()
-    ])
+    request = ExportTraceServiceRequest(
+        resource_spans=[
+            ResourceSpans(
+                resource={"attributes": [kv(k, v) for k, v in replica.resource().items()]},
+                scope_spans=[ScopeSpans(spans=spans_)],
+            )
+            for replica, spans_ in by_replica.values()
+        ]
+    )
     return request.SerializeToString()

@@ -32,9 +32,13 @@ class Store:
 
     def snapshot(self) -> dict[str, int]:
         """Every table of the store and its row count: what a hostile query must leave alone."""
-        tables = self.client.query("SELECT name, engine FROM system.tables WHERE database = currentDatabase()").result_rows
-        return {name: (int(self.client.command(f"SELECT count() FROM `{name}`")) if not engine.endswith("View") else -1)
-                for name, engine in sorted(tables)}  # views: listed (a new one would show), not counted
+        tables = self.client.query(
+            "SELECT name, engine FROM system.tables WHERE database = currentDatabase()"
+        ).result_rows
+        return {
+            name: (int(self.client.command(f"SELECT count() FROM `{name}`")) if not engine.endswith("View") else -1)
+            for name, engine in sorted(tables)
+        }  # views: listed (a new one would show), not counted
 
 
 @pytest.fixture(scope="session")

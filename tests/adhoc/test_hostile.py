@@ -77,7 +77,7 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("sql, says", HOSTILE, ids=[h[0][:40] or "empty" for h in HOSTILE])
-def test_a_hostile_query_is_refused_clearly_and_changes_nothing(incident, sql: str, says: str) -> None:  # noqa: ANN001
+def test_a_hostile_query_is_refused_clearly_and_changes_nothing(incident, sql: str, says: str) -> None:
     before = incident.snapshot()
     with pytest.raises(Refused) as err:
         incident.runner(timeout_s=5).run(sql)
@@ -90,12 +90,28 @@ def test_a_hostile_query_is_refused_clearly_and_changes_nothing(incident, sql: s
 def test_there_are_at_least_thirty_and_they_cover_the_kinds_the_issue_names() -> None:
     assert len(HOSTILE) >= 30
     text = " ".join(h[0] for h in HOSTILE).upper()
-    for needle in ("INSERT", "ALTER", "DROP", "CREATE", "SETTINGS READONLY = 0", "FILE(", "URL(", "S3(", "REMOTE(",
-                   "EXECUTABLE(", "POSTGRESQL(", "MYSQL(", "; ", "SYSTEM", "GRANT", "CREATE USER"):
+    for needle in (
+        "INSERT",
+        "ALTER",
+        "DROP",
+        "CREATE",
+        "SETTINGS READONLY = 0",
+        "FILE(",
+        "URL(",
+        "S3(",
+        "REMOTE(",
+        "EXECUTABLE(",
+        "POSTGRESQL(",
+        "MYSQL(",
+        "; ",
+        "SYSTEM",
+        "GRANT",
+        "CREATE USER",
+    ):
         assert needle in text, needle
 
 
-def test_a_slow_query_is_stopped_by_the_timeout_and_a_huge_one_by_its_limits(incident) -> None:  # noqa: ANN001
+def test_a_slow_query_is_stopped_by_the_timeout_and_a_huge_one_by_its_limits(incident) -> None:
     before = incident.snapshot()
     runner = incident.runner(timeout_s=2, max_rows=1000, max_memory_bytes=256 * 1024**2)
     with pytest.raises(QueryFailed, match="Timeout exceeded"):
@@ -107,23 +123,37 @@ def test_a_slow_query_is_stopped_by_the_timeout_and_a_huge_one_by_its_limits(inc
     assert incident.snapshot() == before
 
 
-def test_readonly_is_the_last_line_even_for_what_the_parser_lets_through(incident) -> None:  # noqa: ANN001
+def test_readonly_is_the_last_line_even_for_what_the_parser_lets_through(incident) -> None:
     """The session itself refuses writes and setting changes, whatever text reaches it."""
     runner = incident.runner(timeout_s=5)
     client = runner._client(runner.limits)  # the read-only session, driven directly (the guard skipped)
-    for sql in ("INSERT INTO requests (model) VALUES ('x')", "SET max_execution_time = 0",
-                "SELECT 1 SETTINGS max_result_rows = 0", "CREATE TABLE evil (x UInt8) ENGINE = Memory",
-                "SELECT * FROM file('/etc/passwd', 'LineAsString')"):
+    for sql in (
+        "INSERT INTO requests (model) VALUES ('x')",
+        "SET max_execution_time = 0",
+        "SELECT 1 SETTINGS max_result_rows = 0",
+        "CREATE TABLE evil (x UInt8) ENGINE = Memory",
+        "SELECT * FROM file('/etc/passwd', 'LineAsString')",
+    ):
         with pytest.raises(Exception, match=r"Code: 164\b"):  # ClickHouse's READONLY error, not the query echoed
             client.query(sql)
     assert incident.runner().run("SELECT count() AS n FROM requests").rows[0][0] > 0
 
 
 def test_read_only_statements_pass_the_check() -> None:
-    for sql in ("SELECT 1", "WITH a AS (SELECT 1 AS x) SELECT x FROM a", "SELECT 1 UNION ALL SELECT 2",
-                "DESCRIBE TABLE requests", "SHOW TABLES", "SHOW CREATE TABLE samples", "EXPLAIN SELECT 1",
-                "SELECT 'INTO OUTFILE; DROP TABLE x' AS text", "SELECT * FROM numbers(3)",
-                "SELECT formatDateTime(now(), '%Y-%m-%d') AS day", "SELECT number IN (1, 2) FROM numbers(3)",
-                "SELECT model FROM requests WHERE model IN (SELECT model FROM requests_1h)", "DESCRIBE (SELECT 1)",
-                "SELECT name FROM system.functions LIMIT 3"):
+    for sql in (
+        "SELECT 1",
+        "WITH a AS (SELECT 1 AS x) SELECT x FROM a",
+        "SELECT 1 UNION ALL SELECT 2",
+        "DESCRIBE TABLE requests",
+        "SHOW TABLES",
+        "SHOW CREATE TABLE samples",
+        "EXPLAIN SELECT 1",
+        "SELECT 'INTO OUTFILE; DROP TABLE x' AS text",
+        "SELECT * FROM numbers(3)",
+        "SELECT formatDateTime(now(), '%Y-%m-%d') AS day",
+        "SELECT number IN (1, 2) FROM numbers(3)",
+        "SELECT model FROM requests WHERE model IN (SELECT model FROM requests_1h)",
+        "DESCRIBE (SELECT 1)",
+        "SELECT name FROM system.functions LIMIT 3",
+    ):
         assert check(sql, "default").kind in ("select", "describe", "show", "explain")

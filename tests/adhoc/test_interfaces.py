@@ -21,17 +21,19 @@ import pytest
 from adhoc.formats import render
 from tests.conftest import run_cli
 
-QUERY = ("SELECT toStartOfMinute(ts) AS minute, model, tenant, count() AS n, round(avg(ttft_seconds), 6) AS ttft, "
-         "max(prompt_tokens) AS longest FROM requests WHERE source = 'gateway' GROUP BY minute, model, tenant "
-         "ORDER BY minute, model, tenant")
+QUERY = (
+    "SELECT toStartOfMinute(ts) AS minute, model, tenant, count() AS n, round(avg(ttft_seconds), 6) AS ttft, "
+    "max(prompt_tokens) AS longest FROM requests WHERE source = 'gateway' GROUP BY minute, model, tenant "
+    "ORDER BY minute, model, tenant"
+)
 
 
 @pytest.fixture(scope="module")
-def result(incident):  # noqa: ANN001, ANN201
+def result(incident):
     return incident.runner().run(QUERY)
 
 
-def test_csv_parses_back_to_the_same_rows(result) -> None:  # noqa: ANN001
+def test_csv_parses_back_to_the_same_rows(result) -> None:
     back = list(csv.reader(io.StringIO(render(result, "csv").decode())))
     assert back[0] == result.columns and len(back) - 1 == len(result.rows) > 10
     for line, row in zip(back[1:], result.rows, strict=True):
@@ -40,7 +42,7 @@ def test_csv_parses_back_to_the_same_rows(result) -> None:  # noqa: ANN001
         assert int(line[3]) == row[3] and float(line[4]) == pytest.approx(row[4]) and int(line[5]) == row[5]
 
 
-def test_json_parses_back_to_the_same_rows(result) -> None:  # noqa: ANN001
+def test_json_parses_back_to_the_same_rows(result) -> None:
     body = json.loads(render(result, "json"))
     assert [c["name"] for c in body["columns"]] == result.columns
     assert body["row_count"] == len(result.rows) and body["truncated"] is False
@@ -50,7 +52,7 @@ def test_json_parses_back_to_the_same_rows(result) -> None:  # noqa: ANN001
         assert obj["ttft"] == pytest.approx(row[4])
 
 
-def test_parquet_opens_with_pandas(result, tmp_path: Path) -> None:  # noqa: ANN001
+def test_parquet_opens_with_pandas(result, tmp_path: Path) -> None:
     path = tmp_path / "out.parquet"
     path.write_bytes(render(result, "parquet"))
     frame = pd.read_parquet(path)
@@ -58,25 +60,29 @@ def test_parquet_opens_with_pandas(result, tmp_path: Path) -> None:  # noqa: ANN
     assert frame["n"].sum() == sum(r[3] for r in result.rows)
 
 
-def test_values_json_and_arrow_have_no_type_for_become_text_and_repeated_names_stay_apart(incident, tmp_path: Path) -> None:  # noqa: ANN001, E501
+def test_values_json_and_arrow_have_no_type_for_become_text_and_repeated_names_stay_apart(
+    incident, tmp_path: Path
+) -> None:
     odd = incident.runner().run("SELECT toIPv4('10.0.0.1') AS ip, number, number FROM numbers(2)")
     body = json.loads(render(odd, "json"))
     assert [c["name"] for c in body["columns"]] == ["ip", "number", "number_2"]
     assert body["rows"][1] == {"ip": "10.0.0.1", "number": 1, "number_2": 1}
     path = tmp_path / "odd.parquet"
     path.write_bytes(render(odd, "parquet"))
-    assert pd.read_parquet(path).to_dict("records") == [{"ip": "10.0.0.1", "number": 0, "number_2": 0},
-                                                       {"ip": "10.0.0.1", "number": 1, "number_2": 1}]
+    assert pd.read_parquet(path).to_dict("records") == [
+        {"ip": "10.0.0.1", "number": 0, "number_2": 0},
+        {"ip": "10.0.0.1", "number": 1, "number_2": 1},
+    ]
 
 
-def test_the_table_says_how_many_rows_and_when_the_limit_cut_it(incident) -> None:  # noqa: ANN001
+def test_the_table_says_how_many_rows_and_when_the_limit_cut_it(incident) -> None:
     cut = incident.runner().run("SELECT number FROM numbers(50)", max_rows=7)
     text = render(cut, "table").decode()
     assert text.splitlines()[0].strip() == "number" and "(7 rows" in text and "cut at the row limit" in text
 
 
 @pytest.fixture
-def serve(incident):  # noqa: ANN001, ANN201
+def serve(incident):
     """Serve the endpoint on a real aiohttp server on a free port: ``serve(token) -> base URL``."""
     import asyncio
     import socket
@@ -123,11 +129,11 @@ def serve(incident):  # noqa: ANN001, ANN201
 
 
 @pytest.fixture
-def endpoint(serve) -> str:  # noqa: ANN001
+def endpoint(serve) -> str:
     return serve("t0ken-t0ken-t0ken-t0ken")
 
 
-def test_without_a_token_only_loopback_json_requests_are_answered(serve) -> None:  # noqa: ANN001
+def test_without_a_token_only_loopback_json_requests_are_answered(serve) -> None:
     url = serve(None)
     assert httpx.post(f"{url}/api/v1/query", json={"sql": "SELECT 1 AS one"}).json()["rows"] == [[1]]
     # a page elsewhere: DNS rebinding sends its own Host; a form posts text/plain
@@ -154,14 +160,18 @@ def test_beyond_loopback_without_a_token_the_endpoint_is_not_served() -> None:
 
 
 def test_the_endpoint_refuses_requests_without_the_token(endpoint: str) -> None:
-    for headers in ({}, {"Authorization": "Bearer wrong-token-wrong-token"}, {"Authorization": "t0ken-t0ken-t0ken-t0ken"}):
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong-token-wrong-token"},
+        {"Authorization": "t0ken-t0ken-t0ken-t0ken"},
+    ):
         answer = httpx.post(f"{endpoint}/api/v1/query", json={"sql": "SELECT 1"}, headers=headers)
         assert answer.status_code == 401 and "token" in answer.json()["error"]
         assert answer.headers["WWW-Authenticate"].startswith("Bearer")
     assert httpx.get(f"{endpoint}/api/v1/schema").status_code == 401
 
 
-def test_the_endpoint_answers_json_and_refuses_what_is_not_read_only(endpoint: str, incident) -> None:  # noqa: ANN001
+def test_the_endpoint_answers_json_and_refuses_what_is_not_read_only(endpoint: str, incident) -> None:
     auth = {"Authorization": "Bearer t0ken-t0ken-t0ken-t0ken"}
     ok = httpx.post(f"{endpoint}/api/v1/query", json={"sql": QUERY, "max_rows": 5}, headers=auth).json()
     direct = incident.runner().run(QUERY, max_rows=5)
@@ -172,7 +182,9 @@ def test_the_endpoint_answers_json_and_refuses_what_is_not_read_only(endpoint: s
     assert refused.status_code == 400 and refused.json()["error"].startswith("refused: ")
     slow = httpx.post(f"{endpoint}/api/v1/query", json={"sql": "SELECT count() FROM system.numbers"}, headers=auth)
     assert slow.status_code == 422 and "Timeout exceeded" in slow.json()["error"]
-    bad = httpx.post(f"{endpoint}/api/v1/query", content=b"not json", headers={**auth, "Content-Type": "application/json"})
+    bad = httpx.post(
+        f"{endpoint}/api/v1/query", content=b"not json", headers={**auth, "Content-Type": "application/json"}
+    )
     assert bad.status_code == 400 and "JSON" in bad.json()["error"]
     assert incident.snapshot() == before
     schema = httpx.get(f"{endpoint}/api/v1/schema", headers=auth).json()
@@ -182,8 +194,11 @@ def test_the_endpoint_answers_json_and_refuses_what_is_not_read_only(endpoint: s
 
 def _config(tmp: Path, port: int, token: str | None = None) -> Path:
     config = tmp / "fleetscope.yaml"
-    data = {"clickhouse": {"url": f"chdb:{tmp / 'ch'}"}, "metadata": {"url": f"sqlite:///{tmp / 'm.db'}"},
-            "collector": {"otlp_http_port": port, "otlp_grpc_port": 0, "fleet_targets": False}}
+    data = {
+        "clickhouse": {"url": f"chdb:{tmp / 'ch'}"},
+        "metadata": {"url": f"sqlite:///{tmp / 'm.db'}"},
+        "collector": {"otlp_http_port": port, "otlp_grpc_port": 0, "fleet_targets": False},
+    }
     if token:
         data["sql"] = {"token": token}
     config.write_text(json.dumps(data))
@@ -193,13 +208,28 @@ def _config(tmp: Path, port: int, token: str | None = None) -> Path:
 def test_the_cli_writes_each_format_and_refuses_with_exit_2(tmp_path: Path) -> None:
     config = _config(tmp_path, 4318)
     assert run_cli("migrate", "--config", str(config), cwd=tmp_path).returncode == 0
-    done = run_cli("sql", "SELECT number AS n, toString(number) AS s FROM numbers(3)", "--format", "csv",
-                   "--config", str(config), cwd=tmp_path)
+    done = run_cli(
+        "sql",
+        "SELECT number AS n, toString(number) AS s FROM numbers(3)",
+        "--format",
+        "csv",
+        "--config",
+        str(config),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0 and done.stdout.splitlines() == ["n,s", "0,0", "1,1", "2,2"]
     out = tmp_path / "n.parquet"
     done = run_cli(
-        "sql", "SELECT number AS n FROM numbers(4)", "--format", "parquet", "--output", str(out), "--config", str(config),
-        cwd=tmp_path)
+        "sql",
+        "SELECT number AS n FROM numbers(4)",
+        "--format",
+        "parquet",
+        "--output",
+        str(out),
+        "--config",
+        str(config),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0 and pd.read_parquet(out)["n"].tolist() == [0, 1, 2, 3]
     refused = run_cli("sql", "DROP TABLE samples", "--config", str(config), cwd=tmp_path)
     assert refused.returncode == 2 and refused.stderr.startswith("error: refused: ") and "DROP" in refused.stderr
@@ -219,8 +249,15 @@ def test_the_cli_reads_a_store_another_process_holds_through_its_endpoint(tmp_pa
     config = _config(tmp_path, port, token)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
     exe = Path(sys.executable).parent / "fleetscope"
-    holder = subprocess.Popen([str(exe), "collect", "--config", str(config)], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    holder = subprocess.Popen(
+        [str(exe), "collect", "--config", str(config)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -231,8 +268,9 @@ def test_the_cli_reads_a_store_another_process_holds_through_its_endpoint(tmp_pa
                 time.sleep(0.3)
             if holder.poll() is not None:
                 raise AssertionError(holder.stdout.read())
-        done = run_cli("sql", "SELECT count() AS scrapes FROM scrapes", "--format", "json", "--config", str(config),
-                       cwd=tmp_path)
+        done = run_cli(
+            "sql", "SELECT count() AS scrapes FROM scrapes", "--format", "json", "--config", str(config), cwd=tmp_path
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["columns"] == [{"name": "scrapes", "type": "UInt64"}]
         no_token = {**json.loads(config.read_text())}

@@ -13,12 +13,18 @@ EXAMPLES = sorted((ROOT / "docs" / "queries").glob("*.sql"))
 
 def test_the_examples_answer_the_questions_users_ask() -> None:
     names = {p.stem for p in EXAMPLES}
-    assert {"p99_ttft_by_model_per_hour", "kv_cache_above_90_for_10_minutes", "cost_per_1m_tokens_by_tenant_last_week",
-            "long_context_share_per_day", "slower_than_slo_by_route", "top_prefix_hashes_by_tokens"} <= names
+    assert {
+        "p99_ttft_by_model_per_hour",
+        "kv_cache_above_90_for_10_minutes",
+        "cost_per_1m_tokens_by_tenant_last_week",
+        "long_context_share_per_day",
+        "slower_than_slo_by_route",
+        "top_prefix_hashes_by_tokens",
+    } <= names
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-def test_each_example_returns_rows(incident, path: Path) -> None:  # noqa: ANN001
+def test_each_example_returns_rows(incident, path: Path) -> None:
     result = incident.runner().run(path.read_text())
     assert result.rows, f"{path.name} returned no rows"
     frame = result.frame()

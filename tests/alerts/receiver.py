@@ -40,9 +40,9 @@ class ScriptedReceiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with receiver._lock:
                     status, headers, text = receiver.script.popleft() if receiver.script else (200, {}, "ok")
-                    receiver.requests.append(Seen(
-                        self.path, {k.lower(): v for k, v in self.headers.items()}, body, status, time.monotonic()
-                    ))
+                    receiver.requests.append(
+                        Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body, status, time.monotonic())
+                    )
                 data = text.encode()
                 self.send_response(status)
                 for name, value in headers.items():

@@ -78,10 +78,21 @@ def enqueue(sessions: Any, receiver: ReceiverConfig, count: int, now: datetime =
     """``count`` notifications (one group each) through the real payload code; their keys."""
     keys = []
     for i in range(count):
-        a = Alert(labels={"alertname": "KVCacheSaturated", "replica": f"r-{i}"},
-                  annotations={"summary": f"KV cache full on r-{i}"}, status="firing", starts_at=now, value=0.97)
-        n = Notification(receiver=receiver.name, group_key=f"{{}}:{{replica=\"r-{i}\"}}",
-                         group_labels={"replica": f"r-{i}"}, alerts=[a], external_url="", sequence=1)
+        a = Alert(
+            labels={"alertname": "KVCacheSaturated", "replica": f"r-{i}"},
+            annotations={"summary": f"KV cache full on r-{i}"},
+            status="firing",
+            starts_at=now,
+            value=0.97,
+        )
+        n = Notification(
+            receiver=receiver.name,
+            group_key=f'{{}}:{{replica="r-{i}"}}',
+            group_labels={"replica": f"r-{i}"},
+            alerts=[a],
+            external_url="",
+            sequence=1,
+        )
         for key, body in bodies(receiver, n):
             assert outbox.enqueue(sessions, key, receiver.name, body, now)
             keys.append(key)
@@ -97,8 +108,13 @@ def next_due(sessions: Any) -> datetime | None:
     return min(pending, default=None)
 
 
-def drive(deliverer: Deliverer, sessions: Any, start: datetime, until: datetime,
-          after_pass: Callable[[datetime], None] | None = None) -> datetime:
+def drive(
+    deliverer: Deliverer,
+    sessions: Any,
+    start: datetime,
+    until: datetime,
+    after_pass: Callable[[datetime], None] | None = None,
+) -> datetime:
     """Run passes at each next due time from ``start`` while that is before ``until``; the last ``now``."""
     now = start
     for _ in range(10_000):
@@ -170,8 +186,10 @@ def test_500s_then_recovery_delivers_each_notification_once_with_growing_backoff
             seen_attempts[key] = row.attempts
 
     cap = 5.0
-    with caplog.at_level(logging.WARNING, logger="alerts.delivery"), \
-            Deliverer(sessions, {"ops": receiver}, rng=random.Random(7), backoff_cap_s=cap) as d:
+    with (
+        caplog.at_level(logging.WARNING, logger="alerts.delivery"),
+        Deliverer(sessions, {"ops": receiver}, rng=random.Random(7), backoff_cap_s=cap) as d,
+    ):
         drive(d, sessions, T0, at(3600), record)
 
     assert outbox.counts(sessions) == {"pending": 0, "delivered": 3, "failed": 0}
@@ -200,10 +218,19 @@ def test_a_groups_resolve_never_overtakes_its_trigger_while_the_trigger_is_retri
     server = start_receiver()
     server.answer(503, times=2)  # the trigger meets a failing receiver twice
     receiver = webhook(server.port)
-    alert = Alert(labels={"alertname": "KVCacheSaturated", "replica": "r-0"}, annotations={}, status="firing",
-                  starts_at=T0, value=0.97)
-    group = {"receiver": "ops", "group_key": "{}:{alertname=\"KVCacheSaturated\"}", "group_labels": {},
-             "external_url": ""}
+    alert = Alert(
+        labels={"alertname": "KVCacheSaturated", "replica": "r-0"},
+        annotations={},
+        status="firing",
+        starts_at=T0,
+        value=0.97,
+    )
+    group = {
+        "receiver": "ops",
+        "group_key": '{}:{alertname="KVCacheSaturated"}',
+        "group_labels": {},
+        "external_url": "",
+    }
     [(trigger, body)] = bodies(receiver, Notification(alerts=[alert], sequence=1, **group))
     outbox.enqueue(sessions, trigger, "ops", body, T0)
     deliverer = Deliverer(sessions, {"ops": receiver}, rng=random.Random(3))
@@ -347,8 +374,9 @@ def test_signature_custom_headers_and_idempotency_key_arrive(
     sessions: Any, start_receiver: Callable[..., ScriptedReceiver]
 ) -> None:
     server = start_receiver()
-    receiver = webhook(server.port, hmac_secret="s3cret",
-                       headers={"Authorization": "Bearer tok", "X-Team": "inference"})
+    receiver = webhook(
+        server.port, hmac_secret="s3cret", headers={"Authorization": "Bearer tok", "X-Team": "inference"}
+    )
     [key] = enqueue(sessions, receiver, 1)
     with Deliverer(sessions, {"ops": receiver}) as d:
         assert d.run_once(T0).delivered == 1

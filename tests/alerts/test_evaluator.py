@@ -23,7 +23,9 @@ T0 = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 
 
 def groups(*names: str) -> list:
-    rules = [{"name": n, "expr": "SELECT 'small-0' AS replica, 7 AS value", "threshold": 5, "for": "30s"} for n in names]
+    rules = [
+        {"name": n, "expr": "SELECT 'small-0' AS replica, 7 AS value", "threshold": 5, "for": "30s"} for n in names
+    ]
     return RuleFile.model_validate({"groups": [{"name": "queue", "interval": "15s", "rules": rules}]}).groups
 
 
@@ -32,7 +34,7 @@ def sessions(metadata_url: str) -> Iterator[Any]:
     yield from migrated_sessions(metadata_url)
 
 
-def test_a_standby_that_takes_over_continues_the_saved_for_clock(ch, sessions: Any) -> None:  # noqa: ANN001
+def test_a_standby_that_takes_over_continues_the_saved_for_clock(ch, sessions: Any) -> None:
     clickhouse_runner.apply(ch)
     settings = AlertsSettings(builtin_rules=False)
     active = Evaluator(groups("QueueTooLong"), Context(ch, sessions), sessions, settings)
@@ -49,7 +51,7 @@ def test_a_standby_that_takes_over_continues_the_saved_for_clock(ch, sessions: A
     assert inst.active_at == T0 and inst.fired_at == T0 + timedelta(seconds=30)
 
 
-def test_states_of_a_removed_rule_go_when_an_evaluator_takes_the_lease(ch, sessions: Any) -> None:  # noqa: ANN001
+def test_states_of_a_removed_rule_go_when_an_evaluator_takes_the_lease(ch, sessions: Any) -> None:
     clickhouse_runner.apply(ch)
     settings = AlertsSettings(builtin_rules=False)
     old = Evaluator(groups("QueueTooLong", "Renamed"), Context(ch, sessions), sessions, settings)

@@ -29,17 +29,29 @@ def sessions(metadata_url: str) -> Iterator[Any]:
 
 
 def settings(**route: Any) -> AlertsSettings:
-    return AlertsSettings.model_validate({
-        "receivers": [{"name": "ops", "type": "webhook", "url": "http://127.0.0.1:9/hook"}],
-        "route": {"receiver": "ops", "group_by": ["alertname"], "group_wait": "30s", "group_interval": "5m",
-                  "repeat_interval": "4h", **route},
-    })
+    return AlertsSettings.model_validate(
+        {
+            "receivers": [{"name": "ops", "type": "webhook", "url": "http://127.0.0.1:9/hook"}],
+            "route": {
+                "receiver": "ops",
+                "group_by": ["alertname"],
+                "group_wait": "30s",
+                "group_interval": "5m",
+                "repeat_interval": "4h",
+                **route,
+            },
+        }
+    )
 
 
 def alert(name: str, replica: str, status: str = "firing", **labels: str) -> Alert:
-    return Alert(labels={"alertname": name, "replica": replica, "severity": "page", **labels},
-                 annotations={"summary": f"{name} on {replica}"}, status=status, starts_at=T0,
-                 ends_at=at(600) if status == "resolved" else None)
+    return Alert(
+        labels={"alertname": name, "replica": replica, "severity": "page", **labels},
+        annotations={"summary": f"{name} on {replica}"},
+        status=status,
+        starts_at=T0,
+        ends_at=at(600) if status == "resolved" else None,
+    )
 
 
 def sent_bodies(sessions: Any) -> list[dict]:
@@ -70,8 +82,11 @@ def test_changes_wait_for_group_interval_unchanged_groups_repeat(sessions: Any) 
     assert n.dispatch([r1, r2], at(1200)) == []  # unchanged: quiet until repeat_interval
     assert len(n.dispatch([r1, r2], at(300 + 3600))) == 1
     bodies = sent_bodies(sessions)
-    assert [fingerprints(b) for b in bodies] == [[("r1", "firing")], [("r1", "firing"), ("r2", "firing")],
-                                                 [("r1", "firing"), ("r2", "firing")]]
+    assert [fingerprints(b) for b in bodies] == [
+        [("r1", "firing")],
+        [("r1", "firing"), ("r2", "firing")],
+        [("r1", "firing"), ("r2", "firing")],
+    ]
 
 
 def test_the_resolve_is_notified_once_and_send_resolved_false_drops_it(sessions: Any) -> None:
@@ -104,18 +119,24 @@ def test_a_down_replica_mutes_its_own_latency_alerts_not_the_others(sessions: An
     n = Notifier(sessions, settings(group_wait="0s", group_by=["..."]))  # default inhibit rule: ReplicaDown
     alerts = [alert("ReplicaDown", "r1"), alert("KVCacheSaturated", "r1"), alert("KVCacheSaturated", "r2")]
     sent = n.dispatch(alerts, at(0))
-    names = sorted((b["alerts"][0]["labels"]["alertname"], b["alerts"][0]["labels"]["replica"]) for b in sent_bodies(sessions))
+    names = sorted(
+        (b["alerts"][0]["labels"]["alertname"], b["alerts"][0]["labels"]["replica"]) for b in sent_bodies(sessions)
+    )
     assert len(sent) == 2
     assert names == [("KVCacheSaturated", "r2"), ("ReplicaDown", "r1")]
 
 
 def test_routes_send_pages_and_tickets_to_different_receivers(sessions: Any) -> None:
-    cfg = AlertsSettings.model_validate({
-        "receivers": [{"name": "pager", "type": "pagerduty", "routing_key": "k" * 32},
-                      {"name": "chat", "type": "slack", "url": "http://127.0.0.1:9/slack"}],
-        "routes": [{"receiver": "pager", "matchers": ['severity="page"'], "group_wait": "0s"}],
-        "route": {"receiver": "chat", "group_wait": "0s"},
-    })
+    cfg = AlertsSettings.model_validate(
+        {
+            "receivers": [
+                {"name": "pager", "type": "pagerduty", "routing_key": "k" * 32},
+                {"name": "chat", "type": "slack", "url": "http://127.0.0.1:9/slack"},
+            ],
+            "routes": [{"receiver": "pager", "matchers": ['severity="page"'], "group_wait": "0s"}],
+            "route": {"receiver": "chat", "group_wait": "0s"},
+        }
+    )
     n = Notifier(sessions, cfg)
     n.dispatch([alert("KVCacheSaturated", "r1"), alert("CostPerTokenUp", "r1", severity="ticket")], at(0))
     rows = {row.receiver: row.body for row in outbox.log(sessions)}
@@ -134,11 +155,16 @@ def test_a_restart_does_not_page_again(sessions: Any) -> None:
 
 def test_bad_routing_config_is_one_clear_error() -> None:
     with pytest.raises(ValueError, match="route to receiver 'nobody', which is not defined"):
-        AlertsSettings.model_validate({"receivers": [{"name": "ops", "type": "webhook", "url": "http://x:1/"}],
-                                       "route": {"receiver": "nobody"}})
+        AlertsSettings.model_validate(
+            {"receivers": [{"name": "ops", "type": "webhook", "url": "http://x:1/"}], "route": {"receiver": "nobody"}}
+        )
     with pytest.raises(ValueError, match="cannot read matcher"):
-        AlertsSettings.model_validate({"receivers": [{"name": "ops", "type": "webhook", "url": "http://x:1/"}],
-                                       "routes": [{"receiver": "ops", "matchers": ["severity page"]}]})
+        AlertsSettings.model_validate(
+            {
+                "receivers": [{"name": "ops", "type": "webhook", "url": "http://x:1/"}],
+                "routes": [{"receiver": "ops", "matchers": ["severity page"]}],
+            }
+        )
 
 
 def test_an_alert_inhibited_after_its_page_is_told_resolved(sessions: Any) -> None:
@@ -153,7 +179,9 @@ def test_an_alert_inhibited_after_its_page_is_told_resolved(sessions: Any) -> No
 
 
 def test_a_resolve_dropped_while_the_evaluator_was_down_is_still_sent_after_restart(sessions: Any) -> None:
-    Notifier(sessions, settings(group_wait="0s", group_interval="5m")).dispatch([alert("KVCacheSaturated", "r1")], at(0))
+    Notifier(sessions, settings(group_wait="0s", group_interval="5m")).dispatch(
+        [alert("KVCacheSaturated", "r1")], at(0)
+    )
     # the evaluator stops; when it is back an hour later the resolved instance was long dropped:
     # no alert is current at all, yet the receiver still has an open incident for r1
     again = Notifier(sessions, settings(group_wait="0s", group_interval="5m"))
@@ -164,9 +192,12 @@ def test_a_resolve_dropped_while_the_evaluator_was_down_is_still_sent_after_rest
 
 
 def test_without_send_resolved_a_resolve_does_not_repeat_the_firing_ones(sessions: Any) -> None:
-    cfg = AlertsSettings.model_validate({
-        "receivers": [{"name": "ops", "type": "webhook", "url": "http://127.0.0.1:9/hook", "send_resolved": False}],
-        "route": {"receiver": "ops", "group_wait": "0s", "group_interval": "1m"}})
+    cfg = AlertsSettings.model_validate(
+        {
+            "receivers": [{"name": "ops", "type": "webhook", "url": "http://127.0.0.1:9/hook", "send_resolved": False}],
+            "route": {"receiver": "ops", "group_wait": "0s", "group_interval": "1m"},
+        }
+    )
     n = Notifier(sessions, cfg)
     r1, r2 = alert("KVCacheSaturated", "r1"), alert("KVCacheSaturated", "r2")
     n.dispatch([r1, r2], at(0))

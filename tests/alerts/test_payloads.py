@@ -17,8 +17,13 @@ DASHBOARD = "http://fleetscope.example:8501"
 
 
 def alert(replica: str, status: str = "firing", **extra_labels: str) -> Alert:
-    labels = {"alertname": "KVCacheSaturated", "model": "tiny-small", "replica": replica,
-              "severity": "page", **extra_labels}
+    labels = {
+        "alertname": "KVCacheSaturated",
+        "model": "tiny-small",
+        "replica": replica,
+        "severity": "page",
+        **extra_labels,
+    }
     return Alert(
         labels=labels,
         annotations={"summary": f"KV cache 97% full on {replica}", "runbook": "docs/runbooks/kv.md"},
@@ -48,12 +53,25 @@ PAGERDUTY = ReceiverConfig(name="oncall", type="pagerduty", routing_key="R0UT1NG
 # --------------------------------------------------------------------------- Alertmanager v4 shape
 
 TOP_LEVEL = {
-    "version": str, "groupKey": str, "truncatedAlerts": int, "status": str, "receiver": str,
-    "groupLabels": dict, "commonLabels": dict, "commonAnnotations": dict, "externalURL": str, "alerts": list,
+    "version": str,
+    "groupKey": str,
+    "truncatedAlerts": int,
+    "status": str,
+    "receiver": str,
+    "groupLabels": dict,
+    "commonLabels": dict,
+    "commonAnnotations": dict,
+    "externalURL": str,
+    "alerts": list,
 }
 PER_ALERT = {
-    "status": str, "labels": dict, "annotations": dict, "startsAt": str, "endsAt": str,
-    "generatorURL": str, "fingerprint": str,
+    "status": str,
+    "labels": dict,
+    "annotations": dict,
+    "startsAt": str,
+    "endsAt": str,
+    "generatorURL": str,
+    "fingerprint": str,
 }
 
 
@@ -80,8 +98,9 @@ def check_alertmanager_v4(body: dict) -> None:
         else:
             ends = datetime.fromisoformat(a["endsAt"])
             assert ends.year > 1 and ends >= datetime.fromisoformat(a["startsAt"])
-    shared = {k: v for k, v in body["alerts"][0]["labels"].items()
-              if all(x["labels"].get(k) == v for x in body["alerts"])}
+    shared = {
+        k: v for k, v in body["alerts"][0]["labels"].items() if all(x["labels"].get(k) == v for x in body["alerts"])
+    }
     assert body["commonLabels"] == shared
     assert body["status"] == ("firing" if any(a["status"] == "firing" for a in body["alerts"]) else "resolved")
 
@@ -103,8 +122,9 @@ def test_webhook_body_is_an_alertmanager_v4_message() -> None:
 
 
 def test_a_firing_alert_is_not_ended_even_if_it_once_resolved() -> None:
-    refired = Alert(labels={"alertname": "Flappy"}, annotations={}, status="firing", starts_at=T0,
-                    ends_at=T0 - timedelta(minutes=1))  # stale end time from its last resolve
+    refired = Alert(
+        labels={"alertname": "Flappy"}, annotations={}, status="firing", starts_at=T0, ends_at=T0 - timedelta(minutes=1)
+    )  # stale end time from its last resolve
     [(_, body)] = bodies(WEBHOOK, notification("ops-webhook", refired))
     check_alertmanager_v4(body)
     assert body["alerts"][0]["endsAt"] == ZERO_TIME
@@ -165,15 +185,25 @@ def test_pagerduty_trigger_and_resolve_share_one_dedup_key() -> None:
     assert payload["custom_details"]["annotations"]["runbook"] == "docs/runbooks/kv.md"
     assert payload["custom_details"]["value"] == 0.97
     assert t1["links"] == [{"href": f"{DASHBOARD}/alerts?replica=r-1", "text": "Investigate in fleetscope"}]
-    assert r1 == {"routing_key": "R0UT1NGKEY0123456789abcdefABCDEF", "event_action": "resolve",
-                  "dedup_key": t1["dedup_key"]}
+    assert r1 == {
+        "routing_key": "R0UT1NGKEY0123456789abcdefABCDEF",
+        "event_action": "resolve",
+        "dedup_key": t1["dedup_key"],
+    }
     json.dumps(triggers + resolves, allow_nan=False)
 
 
 @pytest.mark.parametrize(
     ("severity", "expected"),
-    [("page", "critical"), ("critical", "critical"), ("warning", "warning"), ("ticket", "warning"),
-     ("info", "info"), ("", "error"), ("disaster", "error")],
+    [
+        ("page", "critical"),
+        ("critical", "critical"),
+        ("warning", "warning"),
+        ("ticket", "warning"),
+        ("info", "info"),
+        ("", "error"),
+        ("disaster", "error"),
+    ],
 )
 def test_pagerduty_severity_comes_from_the_severity_label(severity: str, expected: str) -> None:
     a = alert("r-1", severity=severity)
@@ -204,10 +234,21 @@ def test_slack_text_names_the_alert_the_count_and_links_to_the_dashboard() -> No
 
 
 def test_slack_resolved_and_escaping() -> None:
-    a = Alert(labels={"alertname": "P99<2s", "replica": "r-1"}, annotations={}, status="resolved",
-              starts_at=T0, ends_at=T0 + timedelta(minutes=1))
-    n = Notification(receiver="slack", group_key="g", group_labels={"alertname": "P99<2s"}, alerts=[a],
-                     external_url=DASHBOARD, sequence=3)
+    a = Alert(
+        labels={"alertname": "P99<2s", "replica": "r-1"},
+        annotations={},
+        status="resolved",
+        starts_at=T0,
+        ends_at=T0 + timedelta(minutes=1),
+    )
+    n = Notification(
+        receiver="slack",
+        group_key="g",
+        group_labels={"alertname": "P99<2s"},
+        alerts=[a],
+        external_url=DASHBOARD,
+        sequence=3,
+    )
     [(_, body)] = bodies(SLACK, n)
     first, bullet = body["text"].splitlines()
     assert first == "[RESOLVED:1] P99&lt;2s"
@@ -248,8 +289,14 @@ def test_receiver_config_errors_name_the_key(fields: dict, message: str) -> None
 
 
 def test_receiver_config_keeps_custom_headers_and_secrets() -> None:
-    r = ReceiverConfig(name="ops", type="webhook", url="http://127.0.0.1:9/x",
-                       headers={"Authorization": "Bearer t"}, hmac_secret="s3cret", send_resolved=False)
+    r = ReceiverConfig(
+        name="ops",
+        type="webhook",
+        url="http://127.0.0.1:9/x",
+        headers={"Authorization": "Bearer t"},
+        hmac_secret="s3cret",
+        send_resolved=False,
+    )
     assert r.headers == {"Authorization": "Bearer t"}
     assert r.hmac_secret is not None and r.hmac_secret.get_secret_value() == "s3cret"
     assert "s3cret" not in repr(r) and r.max_age_h == 24 and r.timeout_s == 10

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from alerts.rules import PACK, load_rules, parse_duration, render
-from fleetscope.ruletest import expand_values
 from alerts.signals import SIGNALS, parse_expr
 from common.yamlfile import YamlConfigError
+from fleetscope.ruletest import expand_values
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,18 +47,22 @@ def test_a_good_file_reads_with_durations_matchers_and_percent_thresholds(tmp_pa
     assert rule.holds(0.9) and not rule.holds(0.89) and not rule.holds(float("nan"))
 
 
-@pytest.mark.parametrize("change, line, says", [
-    (("for: 5m", "for: 5 minutes"), 9, "for: not a duration: '5 minutes'"),
-    (('op: ">="', 'op: "=>"'), 7, "op: Input should be"),
-    (("expr: kv_cache_usage_max", "expr: kv_cache_usage_maxx"), 5, "did you mean 'kv_cache_usage_max'"),
-    (('window="2m"', 'window="soon"'), 5, "kv_cache_usage_max: window: not a duration"),
-    (("labels: {severity: page}", "labels: {severity: page, 2x: y}"), 10, "label name '2x'"),
-    (("$value | percent", "$value | money"), 11, "unknown template field"),
-    (("threshold: 90%", "treshold: 90%"), 8, "unknown key (did you mean 'threshold'?)"),
-    (("interval: 30s", "interval: 0s"), 3, "interval must be at least 1s"),
-])
-def test_each_mistake_is_one_line_naming_file_line_and_key(tmp_path: Path, change: tuple[str, str], line: int,
-                                                          says: str) -> None:
+@pytest.mark.parametrize(
+    "change, line, says",
+    [
+        (("for: 5m", "for: 5 minutes"), 9, "for: not a duration: '5 minutes'"),
+        (('op: ">="', 'op: "=>"'), 7, "op: Input should be"),
+        (("expr: kv_cache_usage_max", "expr: kv_cache_usage_maxx"), 5, "did you mean 'kv_cache_usage_max'"),
+        (('window="2m"', 'window="soon"'), 5, "kv_cache_usage_max: window: not a duration"),
+        (("labels: {severity: page}", "labels: {severity: page, 2x: y}"), 10, "label name '2x'"),
+        (("$value | percent", "$value | money"), 11, "unknown template field"),
+        (("threshold: 90%", "treshold: 90%"), 8, "unknown key (did you mean 'threshold'?)"),
+        (("interval: 30s", "interval: 0s"), 3, "interval must be at least 1s"),
+    ],
+)
+def test_each_mistake_is_one_line_naming_file_line_and_key(
+    tmp_path: Path, change: tuple[str, str], line: int, says: str
+) -> None:
     path = write(tmp_path, GOOD.replace(*change))
     with pytest.raises(YamlConfigError) as err:
         load_rules(path)
@@ -86,8 +90,17 @@ def test_sql_expressions_and_signal_parameters() -> None:
         parse_expr('kv_cache_usage_max{by="tenant"}')
     with pytest.raises(ValueError, match="window takes =, not =~"):
         parse_expr('kv_cache_usage_max{window=~"1m"}')
-    assert {"replica_up", "kv_cache_usage_max", "preemption_rate", "error_ratio", "slo_burn_rate", "cost_per_mtok",
-            "drift_share", "ttft_p99", "itl_p99"} <= set(SIGNALS)
+    assert {
+        "replica_up",
+        "kv_cache_usage_max",
+        "preemption_rate",
+        "error_ratio",
+        "slo_burn_rate",
+        "cost_per_mtok",
+        "drift_share",
+        "ttft_p99",
+        "itl_p99",
+    } <= set(SIGNALS)
 
 
 def test_templates_fill_labels_and_formatted_values() -> None:
@@ -111,7 +124,10 @@ def test_alerts_check_validates_the_configured_rules_and_files(tmp_path: Path) -
     bad = write(tmp_path, GOOD.replace("for: 5m", "for: soon"))
     done = run_cli("alerts", "check", str(bad), cwd=tmp_path)
     assert done.returncode == 2
-    assert done.stderr.strip() == f"error: {bad}:9: groups.0.rules.0.for: not a duration: 'soon' (write e.g. 30s, 5m, 1h30m, 3d)"
+    assert (
+        done.stderr.strip()
+        == f"error: {bad}:9: groups.0.rules.0.for: not a duration: 'soon' (write e.g. 30s, 5m, 1h30m, 3d)"
+    )
 
 
 def test_the_built_in_pack_passes_its_own_rule_tests_and_a_wrong_expectation_fails(tmp_path: Path) -> None:
@@ -121,7 +137,9 @@ def test_the_built_in_pack_passes_its_own_rule_tests_and_a_wrong_expectation_fai
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{cases} passed, 0 failed" in done.stdout and done.stdout.count("PASS ") == cases
 
-    wrong = write(tmp_path, f"""\
+    wrong = write(
+        tmp_path,
+        f"""\
 rule_files: [{PACK}]
 tests:
   - name: expects r2 instead of r1
@@ -134,8 +152,12 @@ tests:
         alertname: KVCacheSaturated
         exp_alerts:
           - exp_labels: {{replica: r2, severity: page, team: inference}}
-""", "wrong_test.yaml")
+""",
+        "wrong_test.yaml",
+    )
     done = run_cli("alerts", "test", str(wrong), cwd=tmp_path, timeout=300)
     assert done.returncode == 1
     assert "FAIL" in done.stdout and "expects r2 instead of r1" in done.stdout
-    assert 'expected firing [\'{replica="r2", severity="page", team="inference"}\'], got [\'{replica="r1"' in done.stdout
+    assert (
+        'expected firing [\'{replica="r2", severity="page", team="inference"}\'], got [\'{replica="r1"' in done.stdout
+    )

@@ -52,17 +52,26 @@ def outbox(db: Path) -> list[dict]:
 def start(config: Path, cwd: Path) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
     exe = Path(sys.executable).parent / "fleetscope"
-    return subprocess.Popen([str(exe), "alerts", "run", "--config", str(config)], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [str(exe), "alerts", "run", "--config", str(config)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
-def wait_for(condition, timeout: float, what: str, proc: subprocess.Popen[str] | None = None) -> None:  # noqa: ANN001
+def wait_for(condition, timeout: float, what: str, proc: subprocess.Popen[str] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the evaluator exited ({proc.returncode}) before {what}:\n{proc.stdout.read()[-3000:]}")
+            raise AssertionError(
+                f"the evaluator exited ({proc.returncode}) before {what}:\n{proc.stdout.read()[-3000:]}"
+            )
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -71,13 +80,21 @@ def test_killed_while_the_receiver_is_down_it_delivers_once_after_restart(tmp_pa
     port = closed_port()
     (tmp_path / "rules.yaml").write_text(RULES)
     config = tmp_path / "fleetscope.yaml"
-    config.write_text(json.dumps({
-        "clickhouse": {"url": f"chdb:{tmp_path / 'ch'}"},
-        "metadata": {"url": f"sqlite:///{tmp_path / 'm.db'}"},
-        "alerts": {"builtin_rules": False, "rule_files": [str(tmp_path / "rules.yaml")],
-                   "receivers": [{"name": "oncall", "type": "webhook", "url": f"http://127.0.0.1:{port}/hook"}],
-                   "route": {"receiver": "oncall", "group_wait": "0s"}, "delivery_poll_s": 0.2},
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "clickhouse": {"url": f"chdb:{tmp_path / 'ch'}"},
+                "metadata": {"url": f"sqlite:///{tmp_path / 'm.db'}"},
+                "alerts": {
+                    "builtin_rules": False,
+                    "rule_files": [str(tmp_path / "rules.yaml")],
+                    "receivers": [{"name": "oncall", "type": "webhook", "url": f"http://127.0.0.1:{port}/hook"}],
+                    "route": {"receiver": "oncall", "group_wait": "0s"},
+                    "delivery_poll_s": 0.2,
+                },
+            }
+        )
+    )
     db = tmp_path / "m.db"
 
     first = start(config, tmp_path)
@@ -106,7 +123,9 @@ def test_killed_while_the_receiver_is_down_it_delivers_once_after_restart(tmp_pa
     seen = receiver.requests[0]
     assert seen.key == row["key"]
     body = json.loads(seen.body)
-    assert body["status"] == "firing" and body["alerts"][0]["annotations"]["summary"] == "small-0 has 7 requests waiting"
+    assert (
+        body["status"] == "firing" and body["alerts"][0]["annotations"]["summary"] == "small-0 has 7 requests waiting"
+    )
     assert [r["status"] for r in outbox(db)] == ["delivered"]
 
     listed = run_cli("alerts", "list", "--config", str(config), cwd=tmp_path)

@@ -38,8 +38,9 @@ def rollout(chdb_dir: Path) -> Any:
     clickhouse_runner.apply(client)
     plan = load_scenario("long-context-rollout")
     start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
-    report = replay(client, load_spec(ROOT / "fleet.yaml"), plan, start, interval_s=5.0, seed=1,
-                    duration_s=plan.duration_s + 300)
+    report = replay(
+        client, load_spec(ROOT / "fleet.yaml"), plan, start, interval_s=5.0, seed=1, duration_s=plan.duration_s + 300
+    )
     return client, report
 
 
@@ -50,18 +51,21 @@ def receiver() -> Iterator[ScriptedReceiver]:
     server.stop()
 
 
-def test_ttft_fires_within_for_plus_two_intervals_kv_saturation_within_the_rollout_and_both_resolve(rollout: Any, sqlite_url: str,
-                                                                               receiver: ScriptedReceiver) -> None:
+def test_ttft_fires_within_for_plus_two_intervals_kv_saturation_within_the_rollout_and_both_resolve(
+    rollout: Any, sqlite_url: str, receiver: ScriptedReceiver
+) -> None:
     client, report = rollout
     sessions = next(migrated_sessions(sqlite_url))
     # the SLO a team would set on this fleet: p99 TTFT within 2 s (steady p99 is about 1.2 s)
     for model in ("tiny-small", "tiny-large"):
         set_slo(sessions, SloTarget(model, "ttft", 2.0, 0.99))
-    settings = AlertsSettings.model_validate({
-        "receivers": [{"name": "oncall", "type": "webhook", "url": f"http://127.0.0.1:{receiver.port}/alerts"}],
-        "route": {"receiver": "oncall", "group_by": ["alertname"], "group_wait": "0s", "group_interval": "1m"},
-        "external_url": "http://dash.example:8501",
-    })
+    settings = AlertsSettings.model_validate(
+        {
+            "receivers": [{"name": "oncall", "type": "webhook", "url": f"http://127.0.0.1:{receiver.port}/alerts"}],
+            "route": {"receiver": "oncall", "group_by": ["alertname"], "group_wait": "0s", "group_interval": "1m"},
+            "external_url": "http://dash.example:8501",
+        }
+    )
     groups = [g for g in rule_groups(settings) if g.name in ("capacity", "latency")]
     evaluator = Evaluator(groups, Context(client, sessions), sessions, settings)
     deliverer = Deliverer(sessions, {r.name: r for r in settings.receivers})
@@ -91,8 +95,12 @@ def test_ttft_fires_within_for_plus_two_intervals_kv_saturation_within_the_rollo
         assert name in resolved and resolved[name] > back, f"{name} did not resolve after the rollback"
         assert resolved[name] > fired[name]
 
-    still = {(name, i.labels.get("replica", i.labels.get("model"))) for name in ("KVCacheSaturated", "TTFTOverSLO")
-             for i in evaluator.states.get(name, {}).values() if i.state != "resolved"}
+    still = {
+        (name, i.labels.get("replica", i.labels.get("model")))
+        for name in ("KVCacheSaturated", "TTFTOverSLO")
+        for i in evaluator.states.get(name, {}).values()
+        if i.state != "resolved"
+    }
     assert not still, f"still pending or firing after the return to steady: {sorted(still)}"
 
     # what the on-call receiver got: Alertmanager payloads, firing then resolved, with links that explain
@@ -109,19 +117,24 @@ def test_ttft_fires_within_for_plus_two_intervals_kv_saturation_within_the_rollo
     # the history in ClickHouse tells the same story
     events = history(client, report.start, report.end + timedelta(minutes=1))
     states = [(e["rule"], e["state"]) for e in reversed(events) if e["rule"] == "KVCacheSaturated"]
-    assert states.index(("KVCacheSaturated", "pending")) < states.index(("KVCacheSaturated", "firing")) \
+    assert (
+        states.index(("KVCacheSaturated", "pending"))
+        < states.index(("KVCacheSaturated", "firing"))
         < states.index(("KVCacheSaturated", "resolved"))
+    )
 
 
-def test_a_stalled_engine_pages_within_its_for_names_only_that_replica_and_resolves(chdb_dir: Path,
-                                                                                      sqlite_url: str) -> None:
+def test_a_stalled_engine_pages_within_its_for_names_only_that_replica_and_resolves(
+    chdb_dir: Path, sqlite_url: str
+) -> None:
     """``engine-stall``: small-1's engine freezes at 180 s (the simulator's test hook) and goes on at 540 s."""
     client = connect(f"chdb:{chdb_dir}", database=f"t_{uuid.uuid4().hex[:12]}", create_database=True)
     clickhouse_runner.apply(client)
     plan = load_scenario("engine-stall")
     start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
-    report = replay(client, load_spec(ROOT / "fleet.yaml"), plan, start, interval_s=5.0, seed=1,
-                    duration_s=plan.duration_s)
+    report = replay(
+        client, load_spec(ROOT / "fleet.yaml"), plan, start, interval_s=5.0, seed=1, duration_s=plan.duration_s
+    )
     sessions = next(migrated_sessions(sqlite_url))
     settings = AlertsSettings.model_validate({})
     groups = [g for g in rule_groups(settings) if g.name == "capacity"]
@@ -141,6 +154,9 @@ def test_a_stalled_engine_pages_within_its_for_names_only_that_replica_and_resol
         at += timedelta(seconds=EVERY)
     assert list(firing) == ["small-1"]
     # its threshold (2 min without a token), then for: 1m, within two evaluations and one 15 s step
-    assert frozen + timedelta(seconds=rule.threshold + rule.for_s) <= firing["small-1"] \
+    assert (
+        frozen + timedelta(seconds=rule.threshold + rule.for_s)
+        <= firing["small-1"]
         <= frozen + timedelta(seconds=rule.threshold + rule.for_s + 2 * EVERY + 15)
+    )
     assert resumed < resolved["small-1"] <= resumed + timedelta(minutes=1)

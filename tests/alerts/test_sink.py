@@ -29,7 +29,9 @@ def test_each_receiver_type_reads_as_a_line_per_alert(tmp_path: Path) -> None:
                 assert httpx.post(sink.url, json=body).status_code == 200
         bad = httpx.post(sink.url, content=b"{not json", headers={"content-type": "application/json"})
     assert bad.status_code == 400 and "not JSON" in bad.json()["error"]
-    webhook = [line for line in lines if "small-" in line and "KV cache 97% full" in line and "/alerts?replica=" in line]
+    webhook = [
+        line for line in lines if "small-" in line and "KV cache 97% full" in line and "/alerts?replica=" in line
+    ]
     assert any("FIRING" in line and "replica=small-1" in line for line in webhook)
     assert any("RESOLVED" in line and "replica=small-2" in line for line in webhook)
     assert any("TRIGGER" in line and "small-1" in line for line in lines)  # PagerDuty
@@ -41,8 +43,13 @@ def test_each_receiver_type_reads_as_a_line_per_alert(tmp_path: Path) -> None:
 
 def test_the_command_prints_what_arrives_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "fleetscope"
-    proc = subprocess.Popen([str(exe), "alerts", "sink", "--port", "0", "--record", str(tmp_path / "got.jsonl")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    proc = subprocess.Popen(
+        [str(exe), "alerts", "sink", "--port", "0", "--record", str(tmp_path / "got.jsonl")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
     try:
         first = proc.stderr.readline()
         url = re.search(r"webhook sink on (http://127\.0\.0\.1:\d+/)", first)

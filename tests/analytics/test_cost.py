@@ -71,27 +71,56 @@ def replica_b(minute: float) -> str:
     return exposition("m-b", 2 if minute < 100 else 0, prompt, 0, output)
 
 
-def fleet(ch, spool: Path) -> None:  # noqa: ANN001
+def fleet(ch, spool: Path) -> None:
     clickhouse_runner.apply(ch)
     writer = Writer(ch, WriterConfig(spool_dir=spool))
     plan = [("a", "H100", "1", 0, replica_a), ("b", "L4", "2", 60, replica_b)]
     for name, gpu, count, first, render in plan:
-        target = make_target(f"10.0.0.{ord(name)}:8000", job="vllm", interval_s=15, timeout_s=5,
-                             labels={"replica": name, "model": f"m-{name}", "gpu_type": gpu, "gpu_count": count})
+        target = make_target(
+            f"10.0.0.{ord(name)}:8000",
+            job="vllm",
+            interval_s=15,
+            timeout_s=5,
+            labels={"replica": name, "model": f"m-{name}", "gpu_type": gpu, "gpu_count": count},
+        )
         converter, batch = SeriesConverter(), Batch()
         for i in range(first * 4, 120 * 4):  # a scrape every 15 s
             minute = i / 4
             text = render(minute)
-            converter.convert(ScrapeResult(target, (T0 + timedelta(minutes=minute)).timestamp(), True, 0.01,
-                                           len(text.splitlines()) // 2, "", parse(text)), batch)
+            converter.convert(
+                ScrapeResult(
+                    target,
+                    (T0 + timedelta(minutes=minute)).timestamp(),
+                    True,
+                    0.01,
+                    len(text.splitlines()) // 2,
+                    "",
+                    parse(text),
+                ),
+                batch,
+            )
         writer.add_tables(batch.tables)
     assert writer.flush()
     rows = []
-    for tenant, n, weight, prompt, cached, output in (("acme", 100, 2.0, 1000, 0, 200), ("globex", 50, 4.0, 500, 100, 500)):
-        rows += [{"ts": T0 + timedelta(minutes=i), "source": "gateway", "request_id": f"{tenant}-{i}", "tenant": tenant,
-                  "model": "m-b" if tenant == "globex" and i % 2 else "m-a", "route": "pinned",
-                  "prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": output,
-                  "weight": weight} for i in range(n)]
+    for tenant, n, weight, prompt, cached, output in (
+        ("acme", 100, 2.0, 1000, 0, 200),
+        ("globex", 50, 4.0, 500, 100, 500),
+    ):
+        rows += [
+            {
+                "ts": T0 + timedelta(minutes=i),
+                "source": "gateway",
+                "request_id": f"{tenant}-{i}",
+                "tenant": tenant,
+                "model": "m-b" if tenant == "globex" and i % 2 else "m-a",
+                "route": "pinned",
+                "prompt_tokens": prompt,
+                "cached_tokens": cached,
+                "completion_tokens": output,
+                "weight": weight,
+            }
+            for i in range(n)
+        ]
     ch.insert_df("requests", pd.DataFrame(rows))
 
 
@@ -108,7 +137,7 @@ def prices(sqlite_url: str) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("tier", ["raw", "1m"])
-def test_spend_counts_uptime_gpus_price_and_idle(ch, prices, tier, tmp_path) -> None:  # noqa: ANN001
+def test_spend_counts_uptime_gpus_price_and_idle(ch, prices, tier, tmp_path) -> None:
     fleet(ch, tmp_path)
     df = gpu_spend(ch, *WINDOW, prices, tier=tier).set_index("replica")
     # a: 2 h x 1 GPU x $2.00 = $4.00, of which idle 0.5 h x $2.00 = $1.00
@@ -118,7 +147,7 @@ def test_spend_counts_uptime_gpus_price_and_idle(ch, prices, tier, tmp_path) -> 
     assert (df.loc["b", "up_seconds"], df.loc["b", "busy_seconds"]) == (3600, 2400)
 
 
-def test_cost_per_million_tokens_counts_across_the_restart(ch, prices, tmp_path) -> None:  # noqa: ANN001
+def test_cost_per_million_tokens_counts_across_the_restart(ch, prices, tmp_path) -> None:
     fleet(ch, tmp_path)
     df = cost_per_token(ch, *WINDOW, prices, tier="raw").set_index("model")
     # b's tokens across its restart: 300k + 100k prompt, 60k + 40k output
@@ -132,14 +161,17 @@ def test_cost_per_million_tokens_counts_across_the_restart(ch, prices, tmp_path)
     # weights 1 : 0.25 : 4 -> 1.2M computed + 0.1M x 0.25 cached + 0.3M x 4 output = 2.425M weighted tokens;
     # $5.60 / 2.425M x 1M = $2.31 per 1M input, $0.58 cached, $9.24 output
     assert [round(fleet_row[c], 2) for c in ("input_per_million", "cached_per_million", "output_per_million")] == [
-        2.31, 0.58, 9.24]
+        2.31,
+        0.58,
+        9.24,
+    ]
     assert round(fleet_row["idle_share"], 3) == round(1.5333 / 5.60, 3)
     # the same tokens at $0.15 / $0.075 / $0.60 per 1M: 1.2M x 0.15 + 0.1M x 0.075 + 0.3M x 0.60 = $0.3675
     ref = compare_reference(fleet_row, [ReferencePrice("api-mini", input=0.15, output=0.60, cached=0.075)]).iloc[0]
     assert round(ref["reference_cost"], 4) == 0.3675 and round(ref["ratio"], 2) == round(5.60 / 0.3675, 2)
 
 
-def test_showback_shares_each_pool_by_weighted_tokens(ch, prices, tmp_path) -> None:  # noqa: ANN001
+def test_showback_shares_each_pool_by_weighted_tokens(ch, prices, tmp_path) -> None:
     fleet(ch, tmp_path)
     weights = TokenWeights(input=1, cached=0.25, output=4)
     df = cost_by_tenant(ch, *WINDOW, prices, weights=weights, tier="raw").set_index("tenant")
@@ -162,7 +194,7 @@ def test_showback_shares_each_pool_by_weighted_tokens(ch, prices, tmp_path) -> N
     assert list(only["tenant"]) == ["acme"] and round(only["spend"].iloc[0], 2) == 2.39
 
 
-def test_spend_without_request_rows_is_unattributed(ch, prices, tmp_path) -> None:  # noqa: ANN001
+def test_spend_without_request_rows_is_unattributed(ch, prices, tmp_path) -> None:
     fleet(ch, tmp_path)
     ch.command("ALTER TABLE requests DELETE WHERE model = 'm-b' SETTINGS mutations_sync = 1")
     df = cost_by_tenant(ch, *WINDOW, prices, tier="raw").set_index("tenant")
@@ -171,7 +203,7 @@ def test_spend_without_request_rows_is_unattributed(ch, prices, tmp_path) -> Non
 
 
 @pytest.mark.parametrize("tier", ["1h", "6h"])
-def test_the_hourly_tiers_agree_on_the_total(ch, prices, tmp_path, tier) -> None:  # noqa: ANN001
+def test_the_hourly_tiers_agree_on_the_total(ch, prices, tmp_path, tier) -> None:
     fleet(ch, tmp_path)
     df = cost_per_token(ch, *WINDOW, prices, tier=tier).set_index("model")
     # the 6-hour tier's tokens; its uptime is counted in hours (6-hour buckets would count 6 h per replica)
@@ -179,7 +211,7 @@ def test_the_hourly_tiers_agree_on_the_total(ch, prices, tmp_path, tier) -> None
     assert (df.loc["m-b", "prompt_tokens"], df.loc["m-b", "completion_tokens"]) == (400_000, 100_000)
 
 
-def test_filters_and_missing_prices(ch, prices, tmp_path) -> None:  # noqa: ANN001
+def test_filters_and_missing_prices(ch, prices, tmp_path) -> None:
     fleet(ch, tmp_path)
     only_b = gpu_spend(ch, *WINDOW, prices, tier="raw", filters=Filters(model="m-b"))
     assert list(only_b["replica"]) == ["b"]
@@ -189,6 +221,6 @@ def test_filters_and_missing_prices(ch, prices, tmp_path) -> None:  # noqa: ANN0
         TokenWeights(input=-1)
 
 
-def test_seeded_prices_are_there_to_edit(prices) -> None:  # noqa: ANN001
+def test_seeded_prices_are_there_to_edit(prices) -> None:
     assert {"H100", "A100-80GB", "L4", "cpu-demo"} <= set(prices)
     assert prices["H100"] == 2.00  # edited by the fixture, over the seed

@@ -21,23 +21,33 @@ REF = (T0, T0 + timedelta(hours=1))
 CUR = (T0 + timedelta(hours=1), T0 + timedelta(hours=2))
 
 
-def rows(window: tuple[datetime, datetime], n: int, seed: int, *, prompt_median: float = 300, tenants=None) -> pd.DataFrame:  # noqa: ANN001
+def rows(
+    window: tuple[datetime, datetime], n: int, seed: int, *, prompt_median: float = 300, tenants=None
+) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     tenants = tenants or {"acme": 0.6, "globex": 0.4}
     prompt = np.clip(rng.lognormal(np.log(prompt_median), 0.6, n), 1, 30000).astype(int)
     output = np.clip(rng.lognormal(np.log(80), 0.5, n), 1, 4000).astype(int)
     span = (window[1] - window[0]).total_seconds()
-    return pd.DataFrame({
-        "ts": [window[0] + timedelta(seconds=float(s)) for s in np.sort(rng.uniform(0, span, n))],
-        "source": "gateway", "request_id": [f"{seed}-{i}" for i in range(n)],
-        "tenant": rng.choice(list(tenants), n, p=list(tenants.values())),
-        "model": rng.choice(["small", "large"], n, p=[0.75, 0.25]), "route": "pinned/least_loaded",
-        "finish_reason": "length", "prompt_tokens": prompt, "completion_tokens": output, "max_tokens": output,
-        "cached_tokens": (prompt * rng.uniform(0, 0.5, n)).astype(int), "weight": 1.0,
-    })
+    return pd.DataFrame(
+        {
+            "ts": [window[0] + timedelta(seconds=float(s)) for s in np.sort(rng.uniform(0, span, n))],
+            "source": "gateway",
+            "request_id": [f"{seed}-{i}" for i in range(n)],
+            "tenant": rng.choice(list(tenants), n, p=list(tenants.values())),
+            "model": rng.choice(["small", "large"], n, p=[0.75, 0.25]),
+            "route": "pinned/least_loaded",
+            "finish_reason": "length",
+            "prompt_tokens": prompt,
+            "completion_tokens": output,
+            "max_tokens": output,
+            "cached_tokens": (prompt * rng.uniform(0, 0.5, n)).astype(int),
+            "weight": 1.0,
+        }
+    )
 
 
-def load(ch, *frames: pd.DataFrame) -> None:  # noqa: ANN001
+def load(ch, *frames: pd.DataFrame) -> None:
     clickhouse_runner.apply(ch)
     for frame in frames:
         ch.insert_df("requests", frame)
@@ -50,7 +60,7 @@ def test_reference_windows() -> None:
         reference_window(*CUR, "yesterday")
 
 
-def test_identical_windows_show_no_drift(ch) -> None:  # noqa: ANN001
+def test_identical_windows_show_no_drift(ch) -> None:
     ref = rows(REF, 3000, seed=1)
     same = ref.assign(ts=ref["ts"] + timedelta(hours=1), request_id=ref["request_id"] + "-copy")
     load(ch, ref, same)
@@ -60,13 +70,13 @@ def test_identical_windows_show_no_drift(ch) -> None:  # noqa: ANN001
     assert df.attrs["share_drifted"] == 0 and not df.attrs["dataset_drift"]
 
 
-def test_same_distribution_fresh_draws_show_no_drift(ch) -> None:  # noqa: ANN001
+def test_same_distribution_fresh_draws_show_no_drift(ch) -> None:
     load(ch, rows(REF, 3000, seed=1), rows(CUR, 3000, seed=2))
     df = drift(ch, CUR, REF)
     assert not df["drifted"].any(), df
 
 
-def test_longer_prompts_and_a_new_tenant_are_detected_with_distance_tests(ch) -> None:  # noqa: ANN001
+def test_longer_prompts_and_a_new_tenant_are_detected_with_distance_tests(ch) -> None:
     ref = rows(REF, 3000, seed=1)
     cur = rows(CUR, 3000, seed=2, prompt_median=600, tenants={"acme": 0.45, "globex": 0.3, "bigcorp": 0.25})
     load(ch, ref, cur)
@@ -87,7 +97,7 @@ def test_longer_prompts_and_a_new_tenant_are_detected_with_distance_tests(ch) ->
     assert shares.loc["bigcorp", "current_requests_share"] == pytest.approx(q["bigcorp"])
 
 
-def test_small_samples_use_ks_and_chi_square(ch) -> None:  # noqa: ANN001
+def test_small_samples_use_ks_and_chi_square(ch) -> None:
     ref = rows(REF, 400, seed=3)
     cur = rows(CUR, 400, seed=4, prompt_median=600, tenants={"acme": 0.45, "globex": 0.3, "bigcorp": 0.25})
     load(ch, ref, cur)
@@ -98,14 +108,14 @@ def test_small_samples_use_ks_and_chi_square(ch) -> None:  # noqa: ANN001
     assert not df.loc["model", "drifted"]
 
 
-def test_small_identical_samples_show_no_drift(ch) -> None:  # noqa: ANN001
+def test_small_identical_samples_show_no_drift(ch) -> None:
     ref = rows(REF, 400, seed=3)
     load(ch, ref, ref.assign(ts=ref["ts"] + timedelta(hours=1), request_id=ref["request_id"] + "-copy"))
     df = drift(ch, CUR, REF)
     assert not df["drifted"].any() and (df["score"] > 0.99).all()
 
 
-def test_filters_and_token_shares(ch) -> None:  # noqa: ANN001
+def test_filters_and_token_shares(ch) -> None:
     cur = rows(CUR, 2000, seed=2, tenants={"acme": 0.5, "bigcorp": 0.5})
     cur.loc[cur["tenant"] == "bigcorp", "prompt_tokens"] *= 4  # bigcorp's requests are long
     load(ch, rows(REF, 2000, seed=1), cur)
@@ -116,7 +126,7 @@ def test_filters_and_token_shares(ch) -> None:  # noqa: ANN001
     assert not only_acme.loc["tenant", "drifted"] and only_acme.loc["tenant", "score"] < 0.1
 
 
-def test_an_empty_window_is_a_clear_error(ch) -> None:  # noqa: ANN001
+def test_an_empty_window_is_a_clear_error(ch) -> None:
     load(ch, rows(REF, 100, seed=1))
     with pytest.raises(ValueError, match="current window holds no request-log rows"):
         drift(ch, CUR, REF)
@@ -124,7 +134,7 @@ def test_an_empty_window_is_a_clear_error(ch) -> None:  # noqa: ANN001
         drift(ch, CUR, (CUR[0] - timedelta(minutes=30), CUR[0] + timedelta(minutes=1)))
 
 
-def test_shares_over_long_unaligned_windows_match_the_rows(ch) -> None:  # noqa: ANN001
+def test_shares_over_long_unaligned_windows_match_the_rows(ch) -> None:
     """Windows of days that start and end inside an hour: each row counts in its own window only."""
     data = rows((T0 - timedelta(days=3), T0 + timedelta(days=2)), 6000, seed=5)
     load(ch, data)
@@ -140,10 +150,12 @@ def test_shares_over_long_unaligned_windows_match_the_rows(ch) -> None:  # noqa:
             assert got.loc[value, f"{w}_tokens"] == pytest.approx(count)
             assert got.loc[value, f"{w}_rows"] == (bucket == value).sum()
         by_tenant = frame.groupby("tenant").size() / len(frame)
-        assert shares["tenant"].set_index("value")[f"{w}_requests_share"].to_dict() == pytest.approx(by_tenant.to_dict())
+        assert shares["tenant"].set_index("value")[f"{w}_requests_share"].to_dict() == pytest.approx(
+            by_tenant.to_dict()
+        )
 
 
-def test_a_reference_kept_only_in_the_hourly_rollup_still_compares_the_mix(ch) -> None:  # noqa: ANN001
+def test_a_reference_kept_only_in_the_hourly_rollup_still_compares_the_mix(ch) -> None:
     """Past the raw request log's retention the hourly rollup still has the mix: the shares are
     compared; the length distributions, which need the rows, say why they are not."""
     load(ch, rows(REF, 2000, seed=1))
@@ -157,19 +169,24 @@ def test_a_reference_kept_only_in_the_hourly_rollup_still_compares_the_mix(ch) -
     assert numeric["detail"].str.contains("retention").all()
 
 
-def test_length_distributions_share_log_bins_and_count_every_request(ch) -> None:  # noqa: ANN001
+def test_length_distributions_share_log_bins_and_count_every_request(ch) -> None:
     ref, cur = rows(REF, 1500, seed=1), rows(CUR, 1200, seed=2, prompt_median=1200)
     load(ch, ref, cur)
     dist = length_distribution(ch, "prompt_tokens", CUR, REF)
     by_window = {w: f.reset_index(drop=True) for w, f in dist.groupby("window")}
-    assert (by_window["reference"][["low", "high"]] == by_window["current"][["low", "high"]]).all().all()  # the same bins
+    assert (
+        (by_window["reference"][["low", "high"]] == by_window["current"][["low", "high"]]).all().all()
+    )  # the same bins
     longest = max(ref["prompt_tokens"].max(), cur["prompt_tokens"].max())
     assert dist["low"].min() == 1 and dist["high"].max() > longest >= dist["low"].max()
     for w, frame in (("reference", ref), ("current", cur)):
         got = by_window[w]
         assert got["requests"].sum() == pytest.approx(len(frame)) and got["share"].sum() == pytest.approx(1)
         # each request in the bin that holds its length
-        expected = [((frame["prompt_tokens"] >= lo) & (frame["prompt_tokens"] < hi)).sum() for lo, hi in zip(got["low"], got["high"])]
+        expected = [
+            ((frame["prompt_tokens"] >= lo) & (frame["prompt_tokens"] < hi)).sum()
+            for lo, hi in zip(got["low"], got["high"], strict=True)
+        ]
         assert got["requests"].tolist() == pytest.approx(expected)
     # the current prompts are four times as long: most of its requests sit in higher bins
     median_bin = {w: f.loc[f["share"].cumsum() >= 0.5, "low"].iloc[0] for w, f in by_window.items()}

@@ -16,12 +16,12 @@ from tests.analytics.scenario_data import INTERVAL, PRICES, play
 
 
 @pytest.fixture(scope="module")
-def rollout(chdb_dir):  # noqa: ANN001
+def rollout(chdb_dir):
     return play(chdb_dir, "long-context-rollout", seed=1)
 
 
 @pytest.fixture(scope="module")
-def shift(chdb_dir):  # noqa: ANN001
+def shift(chdb_dir):
     return play(chdb_dir, "tenant-shift", seed=1)
 
 
@@ -47,7 +47,7 @@ def test_a_level_seen_for_a_step_or_two_is_no_baseline() -> None:
     assert episode([ln(0.15), ln(4.6)], [0, 2, 20]) is None
 
 
-def test_long_context_rollout_is_put_down_to_long_prompts_filling_the_kv_cache(rollout) -> None:  # noqa: ANN001
+def test_long_context_rollout_is_put_down_to_long_prompts_filling_the_kv_cache(rollout) -> None:
     ex = explain(rollout.client, rollout.start, rollout.end)
     switch = rollout.phase("rollout")
     assert ex.source == "request log" and ex.step == INTERVAL
@@ -67,7 +67,7 @@ def test_long_context_rollout_is_put_down_to_long_prompts_filling_the_kv_cache(r
     assert "contention" in ex.sentence
 
 
-def test_tenant_shift_is_put_down_to_the_new_tenant_and_the_router(shift) -> None:  # noqa: ANN001
+def test_tenant_shift_is_put_down_to_the_new_tenant_and_the_router(shift) -> None:
     ex = explain(shift.client, shift.start, shift.end, prices=PRICES)
     switch = shift.phase("bigcorp-onboarded")
     assert abs((ex.break_at - switch).total_seconds()) <= 2 * INTERVAL, (ex.break_at, switch)
@@ -87,14 +87,14 @@ def test_tenant_shift_is_put_down_to_the_new_tenant_and_the_router(shift) -> Non
     assert cost[("(fleet)", "after")] < cost[("(fleet)", "before")]
 
 
-def test_a_steady_run_has_no_regression_to_explain(chdb_dir) -> None:  # noqa: ANN001
+def test_a_steady_run_has_no_regression_to_explain(chdb_dir) -> None:
     steady = play(chdb_dir, "steady", seed=2)
     ex = explain(steady.client, steady.start, steady.end)
     assert ex.break_at is None, ex.sentence
     assert ex.evidence.empty and "no lasting rise" in ex.sentence
 
 
-def test_explain_takes_any_timezone_and_refuses_nonsense(rollout) -> None:  # noqa: ANN001
+def test_explain_takes_any_timezone_and_refuses_nonsense(rollout) -> None:
     from datetime import timedelta, timezone
 
     paris = timezone(timedelta(hours=1))
@@ -106,7 +106,7 @@ def test_explain_takes_any_timezone_and_refuses_nonsense(rollout) -> None:  # no
         explain(rollout.client, rollout.start, rollout.end, q=1.5)
 
 
-def test_too_little_data_says_so_with_an_empty_but_complete_evidence_table(rollout) -> None:  # noqa: ANN001
+def test_too_little_data_says_so_with_an_empty_but_complete_evidence_table(rollout) -> None:
     from datetime import timedelta
 
     ex = explain(rollout.client, rollout.start - timedelta(hours=3), rollout.start - timedelta(hours=2))
@@ -114,7 +114,7 @@ def test_too_little_data_says_so_with_an_empty_but_complete_evidence_table(rollo
     assert ex.evidence.empty and {"signal", "score", "moved_at", "resolution_s"} <= set(ex.evidence.columns)
 
 
-def test_the_quantile_series_alone_is_what_explain_draws(rollout) -> None:  # noqa: ANN001
+def test_the_quantile_series_alone_is_what_explain_draws(rollout) -> None:
     """What the Investigate page draws before the explanation is worked out: the same line."""
     head = quantile_series(rollout.client, rollout.start, rollout.end)
     ex = explain(rollout.client, rollout.start, rollout.end)

@@ -21,8 +21,18 @@ def steps(n: int) -> pd.DatetimeIndex:
 
 def capacity_grid(n: int, brk: int, **after: float) -> pd.DataFrame:
     """A quiet fleet for ``n`` steps; from step ``brk`` on, the columns in ``after`` take their values."""
-    grid = pd.DataFrame({"kv_avg": 0.2, "kv_peak": 0.3, "waiting": 0.0, "replicas_up": 3.0, "preemptions": 0.0,
-                         "prefix_hit_rate": 0.4, "stalled": 0.0}, index=steps(n))
+    grid = pd.DataFrame(
+        {
+            "kv_avg": 0.2,
+            "kv_peak": 0.3,
+            "waiting": 0.0,
+            "replicas_up": 3.0,
+            "preemptions": 0.0,
+            "prefix_hit_rate": 0.4,
+            "stalled": 0.0,
+        },
+        index=steps(n),
+    )
     for column, value in after.items():
         grid.iloc[brk:, grid.columns.get_loc(column)] = value
     return grid
@@ -53,7 +63,10 @@ def test_stalled_replicas_and_replicas_down_are_capacity_evidence() -> None:
     grid = capacity_grid(60, 30, stalled=1.0, replicas_up=2.0)
     grid.attrs["stalled_replicas"] = {"small-1": (steps(60)[30], 30)}
     rows = by_signal(capacity_evidence(grid, steps(60)[30], steps(60)[-1] + pd.Timedelta(seconds=STEP), STEP))
-    assert rows["stalled replicas"]["score"] == 1.0 and "small-1 (from 10:05:00, 5.0 min)" in rows["stalled replicas"]["detail"]
+    assert (
+        rows["stalled replicas"]["score"] == 1.0
+        and "small-1 (from 10:05:00, 5.0 min)" in rows["stalled replicas"]["detail"]
+    )
     assert math.isclose(rows["replicas up"]["score"], 1 - 2 / 3, abs_tol=1e-4)
 
 
@@ -73,11 +86,18 @@ def test_a_shift_in_arrival_order_is_found_where_it_starts() -> None:
 
 
 def test_the_onset_is_the_earliest_leading_move_and_request_times_win_over_steps() -> None:
-    ex = Explanation("p99 ttft", "request log", STEP, pd.DataFrame(), break_at=(T0 + pd.Timedelta(minutes=5)).to_pydatetime())
+    ex = Explanation(
+        "p99 ttft", "request log", STEP, pd.DataFrame(), break_at=(T0 + pd.Timedelta(minutes=5)).to_pydatetime()
+    )
     exact = T0 + pd.Timedelta(seconds=262)  # a request's own arrival time
-    ex.evidence = rank([evidence_row("long-context share", "mix", "5%", "35%", 0.8, exact, 38.0, "", 0),
-                        evidence_row("KV-cache saturation", "capacity", "0%", "70%", 0.7, T0 + pd.Timedelta(seconds=250),
-                                     50.0, "", STEP)])
+    ex.evidence = rank(
+        [
+            evidence_row("long-context share", "mix", "5%", "35%", 0.8, exact, 38.0, "", 0),
+            evidence_row(
+                "KV-cache saturation", "capacity", "0%", "70%", 0.7, T0 + pd.Timedelta(seconds=250), 50.0, "", STEP
+            ),
+        ]
+    )
     assert onset(ex) == exact.to_pydatetime()  # the step-resolved move 12 s away is the same move
     ex.evidence = rank([evidence_row("KV-cache saturation", "capacity", "0%", "70%", 0.7, None, None, "", STEP)])
     assert onset(ex) == ex.break_at  # nothing moved before it: the break is the onset

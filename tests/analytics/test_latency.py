@@ -22,7 +22,7 @@ TTFT = "vllm:time_to_first_token_seconds"
 
 
 @pytest.fixture(scope="module")
-def run(chdb_dir):  # noqa: ANN001
+def run(chdb_dir):
     return play(chdb_dir, "replica-crash", seed=2)
 
 
@@ -56,24 +56,27 @@ def test_auto_step_is_a_nice_width_and_whole_rollup_buckets() -> None:
     assert auto_step(t, t + timedelta(days=7)) == 7200
 
 
-def test_each_step_matches_the_one_window_functions(run) -> None:  # noqa: ANN001
+def test_each_step_matches_the_one_window_functions(run) -> None:
     start = run.start.replace(second=0) + timedelta(minutes=1)
     end = start + timedelta(minutes=3)
     df = latency_over_time(run.client, "ttft", start, end, levels=(0.5, 0.99), step=60, tier="raw")
     assert set(df["source"]) == {"engine histograms", "request log"}
-    for source, frame in df.groupby("source"):
+    for _source, frame in df.groupby("source"):
         assert len(frame) == 3 * 2 * 2  # steps x models x levels
     for row in df[df["q"] == 0.99].itertuples():
         a, b = row.ts.to_pydatetime(), row.ts.to_pydatetime() + timedelta(seconds=60)
         if row.source == "engine histograms":
             one = histogram_quantile(run.client, TTFT, 0.99, a, b, "model", tier="raw").set_index("model")
         else:
-            one = request_quantile(run.client, "ttft", 0.99, a, b, tier="raw").set_index("model").rename(
-                columns={"value": "quantile"})
+            one = (
+                request_quantile(run.client, "ttft", 0.99, a, b, tier="raw")
+                .set_index("model")
+                .rename(columns={"value": "quantile"})
+            )
         assert row.value == pytest.approx(one.loc[row.model, "quantile"], rel=1e-6), row
 
 
-def test_filters_reach_the_request_log_and_are_reported_for_histograms(run) -> None:  # noqa: ANN001
+def test_filters_reach_the_request_log_and_are_reported_for_histograms(run) -> None:
     acme = latency_over_time(run.client, "ttft", run.start, run.end, filters=Filters(tenant="acme"), levels=(0.5,))
     assert acme.attrs["unapplied"] == {"engine histograms": ["tenant"], "request log": []}
     everyone = latency_over_time(run.client, "ttft", run.start, run.end, levels=(0.5,), sources=("request log",))
@@ -83,23 +86,27 @@ def test_filters_reach_the_request_log_and_are_reported_for_histograms(run) -> N
         latency_over_time(run.client, "ttfb", run.start, run.end)
 
 
-def test_an_unaligned_window_is_widened_to_whole_steps(run) -> None:  # noqa: ANN001
+def test_an_unaligned_window_is_widened_to_whole_steps(run) -> None:
     start = run.start.replace(second=0) + timedelta(minutes=2, seconds=30)  # not on a minute
     end = start + timedelta(minutes=4)
     steps = counter_rate_over_time(run.client, "vllm:prompt_tokens_total", start, end, "replica", step=60, tier="raw")
     p = steps.attrs["plan"]
     assert (p.start, p.end) == (start - timedelta(seconds=30), end + timedelta(seconds=30))
     whole = counter_increase(run.client, "vllm:prompt_tokens_total", p.start, p.end, "replica", tier="raw")
-    assert steps.groupby("replica")["increase"].sum().to_dict() == pytest.approx(whole.set_index("replica")["increase"].to_dict())
+    assert steps.groupby("replica")["increase"].sum().to_dict() == pytest.approx(
+        whole.set_index("replica")["increase"].to_dict()
+    )
     both = latency_over_time(run.client, "ttft", start, end, levels=(0.99,), step=60, tier="raw")
     grids = [set(frame["ts"]) for _source, frame in both.groupby("source")]
     assert grids[0] == grids[1] and len(grids[0]) == 5  # the same five whole minutes from both sources
 
 
-def test_counter_rates_add_up_across_the_restart(run) -> None:  # noqa: ANN001
+def test_counter_rates_add_up_across_the_restart(run) -> None:
     start, end = run.start.replace(second=0), run.end.replace(second=0)
     steps = counter_rate_over_time(run.client, "vllm:prompt_tokens_total", start, end, "replica", step=60, tier="raw")
-    total = counter_increase(run.client, "vllm:prompt_tokens_total", start, end, "replica", tier="raw").set_index("replica")
+    total = counter_increase(run.client, "vllm:prompt_tokens_total", start, end, "replica", tier="raw").set_index(
+        "replica"
+    )
     values = reference_increase(run.client, "vllm:prompt_tokens_total", start, end, "replica").set_index("replica")
     for replica, frame in steps.groupby("replica"):
         assert frame["increase"].sum() == pytest.approx(total.loc[replica, "increase"])
@@ -108,7 +115,7 @@ def test_counter_rates_add_up_across_the_restart(run) -> None:  # noqa: ANN001
     assert steps.set_index("replica").loc["small-1", "increase"].sum() > 0  # it restarted and served again
 
 
-def test_one_query_for_many_metrics_answers_as_one_query_each(run) -> None:  # noqa: ANN001
+def test_one_query_for_many_metrics_answers_as_one_query_each(run) -> None:
     """What a page reads in one query (several counters, several gauges, a histogram with the
     fleet's line beside the models') is what it would read metric by metric."""
     from analytics.metrics import counter_increases, gauge_summaries, gauge_summary
@@ -147,31 +154,42 @@ def test_one_query_for_many_metrics_answers_as_one_query_each(run) -> None:  # n
     fleet = histogram_quantiles_over_time(run.client, TTFT, (0.5, 0.99), start, end, "fleet", step=60)
     got = with_fleet[with_fleet["model"] == "(fleet)"].reset_index(drop=True)
     assert len(got) == len(fleet) > 0 and list(got["ts"]) == list(fleet["ts"])
-    assert np.allclose(got[["value", "count"]].to_numpy(float), fleet[["value", "count"]].to_numpy(float), equal_nan=True)
+    assert np.allclose(
+        got[["value", "count"]].to_numpy(float), fleet[["value", "count"]].to_numpy(float), equal_nan=True
+    )
     models = with_fleet[with_fleet["model"] != "(fleet)"].reset_index(drop=True)
     alone = histogram_quantiles_over_time(run.client, TTFT, (0.5, 0.99), start, end, "model", step=60)
-    assert np.allclose(models[["value", "count"]].to_numpy(float), alone[["value", "count"]].to_numpy(float), equal_nan=True)
+    assert np.allclose(
+        models[["value", "count"]].to_numpy(float), alone[["value", "count"]].to_numpy(float), equal_nan=True
+    )
 
 
-def test_the_window_from_the_steps_is_the_one_window_quantile(run) -> None:  # noqa: ANN001
+def test_the_window_from_the_steps_is_the_one_window_quantile(run) -> None:
     from analytics.timeseries import histogram_steps_and_window
 
     start, end = run.start.replace(second=0) + timedelta(seconds=20), run.end.replace(second=0)  # not on a step
     for tier in ("raw", "1m"):
-        steps, window = histogram_steps_and_window(run.client, TTFT, (0.5, 0.99), start, end, "model", step=120,
-                                                   tier=tier, total=True)
+        steps, window = histogram_steps_and_window(
+            run.client, TTFT, (0.5, 0.99), start, end, "model", step=120, tier=tier, total=True
+        )
         p = window.attrs["plan"]
-        assert p.start <= start and p.end >= end and (p.start, p.end) == (steps.attrs["plan"].start, steps.attrs["plan"].end)
+        assert (
+            p.start <= start
+            and p.end >= end
+            and (p.start, p.end) == (steps.attrs["plan"].start, steps.attrs["plan"].end)
+        )
         for q in (0.5, 0.99):
             got = window[window["q"] == q].set_index("model")
             for by in ("model", "fleet"):
                 want = histogram_quantile(run.client, TTFT, q, p.start, p.end, by, tier=tier).set_index(by)
                 assert len(want) and set(want.index) <= set(got.index)
                 for key, row in want.iterrows():
-                    assert got.loc[key, "value"] == pytest.approx(row["quantile"]) and got.loc[key, "count"] == pytest.approx(row["count"])
+                    assert got.loc[key, "value"] == pytest.approx(row["quantile"]) and got.loc[
+                        key, "count"
+                    ] == pytest.approx(row["count"])
 
 
-def test_several_histograms_in_one_query_answer_as_each_alone(run) -> None:  # noqa: ANN001
+def test_several_histograms_in_one_query_answer_as_each_alone(run) -> None:
     from analytics.timeseries import (
         histogram_heatmap_over_time,
         histogram_steps_and_window,
@@ -182,14 +200,17 @@ def test_several_histograms_in_one_query_answer_as_each_alone(run) -> None:  # n
     families = [TTFT, "vllm:inter_token_latency_seconds"]
     both = histograms(run.client, families, (0.5, 0.99), start, end, "model", step=60, total=True)
     for family in families:
-        steps, window = histogram_steps_and_window(run.client, family, (0.5, 0.99), start, end, "model", step=60,
-                                                   total=True)
+        steps, window = histogram_steps_and_window(
+            run.client, family, (0.5, 0.99), start, end, "model", step=60, total=True
+        )
         got = both[family]
         assert len(steps) > 0 and list(got.steps["ts"]) == list(steps["ts"])
-        assert np.allclose(got.steps[["value", "count"]].to_numpy(float), steps[["value", "count"]].to_numpy(float),
-                           equal_nan=True)
-        assert np.allclose(got.window[["value", "count"]].to_numpy(float), window[["value", "count"]].to_numpy(float),
-                           equal_nan=True)
+        assert np.allclose(
+            got.steps[["value", "count"]].to_numpy(float), steps[["value", "count"]].to_numpy(float), equal_nan=True
+        )
+        assert np.allclose(
+            got.window[["value", "count"]].to_numpy(float), window[["value", "count"]].to_numpy(float), equal_nan=True
+        )
         # the heatmap: every observation of a step in exactly one bucket, over all the models
         heat = histogram_heatmap_over_time(run.client, family, start, end, step=60)
         per_step = heat.groupby("ts")["count"].sum()
@@ -198,7 +219,7 @@ def test_several_histograms_in_one_query_answer_as_each_alone(run) -> None:  # n
         assert got.heatmap["count"].to_numpy() == pytest.approx(heat["count"].to_numpy())
 
 
-def test_a_gauge_mean_times_its_series_is_its_sum(run) -> None:  # noqa: ANN001
+def test_a_gauge_mean_times_its_series_is_its_sum(run) -> None:
     from analytics.timeseries import gauges_over_time
 
     start, end = run.start.replace(second=0), run.end.replace(second=0)

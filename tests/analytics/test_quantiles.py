@@ -104,17 +104,26 @@ def test_bucket_quantile_matches_prometheus_on_random_buckets(bounds: list[float
     assert (math.isnan(want) and math.isnan(got)) or got == pytest.approx(want, rel=1e-9, abs=1e-12)
 
 
-def test_weighted_exact_quantiles_match_numpy(ch) -> None:  # noqa: ANN001
+def test_weighted_exact_quantiles_match_numpy(ch) -> None:
     clickhouse_runner.apply(ch)
     rng = np.random.default_rng(5)
     t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
     ttft = rng.gamma(2.0, 0.2, 400).astype(np.float32)
     weights = rng.choice([1.0, 1.0, 2.0, 5.0], 400)
     model = np.where(np.arange(400) % 2 == 0, "a", "b")
-    ch.insert_df("requests", pd.DataFrame({
-        "ts": [t0 + timedelta(seconds=i) for i in range(400)], "source": "gateway", "request_id": [f"r{i}" for i in range(400)],
-        "model": model, "ttft_seconds": ttft, "weight": weights,
-    }))
+    ch.insert_df(
+        "requests",
+        pd.DataFrame(
+            {
+                "ts": [t0 + timedelta(seconds=i) for i in range(400)],
+                "source": "gateway",
+                "request_id": [f"r{i}" for i in range(400)],
+                "model": model,
+                "ttft_seconds": ttft,
+                "weight": weights,
+            }
+        ),
+    )
     window = (t0, t0 + timedelta(minutes=30))
     for q in (0.5, 0.9, 0.99):
         got = request_quantile(ch, "ttft", q, *window, by=["model"], tier="raw").set_index("model")["value"]
@@ -124,4 +133,6 @@ def test_weighted_exact_quantiles_match_numpy(ch) -> None:  # noqa: ANN001
             repeated = np.repeat(ttft[mask], weights[mask].astype(int))
             assert got[m] == pytest.approx(float(np.quantile(repeated, q, method="inverted_cdf")), rel=1e-6)
         unweighted = request_quantile(ch, "ttft", q, *window, by=[], tier="raw", source=None)["value"].iloc[0]
-        assert unweighted == pytest.approx(float(np.quantile(np.repeat(ttft, weights.astype(int)), q, method="inverted_cdf")), rel=1e-6)
+        assert unweighted == pytest.approx(
+            float(np.quantile(np.repeat(ttft, weights.astype(int)), q, method="inverted_cdf")), rel=1e-6
+        )

@@ -66,14 +66,21 @@ def history(chdb_dir: Path):
     duration = (h.end - h.start).total_seconds()
     restart_after = (h.window[0] + timedelta(minutes=50)).timestamp() - h.start.timestamp()
     rng = np.random.default_rng(7)
-    for scrape in run(replicas, h.start.timestamp(), duration, interval_s=INTERVAL, rate=0.4,
-                      restarts={"r1": restart_after}, seed=3):
-        target = make_target(f"127.0.0.1:{9000 + int(scrape.replica[1:])}", job="vllm",
-                             labels={"replica": scrape.replica, "model": scrape.model}, interval_s=INTERVAL, timeout_s=5)
+    for scrape in run(
+        replicas, h.start.timestamp(), duration, interval_s=INTERVAL, rate=0.4, restarts={"r1": restart_after}, seed=3
+    ):
+        target = make_target(
+            f"127.0.0.1:{9000 + int(scrape.replica[1:])}",
+            job="vllm",
+            labels={"replica": scrape.replica, "model": scrape.model},
+            interval_s=INTERVAL,
+            timeout_s=5,
+        )
         exposition = parse(scrape.text, cache=caches[scrape.replica])
         batch = Batch()
         converters[scrape.replica].convert(
-            ScrapeResult(target, scrape.ts, True, 0.01, len(exposition), "", exposition), batch)
+            ScrapeResult(target, scrape.ts, True, 0.01, len(exposition), "", exposition), batch
+        )
         for table, columns in batch.tables.items():
             writer.add(table, columns)
         inside = w0 <= scrape.ts < w1
@@ -95,15 +102,27 @@ def history(chdb_dir: Path):
             if w0 <= scrape.ts < w1 and request.first_token_at is not None:
                 h.ttfts[scrape.model].append(request.first_token_at - request.arrival)
             weight = float(rng.choice([1.0, 4.0]))  # as if sampled at 100 % and 25 %
-            h.requests.append({
-                "ts": datetime.fromtimestamp(request.arrival, UTC), "source": "gateway", "request_id": request.request_id,
-                "trace_id": uuid.uuid4().hex, "replica": scrape.replica, "model": scrape.model,
-                "tenant": str(rng.choice(["acme", "globex", "initech"])), "route": "model-router", "status_code": 200,
-                "finish_reason": "length", "prompt_tokens": request.prompt_len, "completion_tokens": request.generated,
-                "cached_tokens": request.cached_tokens, "max_tokens": request.max_tokens,
-                "ttft_seconds": (request.first_token_at or request.finished_at) - request.arrival,
-                "e2e_seconds": request.finished_at - request.arrival, "weight": weight,
-            })
+            h.requests.append(
+                {
+                    "ts": datetime.fromtimestamp(request.arrival, UTC),
+                    "source": "gateway",
+                    "request_id": request.request_id,
+                    "trace_id": uuid.uuid4().hex,
+                    "replica": scrape.replica,
+                    "model": scrape.model,
+                    "tenant": str(rng.choice(["acme", "globex", "initech"])),
+                    "route": "model-router",
+                    "status_code": 200,
+                    "finish_reason": "length",
+                    "prompt_tokens": request.prompt_len,
+                    "completion_tokens": request.generated,
+                    "cached_tokens": request.cached_tokens,
+                    "max_tokens": request.max_tokens,
+                    "ttft_seconds": (request.first_token_at or request.finished_at) - request.arrival,
+                    "e2e_seconds": request.finished_at - request.arrival,
+                    "weight": weight,
+                }
+            )
     assert writer.flush()
     frame = pd.DataFrame(h.requests)
     client.insert_df("requests", frame)
@@ -125,8 +144,10 @@ def _expected(h: History, sample: str) -> dict[str, float]:
     return dict(out)
 
 
-@pytest.mark.parametrize("metric", ["vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-                                    f"{TTFT}_count", "vllm:request_success_total"])
+@pytest.mark.parametrize(
+    "metric",
+    ["vllm:prompt_tokens_total", "vllm:generation_tokens_total", f"{TTFT}_count", "vllm:request_success_total"],
+)
 def test_counter_increase_agrees_on_every_tier_across_a_restart(history, metric: str) -> None:
     client, h = history
     expected = _expected(h, metric)
@@ -175,8 +196,30 @@ def test_histogram_quantiles_agree_on_every_tier_and_bracket_the_true_ttft(histo
         assert counts == pytest.approx(_expected_by_model(h, f"{TTFT}_count"), rel=1e-9)
     assert answers["1m"] == pytest.approx(answers["raw"], rel=1e-9)
     assert answers["1h"] == pytest.approx(answers["raw"], rel=1e-9)
-    bounds = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-              20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
+    bounds = [
+        0.001,
+        0.005,
+        0.01,
+        0.02,
+        0.04,
+        0.06,
+        0.08,
+        0.1,
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+        2.5,
+        5.0,
+        7.5,
+        10.0,
+        20.0,
+        40.0,
+        80.0,
+        160.0,
+        640.0,
+        2560.0,
+    ]
     for model, ttfts in h.ttfts.items():
         true = float(np.quantile(ttfts, 0.99))
         # the interpolated answer lies in the bucket that holds the true quantile (or next to it:
@@ -228,7 +271,7 @@ def test_request_latency_sketch_is_within_a_stated_rank_tolerance(history) -> No
         assert math.isclose(raw.loc[model, "value"], float(np.quantile(ttft, 0.9)), rel_tol=0.02, abs_tol=1e-3)
 
 
-def test_context_buckets_agree_between_raw_rows_and_rollups(history) -> None:  # noqa: ANN001
+def test_context_buckets_agree_between_raw_rows_and_rollups(history) -> None:
     client, h = history
     rows = pd.DataFrame(h.requests)
     inside = rows[(rows["ts"] >= h.window[0]) & (rows["ts"] < h.window[1])]
@@ -241,7 +284,7 @@ def test_context_buckets_agree_between_raw_rows_and_rollups(history) -> None:  #
         assert got == pytest.approx(expected), tier
 
 
-def test_several_distributions_in_one_query_and_no_replica_on_rollups(history) -> None:  # noqa: ANN001
+def test_several_distributions_in_one_query_and_no_replica_on_rollups(history) -> None:
     client, h = history
     rows = pd.DataFrame(h.requests)
     inside = rows[(rows["ts"] >= h.window[0]) & (rows["ts"] < h.window[1])]
@@ -260,24 +303,52 @@ def test_several_distributions_in_one_query_and_no_replica_on_rollups(history) -
     assert set(per_replica["replica"]) == {r for r, _ in REPLICAS}
 
 
-def test_an_unmarked_restart_never_gives_a_negative_increase(ch) -> None:  # noqa: ANN001
+def test_an_unmarked_restart_never_gives_a_negative_increase(ch) -> None:
     clickhouse_runner.apply(ch)
     start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
     # the collector was away while the engine restarted: 500 -> 40 with no reset mark
-    ch.insert_df("samples", pd.DataFrame({
-        "metric": ["vllm:prompt_tokens_total"] * 4, "fingerprint": [7] * 4,
-        "ts": [start, start + timedelta(minutes=1), start + timedelta(minutes=30), start + timedelta(minutes=31)],
-        "value": [400.0, 500.0, 40.0, 70.0], "reset": [0.0] * 4}))
-    ch.insert_df("series", pd.DataFrame({"fingerprint": [7], "metric": ["vllm:prompt_tokens_total"],
-                                         "original_metric": ["vllm:prompt_tokens_total"],
-                                         "labels": [{"replica": "r"}], "first_seen": [start], "last_seen": [start]}))
+    ch.insert_df(
+        "samples",
+        pd.DataFrame(
+            {
+                "metric": ["vllm:prompt_tokens_total"] * 4,
+                "fingerprint": [7] * 4,
+                "ts": [
+                    start,
+                    start + timedelta(minutes=1),
+                    start + timedelta(minutes=30),
+                    start + timedelta(minutes=31),
+                ],
+                "value": [400.0, 500.0, 40.0, 70.0],
+                "reset": [0.0] * 4,
+            }
+        ),
+    )
+    ch.insert_df(
+        "series",
+        pd.DataFrame(
+            {
+                "fingerprint": [7],
+                "metric": ["vllm:prompt_tokens_total"],
+                "original_metric": ["vllm:prompt_tokens_total"],
+                "labels": [{"replica": "r"}],
+                "first_seen": [start],
+                "last_seen": [start],
+            }
+        ),
+    )
     for tier in ("raw", "1m", "1h"):
-        df = counter_increase(ch, "vllm:prompt_tokens_total", start - timedelta(minutes=1) if tier != "1h" else start,
-                              start + timedelta(hours=1), tier=tier)
+        df = counter_increase(
+            ch,
+            "vllm:prompt_tokens_total",
+            start - timedelta(minutes=1) if tier != "1h" else start,
+            start + timedelta(hours=1),
+            tier=tier,
+        )
         assert df["increase"].tolist() == [70.0], tier  # from zero to 70 after the restart
 
 
-def test_the_6_hour_tier_answers_as_the_1_hour_tier_it_is_fed_from(history) -> None:  # noqa: ANN001
+def test_the_6_hour_tier_answers_as_the_1_hour_tier_it_is_fed_from(history) -> None:
     """samples_6h is filled from samples_1h (a cascade of views): over whole 6-hour buckets it
     gives the 1-hour tier's counter increases, gauge summaries and histogram quantiles."""
     from analytics.tiers import align

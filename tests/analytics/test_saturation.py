@@ -14,16 +14,16 @@ from tests.analytics.scenario_data import play
 
 
 @pytest.fixture(scope="module")
-def run(chdb_dir):  # noqa: ANN001
+def run(chdb_dir):
     return play(chdb_dir, "long-context-rollout", seed=1)
 
 
-def windows(run):  # noqa: ANN001
+def windows(run):
     rollout = run.phase("rollout")
     return (run.start, rollout), (rollout + timedelta(minutes=1), run.phase("rollback"))
 
 
-def test_the_rollout_saturates_the_small_replicas(run) -> None:  # noqa: ANN001
+def test_the_rollout_saturates_the_small_replicas(run) -> None:
     steady, incident = windows(run)
     before = saturation(run.client, *steady, "model").set_index("model")
     during = saturation(run.client, *incident, "model").set_index("model")
@@ -38,7 +38,7 @@ def test_the_rollout_saturates_the_small_replicas(run) -> None:  # noqa: ANN001
     assert 0 < small_d["prefix_hit_rate"] < 1 and small_d["iteration_tokens_avg"] > 1
 
 
-def test_over_time_agrees_with_the_window_summary(run) -> None:  # noqa: ANN001
+def test_over_time_agrees_with_the_window_summary(run) -> None:
     _steady, incident = windows(run)
     start = incident[0].replace(second=0)
     end = start + timedelta(minutes=4)
@@ -54,7 +54,7 @@ def test_over_time_agrees_with_the_window_summary(run) -> None:  # noqa: ANN001
     assert set(by_model.loc[by_model["model"] == "tiny-small", "replicas_up"]) == {2}
 
 
-def test_scale_out_during_the_rollout_and_in_after_it(run) -> None:  # noqa: ANN001
+def test_scale_out_during_the_rollout_and_in_after_it(run) -> None:
     rollout, rollback = run.phase("rollout"), run.phase("rollback")
     during = scale_out(run.client, rollout - timedelta(minutes=3), rollout + timedelta(minutes=5)).set_index("model")
     small = during.loc["tiny-small"]
@@ -70,7 +70,7 @@ def test_scale_out_during_the_rollout_and_in_after_it(run) -> None:  # noqa: ANN
     assert strict.set_index("model").loc["tiny-small", "change"] > 0  # the same load is "too full" for a 5 % target
 
 
-def test_headroom_is_the_distance_to_the_kv_target(run) -> None:  # noqa: ANN001
+def test_headroom_is_the_distance_to_the_kv_target(run) -> None:
     rollout = run.phase("rollout")
     start, end = rollout - timedelta(minutes=3), rollout + timedelta(minutes=5)
     room = headroom(run.client, start, end).set_index("model")
@@ -78,13 +78,14 @@ def test_headroom_is_the_distance_to_the_kv_target(run) -> None:  # noqa: ANN001
     kv = run.client.query(  # the small pool's mean KV usage over the last quarter, read with plain SQL
         "SELECT avg(value) FROM samples WHERE metric = 'vllm:kv_cache_usage_perc' AND ts >= {a:DateTime64(3)} "
         "AND ts < {b:DateTime64(3)} AND fingerprint IN (SELECT fingerprint FROM series WHERE model = 'tiny-small')",
-        parameters={"a": recent, "b": end}).result_rows[0][0]
+        parameters={"a": recent, "b": end},
+    ).result_rows[0][0]
     assert room.loc["tiny-small", "kv_recent"] == pytest.approx(kv)
     assert room.loc["tiny-small", "headroom"] == pytest.approx(1 - kv / 0.8)
     assert room.loc["tiny-small", "headroom"] < room.loc["tiny-large", "headroom"]
 
 
-def test_a_filter_that_matches_nothing_gives_empty_answers(run) -> None:  # noqa: ANN001
+def test_a_filter_that_matches_nothing_gives_empty_answers(run) -> None:
     steady, _incident = windows(run)
     nobody = Filters(model="no-such-model")
     for by in ("model", "replica"):

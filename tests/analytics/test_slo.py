@@ -22,20 +22,22 @@ TARGETS = [
 
 
 @pytest.fixture(scope="module")
-def run(chdb_dir):  # noqa: ANN001
+def run(chdb_dir):
     return play(chdb_dir, "long-context-rollout", seed=4)
 
 
-def exact(run, start, end) -> pd.DataFrame:  # noqa: ANN001
+def exact(run, start, end) -> pd.DataFrame:
     """Per model: weighted share of gateway rows with TTFT <= 1 s and TPOT <= 0.1 s (computed here)."""
     df = run.client.query_df(
         "SELECT model, ttft_seconds, tpot_seconds, weight, outcome FROM requests WHERE source = 'gateway' "
-        "AND ts >= {s:DateTime64(3)} AND ts < {e:DateTime64(3)}", parameters={"s": start, "e": end})
+        "AND ts >= {s:DateTime64(3)} AND ts < {e:DateTime64(3)}",
+        parameters={"s": start, "e": end},
+    )
     df["ttft_ok"] = df["ttft_seconds"] <= 1.0
     return df
 
 
-def test_attainment_from_histograms_matches_the_request_log(run) -> None:  # noqa: ANN001
+def test_attainment_from_histograms_matches_the_request_log(run) -> None:
     end = run.end + timedelta(minutes=2)  # histograms count a request when it finishes
     got = slo_attainment(run.client, TARGETS, run.start, end).set_index(["model", "metric"])
     rows = exact(run, run.start, end)
@@ -49,7 +51,7 @@ def test_attainment_from_histograms_matches_the_request_log(run) -> None:  # noq
     assert got.loc[("tiny-large", "ttft"), "met"]
 
 
-def bucket_counts(run, model: str, at) -> tuple[float, float]:  # noqa: ANN001
+def bucket_counts(run, model: str, at) -> tuple[float, float]:
     """(TTFT observations <= 1 s, all) counted by the engines of ``model`` up to ``at``: the raw
     bucket samples read with plain SQL (the run has no engine restart)."""
     rows = run.client.query(
@@ -57,12 +59,13 @@ def bucket_counts(run, model: str, at) -> tuple[float, float]:  # noqa: ANN001
         "WHERE metric = 'vllm:time_to_first_token_seconds_bucket' AND ts < {at:DateTime64(3)} GROUP BY fingerprint) AS v "
         "INNER JOIN (SELECT fingerprint, any(labels) AS labels, any(model) AS model FROM series GROUP BY fingerprint) AS s "
         "ON s.fingerprint = v.fingerprint WHERE s.model = {m:String} AND le IN ('1.0', '+Inf') GROUP BY le",
-        parameters={"at": at, "m": model}).result_rows
+        parameters={"at": at, "m": model},
+    ).result_rows
     counts = dict(rows)
     return counts["1.0"], counts["+Inf"]
 
 
-def test_burn_rates_are_bad_share_over_budget_in_both_windows(run) -> None:  # noqa: ANN001
+def test_burn_rates_are_bad_share_over_budget_in_both_windows(run) -> None:
     at = run.phase("rollout") + timedelta(minutes=5)  # five minutes into the incident
     df = burn_rates(run.client, TARGETS, at)
     small = df[(df["model"] == "tiny-small") & (df["metric"] == "ttft")].set_index("short_window")
@@ -78,7 +81,7 @@ def test_burn_rates_are_bad_share_over_budget_in_both_windows(run) -> None:  # n
     assert not calm[calm["severity"] == "page"]["firing"].any()
 
 
-def test_error_budget_is_spent_by_the_incident(run) -> None:  # noqa: ANN001
+def test_error_budget_is_spent_by_the_incident(run) -> None:
     at = run.end + timedelta(minutes=1)
     budget = error_budget(run.client, TARGETS, at).set_index(["model", "metric"])
     good, total = bucket_counts(run, "tiny-small", at)  # the 30-day window holds the whole run
@@ -89,11 +92,13 @@ def test_error_budget_is_spent_by_the_incident(run) -> None:  # noqa: ANN001
     assert budget.loc[("tiny-large", "ttft"), "remaining"] > 0
 
 
-def test_percentile_targets_are_met_by_the_observed_percentile(run) -> None:  # noqa: ANN001
+def test_percentile_targets_are_met_by_the_observed_percentile(run) -> None:
     window = (run.start, run.phase("rollout"))  # before the incident
     # "p50 TTFT <= 100 ms": about 80 % of these requests are that fast (100 ms is a bucket bound)
-    targets = [SloTarget("tiny-small", "ttft", 0.1, objective=0.99, percentile=0.5),
-               SloTarget("tiny-small", "e2e", 0.1, objective=0.99)]
+    targets = [
+        SloTarget("tiny-small", "ttft", 0.1, objective=0.99, percentile=0.5),
+        SloTarget("tiny-small", "e2e", 0.1, objective=0.99),
+    ]
     got = slo_attainment(run.client, targets, *window).set_index("metric")
     rows = exact(run, *window)
     small = rows[rows["model"] == "tiny-small"]
@@ -104,7 +109,7 @@ def test_percentile_targets_are_met_by_the_observed_percentile(run) -> None:  # 
     assert not got.loc["e2e", "met"]
 
 
-def test_goodput_counts_requests_meeting_every_target(run) -> None:  # noqa: ANN001
+def test_goodput_counts_requests_meeting_every_target(run) -> None:
     df = goodput(run.client, TARGETS, run.start, run.end).set_index("model")
     rows = exact(run, run.start, run.end)
     small = rows[rows["model"] == "tiny-small"]
@@ -117,16 +122,18 @@ def test_goodput_counts_requests_meeting_every_target(run) -> None:  # noqa: ANN
     assert df.loc["tiny-small", "attainment"] < df.loc["tiny-large", "attainment"]
 
 
-def test_slo_compliant_tokens_cost_more_when_requests_miss(run) -> None:  # noqa: ANN001
+def test_slo_compliant_tokens_cost_more_when_requests_miss(run) -> None:
     df = cost_per_slo_tokens(run.client, TARGETS, run.start, run.end, PRICES).set_index("model")
     small = df.loc["tiny-small"]
     # two 1-GPU replicas at $0.10 per GPU-hour for the 15-minute run
     assert small["spend"] == pytest.approx(2 * 0.10 * 0.25)
     good = run.client.query(
         "SELECT sum(weight * (prompt_tokens + completion_tokens)) FROM requests WHERE source = 'gateway' "
-        "AND model = 'tiny-small' AND ttft_seconds <= 1 AND tpot_seconds <= 0.1 AND outcome = 'ok'").result_rows[0][0]
+        "AND model = 'tiny-small' AND ttft_seconds <= 1 AND tpot_seconds <= 0.1 AND outcome = 'ok'"
+    ).result_rows[0][0]
     assert small["cost_per_million_slo_tokens"] == pytest.approx(0.05 / good * 1e6)
     assert small["cost_per_million_slo_tokens"] > small["cost_per_million_tokens"]
-    acme = cost_per_slo_tokens(run.client, TARGETS, run.start, run.end, PRICES,
-                               filters=Filters(tenant="acme")).set_index("model")
+    acme = cost_per_slo_tokens(
+        run.client, TARGETS, run.start, run.end, PRICES, filters=Filters(tenant="acme")
+    ).set_index("model")
     assert acme.loc["tiny-small", "spend"] < 0.7 * small["spend"]  # acme's tokens' share of the pool, not all of it

@@ -18,11 +18,11 @@ STALL_AT, RESUME_AT = 180, 540  # fleet/scenarios/engine-stall.yaml
 
 
 @pytest.fixture(scope="module")
-def run(chdb_dir):  # noqa: ANN001
+def run(chdb_dir):
     return play(chdb_dir, "engine-stall", seed=1)
 
 
-def test_the_frozen_replica_is_named_from_its_freeze_to_its_resume(run) -> None:  # noqa: ANN001
+def test_the_frozen_replica_is_named_from_its_freeze_to_its_resume(run) -> None:
     frozen, resumed = run.start + timedelta(seconds=STALL_AT), run.start + timedelta(seconds=RESUME_AT)
     found = stalls(run.client, run.start, run.end)
     step = timedelta(seconds=found.attrs["step"])
@@ -37,13 +37,13 @@ def test_the_frozen_replica_is_named_from_its_freeze_to_its_resume(run) -> None:
     assert stalls(run.client, run.start, frozen).empty  # before it: nothing
 
 
-def test_a_saturated_cache_is_not_a_stall(chdb_dir) -> None:  # noqa: ANN001
+def test_a_saturated_cache_is_not_a_stall(chdb_dir) -> None:
     rollout = play(chdb_dir, "long-context-rollout", seed=1)
     # requests wait and are preempted, the cache is full in waves, tokens still flow: no replica is named
     assert stalls(rollout.client, rollout.start, rollout.end).empty
 
 
-def test_the_advice_names_the_stalled_replica(run) -> None:  # noqa: ANN001
+def test_the_advice_names_the_stalled_replica(run) -> None:
     frozen = run.start + timedelta(seconds=STALL_AT)
     plan = scale_out(run.client, frozen - timedelta(minutes=10), frozen + timedelta(minutes=4)).set_index("model")
     small = plan.loc["tiny-small"]
@@ -52,7 +52,7 @@ def test_the_advice_names_the_stalled_replica(run) -> None:  # noqa: ANN001
     assert plan.loc["tiny-large", "reasons"][0].startswith("no action")
 
 
-def test_explain_puts_a_stall_first_and_names_the_replica(run) -> None:  # noqa: ANN001
+def test_explain_puts_a_stall_first_and_names_the_replica(run) -> None:
     ex = explain(run.client, run.start, run.end)
     top = ex.evidence.iloc[0]
     assert top["signal"] == "stalled replicas" and "small-1" in top["detail"]
@@ -60,9 +60,19 @@ def test_explain_puts_a_stall_first_and_names_the_replica(run) -> None:  # noqa:
 
 
 def pool(**row: object) -> pd.DataFrame:
-    base = {"model": "m", "replicas": 10, "kv_recent": 0.24, "kv_max_recent": 1.0, "waiting_per_replica": 0.2,
-            "preemptions_per_s": 0.0, "ttft_p99_recent": 0.5, "ttft_p99_before": 0.5, "headroom": 0.7,
-            "saturated": [], "stalled": []}
+    base = {
+        "model": "m",
+        "replicas": 10,
+        "kv_recent": 0.24,
+        "kv_max_recent": 1.0,
+        "waiting_per_replica": 0.2,
+        "preemptions_per_s": 0.0,
+        "ttft_p99_recent": 0.5,
+        "ttft_p99_before": 0.5,
+        "headroom": 0.7,
+        "saturated": [],
+        "stalled": [],
+    }
     return pd.DataFrame([base | row])
 
 

@@ -59,7 +59,10 @@ def test_retention_and_span_limits_come_from_the_config() -> None:
     assert plan(NOW - timedelta(days=1), NOW, now=NOW, retention=keep_raw_longer).tier.name == "raw"
     assert plan(NOW - timedelta(days=1), NOW, now=NOW).tier.name == "1m"
     forever = Retention(minute_days=0)
-    assert plan(NOW - timedelta(days=400, hours=1), NOW - timedelta(days=400), now=NOW, retention=forever).tier.name == "1m"
+    assert (
+        plan(NOW - timedelta(days=400, hours=1), NOW - timedelta(days=400), now=NOW, retention=forever).tier.name
+        == "1m"
+    )
 
 
 def test_forcing_a_tier_and_bad_windows() -> None:
@@ -71,7 +74,7 @@ def test_forcing_a_tier_and_bad_windows() -> None:
         plan(NOW - timedelta(hours=1), NOW, tier="6h", kind="requests")
     with pytest.raises(ValueError, match="empty window"):
         plan(NOW, NOW - timedelta(hours=1))
-    naive = plan(datetime(2026, 11, 29, 11), datetime(2026, 11, 29, 12), now=NOW)
+    naive = plan(datetime(2026, 11, 29, 11), datetime(2026, 11, 29, 12), now=NOW)  # noqa: DTZ001 - naive on purpose
     assert naive.start.tzinfo is UTC  # naive datetimes are read as UTC
 
 
@@ -99,7 +102,7 @@ def test_a_tier_whose_rows_begin_after_the_window_start_is_passed_over() -> None
     assert plan(NOW - timedelta(days=2), NOW, now=NOW, data=empty).tier.name == "1m"
 
 
-def test_coverage_reads_where_each_tier_begins(ch) -> None:  # noqa: ANN001
+def test_coverage_reads_where_each_tier_begins(ch) -> None:
     import pandas as pd
 
     from analytics.tiers import coverage
@@ -111,5 +114,9 @@ def test_coverage_reads_where_each_tier_begins(ch) -> None:  # noqa: ANN001
     ch.insert_df("samples", pd.DataFrame({"metric": ["m"], "fingerprint": [1], "ts": [t], "value": [1.0]}))
     found = coverage(ch, "samples")
     # the 6-hour tier is fed through the 1-hour one (a cascade of views)
-    assert found == {"raw": t, "1m": t.replace(second=0), "1h": t.replace(minute=0, second=0),
-                     "6h": t.replace(hour=6, minute=0, second=0)}
+    assert found == {
+        "raw": t,
+        "1m": t.replace(second=0),
+        "1h": t.replace(minute=0, second=0),
+        "6h": t.replace(hour=6, minute=0, second=0),
+    }

@@ -29,7 +29,10 @@ class Targets:
         if kind == "good":
             body = VLLM.encode()
             if "gzip" in request.headers.get("Accept-Encoding", ""):
-                return web.Response(body=gzip.compress(body), headers={"Content-Encoding": "gzip", "Content-Type": "text/plain; version=0.0.4"})
+                return web.Response(
+                    body=gzip.compress(body),
+                    headers={"Content-Encoding": "gzip", "Content-Type": "text/plain; version=0.0.4"},
+                )
             return web.Response(body=body, content_type="text/plain")
         if kind == "slow":
             await asyncio.sleep(2)
@@ -43,7 +46,9 @@ class Targets:
         if kind == "counter":  # an engine restart in the middle: the counter drops to 3
             hit = self.hits[kind]
             value = [100, 150, 3, 10][min(hit - 1, 3)]
-            return web.Response(text=f"# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{{model_name=\"m\"}} {value}\n")
+            return web.Response(
+                text=f'# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{{model_name="m"}} {value}\n'
+            )
         return web.Response(status=404)
 
     async def __aenter__(self) -> Targets:
@@ -51,14 +56,18 @@ class Targets:
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # noqa: SLF001
+        self.port = site._server.sockets[0].getsockname()[1]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.runner.cleanup()
 
     def target(self, kind: str, interval_s: float = 1.0, timeout_s: float = 0.5, **kw):
-        return make_target(f"http://127.0.0.1:{self.port}/{kind}/metrics", job="test", labels={"replica": kind},
-                           interval_s=interval_s, timeout_s=timeout_s, **kw)
-
-
+        return make_target(
+            f"http://127.0.0.1:{self.port}/{kind}/metrics",
+            job="test",
+            labels={"replica": kind},
+            interval_s=interval_s,
+            timeout_s=timeout_s,
+            **kw,
+        )

@@ -25,9 +25,13 @@ some_unknown_metric{instance="engine-side"} 1
 
 
 def result(text: str, cache: SeriesCache | None = None, up: bool = True) -> ScrapeResult:
-    target = make_target("127.0.0.1:8101", job="vllm", labels={"replica": "small-0", "model": "tiny-small"}, interval_s=5, timeout_s=4)
+    target = make_target(
+        "127.0.0.1:8101", job="vllm", labels={"replica": "small-0", "model": "tiny-small"}, interval_s=5, timeout_s=4
+    )
     exposition = parse(text, cache=cache) if up else None
-    return ScrapeResult(target, time.time(), up, 0.01, len(exposition) if exposition else 0, "" if up else "timeout", exposition)
+    return ScrapeResult(
+        target, time.time(), up, 0.01, len(exposition) if exposition else 0, "" if up else "timeout", exposition
+    )
 
 
 def test_old_vllm_names_map_to_current_ones_and_keep_the_original() -> None:
@@ -39,7 +43,9 @@ def test_old_vllm_names_map_to_current_ones_and_keep_the_original() -> None:
     assert pairs["vllm:gpu_cache_usage_perc"] == "vllm:kv_cache_usage_perc"
     assert pairs["vllm:time_per_output_token_seconds_bucket"] == "vllm:inter_token_latency_seconds_bucket"
     # a current metric that merely contains the old name is left alone
-    assert pairs["vllm:request_time_per_output_token_seconds_count"] == "vllm:request_time_per_output_token_seconds_count"
+    assert (
+        pairs["vllm:request_time_per_output_token_seconds_count"] == "vllm:request_time_per_output_token_seconds_count"
+    )
     assert pairs["some_unknown_metric"] == "some_unknown_metric"  # unknown metrics are stored too
     assert converter.renamed["vllm:gpu_cache_usage_perc"] == "vllm:kv_cache_usage_perc"
     assert canonical_name("vllm:gpu_prefix_cache_hits_total") == "vllm:prefix_cache_hits_total"
@@ -48,7 +54,10 @@ def test_old_vllm_names_map_to_current_ones_and_keep_the_original() -> None:
 def test_target_labels_are_added_and_clashes_kept_as_exported() -> None:
     batch = Batch()
     SeriesConverter().convert(result(OLD_VLLM), batch)
-    labels = {m: l for m, l in zip(batch.tables["series"]["original_metric"], batch.tables["series"]["labels"], strict=True)}
+    labels = {
+        m: labels
+        for m, labels in zip(batch.tables["series"]["original_metric"], batch.tables["series"]["labels"], strict=True)
+    }
     unknown = labels["some_unknown_metric"]
     assert unknown["instance"] == "127.0.0.1:8101" and unknown["exported_instance"] == "engine-side"
     assert unknown["job"] == "vllm" and unknown["replica"] == "small-0" and unknown["model"] == "tiny-small"
@@ -80,7 +89,7 @@ def test_old_name_next_to_new_name_and_repeated_series_are_not_counted_twice() -
         'vllm:kv_cache_usage_perc{model_name="m"} 0.6\n'
         'dup{a="1"} 1\n'
         'dup{a="1"} 2\n'
-        'future 1 99999999999999999\n'
+        "future 1 99999999999999999\n"
     )
     batch, converter = Batch(), SeriesConverter()
     converter.convert(result(text), batch)
@@ -142,9 +151,18 @@ def test_repeated_layouts_convert_to_the_same_rows_as_the_general_path() -> None
     """The fast path (same series as the last scrape) and the general path agree row for row."""
     cache = SeriesCache()
     fast, general = SeriesConverter(), SeriesConverter()
-    scrapes = [dict(tokens=t, running=r, bucket=b, total=s) for t, r, b, s in
-               [(100, 3, 5, 2.5), (160, 1, 7, 3.0), (12, 0, 1, 0.25), (float("nan"), 2, 1, 0.25), (20, 2, 2, 0.5), (25, 1, 3, 0.75)]]
-    extra = "# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{model_name=\"m\"} 4\n"
+    scrapes = [
+        dict(tokens=t, running=r, bucket=b, total=s)
+        for t, r, b, s in [
+            (100, 3, 5, 2.5),
+            (160, 1, 7, 3.0),
+            (12, 0, 1, 0.25),
+            (float("nan"), 2, 1, 0.25),
+            (20, 2, 2, 0.5),
+            (25, 1, 3, 0.75),
+        ]
+    ]
+    extra = '# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{model_name="m"} 4\n'
     for i, values in enumerate(scrapes):
         text = COUNTERS.format(**values) + (extra if i == 3 else "")  # a series comes and goes
         got, want = Batch(), Batch()

@@ -43,7 +43,7 @@ def query(store: Path, sql: str) -> list:
         c = clickhouse_connect.get_client(dsn="chdb://{store}")
         print(json.dumps(c.query({sql!r}).result_rows))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -52,26 +52,39 @@ def test_sigkill_mid_run_then_restart_leaves_no_duplicates(tmp_path: Path) -> No
     port, stop = serve_targets()
     store = tmp_path / "ch"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
-    env.update({
-        "FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{store}",
-        "FLEETSCOPE_DATA_DIR": str(tmp_path / "data"),
-        "FLEETSCOPE_METADATA_URL": f"sqlite:///{tmp_path / 'meta.db'}",
-        "FLEETSCOPE_COLLECTOR_FLEET_TARGETS": "false",
-        "FLEETSCOPE_COLLECTOR_OTLP_HTTP_PORT": str(free_port()),
-        "FLEETSCOPE_COLLECTOR_OTLP_GRPC_PORT": "0",
-        "FLEETSCOPE_COLLECTOR_FLUSH_INTERVAL_S": "0.2",
-        "FLEETSCOPE_COLLECTOR_STATIC_TARGETS": json.dumps([
-            {"job": "t", "targets": [f"http://127.0.0.1:{port}/good/metrics"], "labels": {"replica": "good"},
-             "interval_s": 0.25, "timeout_s": 0.2}
-        ]),
-    })
+    env.update(
+        {
+            "FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{store}",
+            "FLEETSCOPE_DATA_DIR": str(tmp_path / "data"),
+            "FLEETSCOPE_METADATA_URL": f"sqlite:///{tmp_path / 'meta.db'}",
+            "FLEETSCOPE_COLLECTOR_FLEET_TARGETS": "false",
+            "FLEETSCOPE_COLLECTOR_OTLP_HTTP_PORT": str(free_port()),
+            "FLEETSCOPE_COLLECTOR_OTLP_GRPC_PORT": "0",
+            "FLEETSCOPE_COLLECTOR_FLUSH_INTERVAL_S": "0.2",
+            "FLEETSCOPE_COLLECTOR_STATIC_TARGETS": json.dumps(
+                [
+                    {
+                        "job": "t",
+                        "targets": [f"http://127.0.0.1:{port}/good/metrics"],
+                        "labels": {"replica": "good"},
+                        "interval_s": 0.25,
+                        "timeout_s": 0.2,
+                    }
+                ]
+            ),
+        }
+    )
     exe = str(Path(sys.executable).parent / "fleetscope")
     try:
-        first = subprocess.Popen([exe, "collect"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        first = subprocess.Popen(
+            [exe, "collect"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         time.sleep(6)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
-        second = subprocess.Popen([exe, "collect"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        second = subprocess.Popen(
+            [exe, "collect"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         time.sleep(5)
         second.send_signal(signal.SIGTERM)
         output, _ = second.communicate(timeout=30)

@@ -36,9 +36,9 @@ def ours(text: str, **kw) -> list[tuple]:
 
 HANDWRITTEN = [
     # escapes in label values, trailing comma, tabs, NaN/Inf, ms timestamps, untyped
-    '# HELP esc A help with \\\\ and \\n escapes\n# TYPE esc gauge\n'
+    "# HELP esc A help with \\\\ and \\n escapes\n# TYPE esc gauge\n"
     'esc{path="C:\\\\dir",quote="say \\"hi\\"",nl="a\\nb",} 1.5\n'
-    "esc{path=\"x\"}\t+Inf\n"
+    'esc{path="x"}\t+Inf\n'
     'esc{path="y"} -Inf 1700000000123\n'
     'esc{path="z"} NaN\n'
     "plain 42\n"
@@ -64,8 +64,10 @@ def test_same_samples_with_a_warm_cache() -> None:
     first = ours(VLLM, cache=cache)
     second = ours(VLLM, cache=cache)
     assert first == second == reference(VLLM)
-    changed = VLLM.replace('vllm:num_requests_running{engine="0",model_name="tiny-small"} 0.0',
-                           'vllm:num_requests_running{engine="0",model_name="tiny-small"} 7.0')
+    changed = VLLM.replace(
+        'vllm:num_requests_running{engine="0",model_name="tiny-small"} 0.0',
+        'vllm:num_requests_running{engine="0",model_name="tiny-small"} 7.0',
+    )
     values = {(s.name, s.labels.get("model_name")): s.value for s in parse(changed, cache=cache).samples}
     assert values[("vllm:num_requests_running", "tiny-small")] == 7.0
 
@@ -139,8 +141,10 @@ def test_malformed_openmetrics(text: str, reason: str) -> None:
 def test_bad_line_in_a_cached_exposition_is_still_caught() -> None:
     cache = SeriesCache()
     parse(VLLM, cache=cache)
-    broken = VLLM.replace('vllm:num_requests_waiting{engine="0",model_name="tiny-small"} 0.0',
-                          'vllm:num_requests_waiting{engine="0",model_name="tiny-small"} zero')
+    broken = VLLM.replace(
+        'vllm:num_requests_waiting{engine="0",model_name="tiny-small"} 0.0',
+        'vllm:num_requests_waiting{engine="0",model_name="tiny-small"} zero',
+    )
     with pytest.raises(ExpositionError, match="invalid number 'zero'"):
         parse(broken, cache=cache)
 

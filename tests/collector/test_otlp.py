@@ -29,9 +29,15 @@ def kv(key: str, value) -> KeyValue:
 
 
 def export(*spans: Span, replica: str = "small-0") -> bytes:
-    resource_attrs = [kv("service.name", replica), kv("fleetscope.replica", replica), kv("fleetscope.model", "tiny-small")]
+    resource_attrs = [
+        kv("service.name", replica),
+        kv("fleetscope.replica", replica),
+        kv("fleetscope.model", "tiny-small"),
+    ]
     request = ExportTraceServiceRequest(
-        resource_spans=[ResourceSpans(resource={"attributes": resource_attrs}, scope_spans=[ScopeSpans(spans=list(spans))])]
+        resource_spans=[
+            ResourceSpans(resource={"attributes": resource_attrs}, scope_spans=[ScopeSpans(spans=list(spans))])
+        ]
     )
     return request.SerializeToString()
 
@@ -61,7 +67,12 @@ def llm_span(trace: str = TRACE, error: bool = False) -> Span:
 def test_llm_request_span_becomes_a_request_row() -> None:
     (span,) = decode_protobuf(export(llm_span()))
     row = request_row(span)
-    assert (row["trace_id"], row["request_id"], row["replica"], row["model"]) == (TRACE, "cmpl-123", "small-0", "tiny-small")
+    assert (row["trace_id"], row["request_id"], row["replica"], row["model"]) == (
+        TRACE,
+        "cmpl-123",
+        "small-0",
+        "tiny-small",
+    )
     assert (row["prompt_tokens"], row["completion_tokens"], row["max_tokens"]) == (1200, 65, 64)
     assert row["ttft_seconds"] == 0.25 and row["e2e_seconds"] == 1.5 and row["queue_seconds"] == 0.1
     assert row["tpot_seconds"] == pytest.approx(1.28 / 64)
@@ -78,16 +89,33 @@ def test_other_spans_are_ignored() -> None:
 
 def test_otlp_json_body() -> None:
     body = {
-        "resourceSpans": [{
-            "resource": {"attributes": [{"key": "fleetscope.replica", "value": {"stringValue": "large-0"}},
-                                        {"key": "fleetscope.model", "value": {"stringValue": "tiny-large"}}]},
-            "scopeSpans": [{"spans": [{
-                "name": "llm_request", "traceId": TRACE.upper(), "spanId": "b7ad6b7169203331",
-                "startTimeUnixNano": "1795000000000000000", "endTimeUnixNano": "1795000001000000000",
-                "attributes": [{"key": "gen_ai.usage.prompt_tokens", "value": {"intValue": "300"}},
-                               {"key": "gen_ai.latency.time_to_first_token", "value": {"doubleValue": 0.05}}],
-            }]}],
-        }]
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [
+                        {"key": "fleetscope.replica", "value": {"stringValue": "large-0"}},
+                        {"key": "fleetscope.model", "value": {"stringValue": "tiny-large"}},
+                    ]
+                },
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            {
+                                "name": "llm_request",
+                                "traceId": TRACE.upper(),
+                                "spanId": "b7ad6b7169203331",
+                                "startTimeUnixNano": "1795000000000000000",
+                                "endTimeUnixNano": "1795000001000000000",
+                                "attributes": [
+                                    {"key": "gen_ai.usage.prompt_tokens", "value": {"intValue": "300"}},
+                                    {"key": "gen_ai.latency.time_to_first_token", "value": {"doubleValue": 0.05}},
+                                ],
+                            }
+                        ]
+                    }
+                ],
+            }
+        ]
     }
     (span,) = decode_json(json.dumps(body).encode())
     row = request_row(span)
@@ -112,10 +140,36 @@ def test_fuzzed_protobuf_bodies_decode_or_raise_otlp_error(body: bytes) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(
-                        ["resourceSpans", "scopeSpans", "spans", "traceId", "attributes", "key", "value", "name",
-                         "intValue", "startTimeUnixNano", "resource", "status", "code"]), c, max_size=4), max_leaves=20))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        lambda c: (
+            st.lists(c, max_size=3)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "resourceSpans",
+                        "scopeSpans",
+                        "spans",
+                        "traceId",
+                        "attributes",
+                        "key",
+                        "value",
+                        "name",
+                        "intValue",
+                        "startTimeUnixNano",
+                        "resource",
+                        "status",
+                        "code",
+                    ]
+                ),
+                c,
+                max_size=4,
+            )
+        ),
+        max_leaves=20,
+    )
+)
 def test_fuzzed_json_bodies_decode_or_raise_otlp_error(data) -> None:
     try:
         spans = decode_json(json.dumps(data).encode())
@@ -126,10 +180,20 @@ def test_fuzzed_json_bodies_decode_or_raise_otlp_error(data) -> None:
 
 
 def test_gateway_log_lines_good_and_bad() -> None:
-    good = {"ts": "2026-11-29T09:00:00Z", "trace_id": TRACE, "model": "tiny-small", "tenant": "acme",
-            "route": "model-router:short", "prompt_tokens": 120, "completion_tokens": 30,
-            "ttft_seconds": 0.2, "e2e_seconds": 1.2}
-    body = "\n".join([json.dumps(good), "{not json", json.dumps({**good, "tenant": 5}), json.dumps({**good, "tenantt": "x"}), ""])
+    good = {
+        "ts": "2026-11-29T09:00:00Z",
+        "trace_id": TRACE,
+        "model": "tiny-small",
+        "tenant": "acme",
+        "route": "model-router:short",
+        "prompt_tokens": 120,
+        "completion_tokens": 30,
+        "ttft_seconds": 0.2,
+        "e2e_seconds": 1.2,
+    }
+    body = "\n".join(
+        [json.dumps(good), "{not json", json.dumps({**good, "tenant": 5}), json.dumps({**good, "tenantt": "x"}), ""]
+    )
     rows, errors = parse_request_log(body)
     assert len(rows) == 1 and rows[0]["source"] == "gateway" and rows[0]["tenant"] == "acme"
     assert rows[0]["ts"] == datetime(2026, 11, 29, 9, 0, tzinfo=UTC).timestamp()
@@ -138,18 +202,29 @@ def test_gateway_log_lines_good_and_bad() -> None:
 
 
 def test_sampling_keeps_errors_and_slow_requests_and_stays_unbiased() -> None:
-    sampler = Sampler(SamplingPolicy(default_rate=0.1, rules=[SamplingRule(model="tiny-large", rate=0.5)],
-                                     keep_ttft_above_s=2.0))
+    sampler = Sampler(
+        SamplingPolicy(default_rate=0.1, rules=[SamplingRule(model="tiny-large", rate=0.5)], keep_ttft_above_s=2.0)
+    )
     rng = random.Random(7)
-    rows = [{"trace_id": f"{rng.getrandbits(128):032x}", "model": rng.choice(["tiny-small", "tiny-large"]),
-             "tenant": "", "status_code": 500 if i % 100 == 0 else 200,
-             "ttft_seconds": 3.0 if i % 50 == 1 else 0.1, "e2e_seconds": 1.0,
-             "prompt_tokens": rng.randint(10, 2000)} for i in range(40_000)]
+    rows = [
+        {
+            "trace_id": f"{rng.getrandbits(128):032x}",
+            "model": rng.choice(["tiny-small", "tiny-large"]),
+            "tenant": "",
+            "status_code": 500 if i % 100 == 0 else 200,
+            "ttft_seconds": 3.0 if i % 50 == 1 else 0.1,
+            "e2e_seconds": 1.0,
+            "prompt_tokens": rng.randint(10, 2000),
+        }
+        for i in range(40_000)
+    ]
     kept = [(r, w) for r in rows if (w := sampler.weight(r)) is not None]
     assert all(w == 1.0 for r, w in kept if r["status_code"] >= 400 or r["ttft_seconds"] > 2)
     assert sum(1 for r, _ in kept if r["status_code"] >= 400) == sum(1 for r in rows if r["status_code"] >= 400)
     assert sum(w for _, w in kept) == pytest.approx(len(rows), rel=0.03)
-    assert sum(w * r["prompt_tokens"] for r, w in kept) == pytest.approx(sum(r["prompt_tokens"] for r in rows), rel=0.03)
+    assert sum(w * r["prompt_tokens"] for r, w in kept) == pytest.approx(
+        sum(r["prompt_tokens"] for r in rows), rel=0.03
+    )
     assert len(kept) < 0.4 * len(rows)
     # the same trace id gets the same decision (gateway row and engine span together)
     assert sampler.weight(dict(rows[5])) == sampler.weight(dict(rows[5]))
@@ -176,13 +251,28 @@ def test_both_rows_of_a_request_share_one_decision_and_weight() -> None:
 
 def test_the_columnar_path_gives_the_same_rows_as_span_records() -> None:
     startup = Span(name="Executor init", trace_id=bytes(16), span_id=bytes(8))
-    sparse = Span(name="llm_request", trace_id=bytes.fromhex(TRACE), span_id=bytes(8),
-                  attributes=[kv("gen_ai.request.id", 42), kv("gen_ai.usage.completion_tokens", 1),
-                              kv("gen_ai.response.model", "from-span")])
-    bare = ExportTraceServiceRequest(resource_spans=[ResourceSpans(
-        resource={"attributes": [kv("service.name", "vllm-a")]}, scope_spans=[ScopeSpans(spans=[sparse])])])
-    bodies = [export(llm_span(), startup, llm_span(error=True), replica="small-1"), bare.SerializeToString(),
-              export(*[llm_span(trace=f"{i:032x}") for i in range(20)])]
+    sparse = Span(
+        name="llm_request",
+        trace_id=bytes.fromhex(TRACE),
+        span_id=bytes(8),
+        attributes=[
+            kv("gen_ai.request.id", 42),
+            kv("gen_ai.usage.completion_tokens", 1),
+            kv("gen_ai.response.model", "from-span"),
+        ],
+    )
+    bare = ExportTraceServiceRequest(
+        resource_spans=[
+            ResourceSpans(
+                resource={"attributes": [kv("service.name", "vllm-a")]}, scope_spans=[ScopeSpans(spans=[sparse])]
+            )
+        ]
+    )
+    bodies = [
+        export(llm_span(), startup, llm_span(error=True), replica="small-1"),
+        bare.SerializeToString(),
+        export(*[llm_span(trace=f"{i:032x}") for i in range(20)]),
+    ]
     for body in bodies:
         columns, other = request_columns(body)
         spans = decode_protobuf(body)

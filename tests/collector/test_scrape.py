@@ -36,8 +36,12 @@ def test_good_target_gzip() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "reason"),
-    [("slow", "timeout after 0.5s"), ("error", "HTTP status 500"), ("garbage", "parse error: line 1"),
-     ("missing", "HTTP status 404")],
+    [
+        ("slow", "timeout after 0.5s"),
+        ("error", "HTTP status 500"),
+        ("garbage", "parse error: line 1"),
+        ("missing", "HTTP status 404"),
+    ],
 )
 def test_failed_scrapes_are_down_with_a_reason_and_no_samples(kind: str, reason: str) -> None:
     result = scrape(kind)
@@ -72,7 +76,7 @@ def test_a_slow_target_does_not_delay_the_others() -> None:
         by_kind.setdefault(r.target.replica, []).append(r)
     assert len(by_kind["good"]) >= 4 and all(r.up for r in by_kind["good"])
     assert all(not r.up for r in by_kind["slow"]) and all(not r.up for r in by_kind["error"])
-    gaps = [b.timestamp - a.timestamp for a, b in zip(by_kind["good"], by_kind["good"][1:])]
+    gaps = [b.timestamp - a.timestamp for a, b in zip(by_kind["good"], by_kind["good"][1:], strict=False)]
     assert all(0.4 < g < 0.6 for g in gaps), gaps  # on schedule despite the slow neighbour
 
 

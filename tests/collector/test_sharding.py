@@ -22,10 +22,7 @@ from tests.conftest import ROOT, run_cli
 
 
 def targets(n: int) -> list[Target]:
-    return [
-        make_target(f"10.{i // 250}.{i % 250}.7:8000", job="vllm", interval_s=5, timeout_s=4)
-        for i in range(n)
-    ]
+    return [make_target(f"10.{i // 250}.{i % 250}.7:8000", job="vllm", interval_s=5, timeout_s=4) for i in range(n)]
 
 
 def md5_mod(url: str, count: int) -> int:
@@ -61,8 +58,14 @@ def test_assignment_is_the_same_in_another_process() -> None:
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     result = subprocess.run(
-        [sys.executable, "-c", code], input=json.dumps([t.url for t in all_targets]),
-        capture_output=True, text=True, cwd=ROOT, env=env, check=True, timeout=60,
+        [sys.executable, "-c", code],
+        input=json.dumps([t.url for t in all_targets]),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=60,
     )
     other = json.loads(result.stdout)
     assert other == [shard_of(t, 3) for t in all_targets] == [md5_mod(t.url, 3) for t in all_targets]
@@ -145,18 +148,28 @@ def test_three_collect_processes_split_the_targets(tmp_path: Path) -> None:
         workdir = tmp_path / f"c{index}"
         workdir.mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
-        env.update({
-            "FLEETSCOPE_COLLECTOR_SHARD_INDEX": str(index),
-            "FLEETSCOPE_COLLECTOR_SHARD_COUNT": "3",
-            "FLEETSCOPE_COLLECTOR_FLEET_TARGETS": "false",
-            "FLEETSCOPE_COLLECTOR_STATIC_TARGETS": json.dumps([{"job": "t", "targets": addresses}]),
-            "FLEETSCOPE_COLLECTOR_SCRAPE_INTERVAL_S": "60",
-            "FLEETSCOPE_COLLECTOR_SCRAPE_TIMEOUT_S": "1",
-            "FLEETSCOPE_COLLECTOR_OTLP_HTTP_PORT": str(free_port()),
-            "FLEETSCOPE_COLLECTOR_OTLP_GRPC_PORT": "0",
-        })
-        procs.append(subprocess.Popen([str(exe), "collect"], cwd=workdir, env=env, text=True,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        env.update(
+            {
+                "FLEETSCOPE_COLLECTOR_SHARD_INDEX": str(index),
+                "FLEETSCOPE_COLLECTOR_SHARD_COUNT": "3",
+                "FLEETSCOPE_COLLECTOR_FLEET_TARGETS": "false",
+                "FLEETSCOPE_COLLECTOR_STATIC_TARGETS": json.dumps([{"job": "t", "targets": addresses}]),
+                "FLEETSCOPE_COLLECTOR_SCRAPE_INTERVAL_S": "60",
+                "FLEETSCOPE_COLLECTOR_SCRAPE_TIMEOUT_S": "1",
+                "FLEETSCOPE_COLLECTOR_OTLP_HTTP_PORT": str(free_port()),
+                "FLEETSCOPE_COLLECTOR_OTLP_GRPC_PORT": "0",
+            }
+        )
+        procs.append(
+            subprocess.Popen(
+                [str(exe), "collect"],
+                cwd=workdir,
+                env=env,
+                text=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        )
     found: dict[int, str] = {}
 
     def watch(index: int, proc: subprocess.Popen[str]) -> None:

@@ -22,20 +22,39 @@ playwright = pytest.importorskip("playwright.sync_api")
 
 CHROMIUM = os.environ.get("FLEETSCOPE_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = ROOT / "tests" / "artifacts"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--no-first-run"]
-PAGES = {"overview": "Overview", "latency": "Latency", "capacity": "Cache & capacity", "traffic": "Traffic & drift",
-         "cost": "Cost", "investigate": "Investigate", "alerts": "Alerts", "sql": "SQL", "fleet": "Fleet"}
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+PAGES = {
+    "overview": "Overview",
+    "latency": "Latency",
+    "capacity": "Cache & capacity",
+    "traffic": "Traffic & drift",
+    "cost": "Cost",
+    "investigate": "Investigate",
+    "alerts": "Alerts",
+    "sql": "SQL",
+    "fleet": "Fleet",
+}
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing: run scripts/ensure-chromium.sh")
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing: run scripts/ensure-chromium.sh"
+)
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     root = tmp_path_factory.mktemp("browser")
-    env = {"FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{root / 'ch'}", "FLEETSCOPE_METADATA_URL": f"sqlite:///{root / 'm.db'}",
-           "FLEETSCOPE_FLEET_SPEC": str(ROOT / "fleet.yaml")}
+    env = {
+        "FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{root / 'ch'}",
+        "FLEETSCOPE_METADATA_URL": f"sqlite:///{root / 'm.db'}",
+        "FLEETSCOPE_FLEET_SPEC": str(ROOT / "fleet.yaml"),
+    }
     # the evaluator once on the incident: alert states and their history for the Alerts page
     for args in (("migrate",), ("fleet", "simulate", "--scenario", "tenant-shift"), ("alerts", "run", "--once")):
         done = run_cli(*args, cwd=root, env=env, timeout=240)
@@ -52,7 +71,7 @@ def browser() -> Iterator:
 
 
 @pytest.fixture(scope="module")
-def dashboard(store) -> Iterator[Served]:  # noqa: ANN001
+def dashboard(store) -> Iterator[Served]:
     d = Served(*store)
     yield d
     d.stop()
@@ -64,14 +83,14 @@ def window_shown(caption: str) -> tuple[datetime, datetime]:
     return datetime.fromisoformat(start), datetime.fromisoformat(end)
 
 
-def settle(page) -> None:  # noqa: ANN001
+def settle(page) -> None:
     """Wait until the script run is over (the app says so on its root element)."""
     page.wait_for_selector(IDLE, timeout=90_000)
     page.wait_for_timeout(300)  # a rerun asked for at the end of a run starts a moment later
     page.wait_for_selector(IDLE, timeout=90_000)
 
 
-def shoot(page, path: Path) -> None:  # noqa: ANN001
+def shoot(page, path: Path) -> None:
     """The whole page: Streamlit scrolls its main block, not the document, so grow the viewport."""
     height = page.evaluate("document.querySelector('[data-testid=stMain]')?.scrollHeight || 1000")
     page.set_viewport_size({"width": 1440, "height": min(int(height) + 40, 8000)})
@@ -81,7 +100,7 @@ def shoot(page, path: Path) -> None:  # noqa: ANN001
 
 
 @pytest.mark.timeout(600)
-def test_every_page_loads_draws_a_chart_and_shows_no_error(dashboard, browser) -> None:  # noqa: ANN001
+def test_every_page_loads_draws_a_chart_and_shows_no_error(dashboard, browser) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     for path, title in PAGES.items():
@@ -103,7 +122,7 @@ def test_every_page_loads_draws_a_chart_and_shows_no_error(dashboard, browser) -
 
 
 @pytest.mark.timeout(300)
-def test_the_time_range_control_changes_the_url(dashboard, browser) -> None:  # noqa: ANN001
+def test_the_time_range_control_changes_the_url(dashboard, browser) -> None:
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     page.goto(f"{dashboard.url}/?range=1h")
     settle(page)
@@ -125,7 +144,7 @@ def test_the_time_range_control_changes_the_url(dashboard, browser) -> None:  # 
 
 
 @pytest.mark.timeout(300)
-def test_auto_refresh_reruns_a_page_that_has_nothing_to_show(dashboard, browser) -> None:  # noqa: ANN001
+def test_auto_refresh_reruns_a_page_that_has_nothing_to_show(dashboard, browser) -> None:
     page = browser.new_page()
     page.goto(f"{dashboard.url}/?from=2020-01-01T00:00:00Z&to=2020-01-01T01:00:00Z&refresh=10")
     settle(page)
@@ -140,9 +159,12 @@ def test_auto_refresh_reruns_a_page_that_has_nothing_to_show(dashboard, browser)
 
 
 @pytest.mark.timeout(300)
-def test_a_password_protects_every_page(tmp_path: Path, browser) -> None:  # noqa: ANN001
+def test_a_password_protects_every_page(tmp_path: Path, browser) -> None:
     # a store of its own: the module's dashboard holds the simulated one (chDB: one process per directory)
-    env = {"FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{tmp_path / 'ch'}", "FLEETSCOPE_METADATA_URL": f"sqlite:///{tmp_path / 'm.db'}"}
+    env = {
+        "FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{tmp_path / 'ch'}",
+        "FLEETSCOPE_METADATA_URL": f"sqlite:///{tmp_path / 'm.db'}",
+    }
     assert run_cli("migrate", cwd=tmp_path, env=env).returncode == 0
     d = Served(tmp_path, {**env, "FLEETSCOPE_DASHBOARD_PASSWORD": "correct horse"})
     try:

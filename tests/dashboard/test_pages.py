@@ -36,8 +36,17 @@ from tests.analytics.scenario_data import play
 from tests.conftest import migrated_sessions
 
 ROOT = Path(__file__).resolve().parents[2]
-TITLES = {"overview": "Overview", "latency": "Latency", "capacity": "Cache & capacity", "traffic": "Traffic & drift",
-          "cost": "Cost", "investigate": "Investigate", "alerts": "Alerts", "sql": "SQL", "fleet": "Fleet"}
+TITLES = {
+    "overview": "Overview",
+    "latency": "Latency",
+    "capacity": "Cache & capacity",
+    "traffic": "Traffic & drift",
+    "cost": "Cost",
+    "investigate": "Investigate",
+    "alerts": "Alerts",
+    "sql": "SQL",
+    "fleet": "Fleet",
+}
 PAGES = list(TITLES)
 
 
@@ -49,21 +58,21 @@ def run(page: str, **params: str) -> AppTest:
 
 
 @pytest.fixture
-def sessions(sqlite_url: str):  # noqa: ANN201
+def sessions(sqlite_url: str):
     yield from migrated_sessions(sqlite_url)
 
 
 @pytest.fixture(scope="module")
-def shift(chdb_dir):  # noqa: ANN001
+def shift(chdb_dir):
     return play(chdb_dir, "tenant-shift", seed=1)
 
 
-def on_store(chdb_dir):  # noqa: ANN001, ANN201
+def on_store(chdb_dir):
     """The bundled settings, with clickhouse.url on the tests' chDB store (the SQL page's runner opens it)."""
     return load_settings(ROOT / "fleetscope.yaml", environ={"FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{chdb_dir}"})
 
 
-def window(run_) -> dict[str, str]:  # noqa: ANN001
+def window(run_) -> dict[str, str]:
     return {"from": run_.start.isoformat(), "to": run_.end.isoformat()}
 
 
@@ -82,7 +91,7 @@ def test_the_view_round_trips_through_the_query_string() -> None:
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_every_page_renders_on_an_empty_store(page: str, ch, sessions, chdb_dir) -> None:  # noqa: ANN001
+def test_every_page_renders_on_an_empty_store(page: str, ch, sessions, chdb_dir) -> None:
     clickhouse_runner.apply(ch)
     use_stores(ch, sessions, on_store(chdb_dir))
     at = run(page, range="15m")
@@ -93,7 +102,7 @@ def test_every_page_renders_on_an_empty_store(page: str, ch, sessions, chdb_dir)
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_every_page_renders_a_simulated_run_with_filters(page: str, shift, sessions, chdb_dir) -> None:  # noqa: ANN001
+def test_every_page_renders_a_simulated_run_with_filters(page: str, shift, sessions, chdb_dir) -> None:
     use_stores(shift.client, sessions, on_store(chdb_dir))
     for params in ({}, {"model": "tiny-large"}, {"tenant": "bigcorp", "route": "model-router:large/least_loaded"}):
         at = run(page, **window(shift), **params)
@@ -101,23 +110,26 @@ def test_every_page_renders_a_simulated_run_with_filters(page: str, shift, sessi
         assert not at.error, (params, [e.value for e in at.error])
 
 
-def test_overview_shows_the_analytics_numbers(shift, sessions) -> None:  # noqa: ANN001
+def test_overview_shows_the_analytics_numbers(shift, sessions) -> None:
     use_stores(shift.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
     at = run("overview", **window(shift))
     metrics = {m.label: m.value for m in at.metric}
     view = read_view(window(shift))
     # over the window the sparkline's steps cover (the view widened to whole steps)
-    covered = histogram_steps_and_window(shift.client, "vllm:time_to_first_token_seconds", (0.99,), view.start, view.end,
-                                         "fleet")[1].attrs["plan"]
+    covered = histogram_steps_and_window(
+        shift.client, "vllm:time_to_first_token_seconds", (0.99,), view.start, view.end, "fleet"
+    )[1].attrs["plan"]
     assert covered.start <= view.start and covered.end >= view.end
-    p99 = histogram_quantile(shift.client, "vllm:time_to_first_token_seconds", 0.99, covered.start, covered.end, "fleet")
+    p99 = histogram_quantile(
+        shift.client, "vllm:time_to_first_token_seconds", 0.99, covered.start, covered.end, "fleet"
+    )
     assert metrics["p99 TTFT"] == f"{p99['quantile'].iloc[0]:.3f} s"
     assert metrics["Replicas reporting"] == "3"
     fleet = cost_per_token(shift.client, view.start, view.end, gpu_prices(sessions)).set_index("model").loc["(fleet)"]
     assert metrics["Cost per hour"] == f"${fleet['spend'] / view.span.total_seconds() * 3600:,.2f}"
 
 
-def test_cost_page_offers_the_showback_as_csv(shift, sessions) -> None:  # noqa: ANN001
+def test_cost_page_offers_the_showback_as_csv(shift, sessions) -> None:
     use_stores(shift.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
     at = run("cost", **window(shift))
     assert not at.exception
@@ -127,14 +139,14 @@ def test_cost_page_offers_the_showback_as_csv(shift, sessions) -> None:  # noqa:
     assert any(b.label == "Download CSV" for b in at.get("download_button"))
 
 
-def test_a_store_that_cannot_be_read_is_one_clear_error(ch, sessions) -> None:  # noqa: ANN001
+def test_a_store_that_cannot_be_read_is_one_clear_error(ch, sessions) -> None:
     use_stores(ch, sessions, None)  # a database never migrated: no tables
     at = run("overview", range="1h")
     assert not at.exception
     assert at.error and "cannot be read" in at.error[0].value
 
 
-def test_capacity_page_shows_the_scale_out_recommendation(shift, sessions) -> None:  # noqa: ANN001
+def test_capacity_page_shows_the_scale_out_recommendation(shift, sessions) -> None:
     use_stores(shift.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
     at = run("capacity", **window(shift))
     assert not at.exception
@@ -147,7 +159,7 @@ def test_capacity_page_shows_the_scale_out_recommendation(shift, sessions) -> No
         assert row.reasons[0] in boxes
 
 
-def test_capacity_and_fleet_pages_name_a_stalled_replica(chdb_dir, sessions) -> None:  # noqa: ANN001
+def test_capacity_and_fleet_pages_name_a_stalled_replica(chdb_dir, sessions) -> None:
     frozen = play(chdb_dir, "engine-stall", seed=1)  # small-1 freezes at 180 s, goes on at 540 s
     use_stores(frozen.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
     during = {"from": frozen.start.isoformat(), "to": (frozen.start + timedelta(minutes=7)).isoformat()}
@@ -165,20 +177,27 @@ def test_capacity_and_fleet_pages_name_a_stalled_replica(chdb_dir, sessions) -> 
     assert table.loc["small-1", "stalled"].startswith("now, ") and table.loc["small-0", "stalled"] == ""
 
 
-def chart_frames(at: AppTest) -> list:  # noqa: ANN201
+def chart_frames(at: AppTest) -> list:
     """The data of every chart on the page, as pandas frames."""
-    return [pa.ipc.open_stream(d.data.data).read_all().to_pandas()
-            for chart in at.get("vega_lite_chart") for d in chart.proto.datasets if d.data.data]
+    return [
+        pa.ipc.open_stream(d.data.data).read_all().to_pandas()
+        for chart in at.get("vega_lite_chart")
+        for d in chart.proto.datasets
+        if d.data.data
+    ]
 
 
-def test_a_replica_silent_for_minutes_draws_a_gap_not_a_line_across(chdb_dir, sessions) -> None:  # noqa: ANN001
+def test_a_replica_silent_for_minutes_draws_a_gap_not_a_line_across(chdb_dir, sessions) -> None:
     crash = play(chdb_dir, "replica-crash", seed=2)  # small-1 killed at 120 s, back at 300 s: no scrapes between
     use_stores(crash.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
     killed, back = crash.start + timedelta(seconds=120), crash.start + timedelta(seconds=300)
     at = run("capacity", **window(crash))
     assert not at.exception
-    lines = [f for f in chart_frames(at) if {"replica", "ts"} <= set(f.columns)
-             and {"requests", "preemptions_per_s", "prefix_hit_rate"} & set(f.columns)]
+    lines = [
+        f
+        for f in chart_frames(at)
+        if {"replica", "ts"} <= set(f.columns) and {"requests", "preemptions_per_s", "prefix_hit_rate"} & set(f.columns)
+    ]
     assert len(lines) == 3  # requests waiting and running, preemptions, prefix-cache hit rate
     for frame in lines:
         value = next(c for c in ("requests", "preemptions_per_s", "prefix_hit_rate") if c in frame)
@@ -190,7 +209,7 @@ def test_a_replica_silent_for_minutes_draws_a_gap_not_a_line_across(chdb_dir, se
         assert others[value].notna().any()  # the replica that served on is drawn through
 
 
-def test_capacity_heatmap_shows_the_hottest_replicas_of_a_large_fleet(ch, sessions) -> None:  # noqa: ANN001
+def test_capacity_heatmap_shows_the_hottest_replicas_of_a_large_fleet(ch, sessions) -> None:
     clickhouse_runner.apply(ch)
     seed(ch, replicas=40, days=1.25, raw_hours=0.25, minute_hours=2)
     use_stores(ch, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
@@ -200,14 +219,19 @@ def test_capacity_heatmap_shows_the_hottest_replicas_of_a_large_fleet(ch, sessio
     per_replica = kv_over_time(ch, view.start, view.end, "replica")
     peaks = per_replica.groupby("replica")["kv_max"].max()
     heat = at.get("vega_lite_chart")[0]
-    shown = set().union(*(set(pa.ipc.open_stream(d.data.data).read_all().column("replica").to_pylist())
-                          for d in heat.proto.datasets if b"replica" in d.data.data))
+    shown = set().union(
+        *(
+            set(pa.ipc.open_stream(d.data.data).read_all().column("replica").to_pylist())
+            for d in heat.proto.datasets
+            if b"replica" in d.data.data
+        )
+    )
     assert len(peaks) == 40 and len(shown) == 30  # a row per replica only for the 30 that came closest to full
     assert min(peaks[list(shown)]) >= max(peaks.drop(list(shown)))
     assert any("30 of 40 replicas with the highest peak" in c.value for c in at.caption)
 
 
-def test_cost_chart_shows_the_costliest_replicas_of_a_large_fleet(ch, sessions) -> None:  # noqa: ANN001
+def test_cost_chart_shows_the_costliest_replicas_of_a_large_fleet(ch, sessions) -> None:
     clickhouse_runner.apply(ch)
     seed(ch, replicas=40, days=1.25, raw_hours=0.25, minute_hours=2)
     use_stores(ch, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
@@ -217,14 +241,19 @@ def test_cost_chart_shows_the_costliest_replicas_of_a_large_fleet(ch, sessions) 
     spend = gpu_spend(ch, view.start, view.end, gpu_prices(sessions)).set_index("replica")
     total = spend["busy_spend"] + spend["idle_spend"]
     [bars] = at.get("vega_lite_chart")
-    shown = set().union(*(set(pa.ipc.open_stream(d.data.data).read_all().column("replica").to_pylist())
-                          for d in bars.proto.datasets if b"replica" in d.data.data))
+    shown = set().union(
+        *(
+            set(pa.ipc.open_stream(d.data.data).read_all().column("replica").to_pylist())
+            for d in bars.proto.datasets
+            if b"replica" in d.data.data
+        )
+    )
     assert len(total) == 40 and len(shown) == 30  # a bar for each of the 30 that cost the most
     assert min(total[list(shown)]) >= max(total.drop(list(shown)))
     assert any(c.value.startswith("The 30 of 40 replicas that cost the most") for c in at.caption)
 
 
-def test_traffic_page_counts_the_drifted_features_as_analytics_does(shift, sessions) -> None:  # noqa: ANN001
+def test_traffic_page_counts_the_drifted_features_as_analytics_does(shift, sessions) -> None:
     use_stores(shift.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
     # the onboarding phase against the steady phase before it: a custom window whose trailing day holds the start
     params = {"from": shift.phase("bigcorp-onboarded").isoformat(), "to": shift.end.isoformat()}
@@ -239,7 +268,7 @@ def test_traffic_page_counts_the_drifted_features_as_analytics_does(shift, sessi
     assert list(shown["feature"]) == list(table["feature"])
 
 
-def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions) -> None:  # noqa: ANN001
+def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions) -> None:
     use_stores(shift.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
     at = run("investigate", **window(shift), metric="ttft", q="0.99")
     assert not at.exception
@@ -251,10 +280,16 @@ def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions)
     # the quantile line, drawn before the explanation was worked out, was redrawn with the break marked
     charts = at.get("vega_lite_chart")
     assert any(b"latency break" in d.data.data for d in charts[0].proto.datasets)
-    assert sum(1 for c in charts for d in c.proto.datasets if b"latency break" in d.data.data) == len(charts) - 1  # not the BubbleUp
+    assert (
+        sum(1 for c in charts for d in c.proto.datasets if b"latency break" in d.data.data) == len(charts) - 1
+    )  # not the BubbleUp
     # the KV chart aligned on the break draws the capacity signals the evidence was judged on
-    frames = [pa.ipc.open_stream(d.data.data).read_all().to_pandas() for c in at.get("vega_lite_chart")
-              for d in c.proto.datasets if b"engines' average" in d.data.data]
+    frames = [
+        pa.ipc.open_stream(d.data.data).read_all().to_pandas()
+        for c in at.get("vega_lite_chart")
+        for d in c.proto.datasets
+        if b"engines' average" in d.data.data
+    ]
     drawn = frames[0].set_index("of").loc["engines' average"].set_index("ts")["used"]
     want = ex.capacity["kv_avg"].dropna()
     assert len(want) > 10 and drawn.to_numpy() == pytest.approx(want.to_numpy())
@@ -266,18 +301,25 @@ def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions)
     assert cost["spend"].to_numpy() == pytest.approx(ex.cost["spend"].to_numpy())
 
 
-def test_fleet_page_names_a_failing_scrape_and_keeps_annotations(ch, sessions) -> None:  # noqa: ANN001
+def test_fleet_page_names_a_failing_scrape_and_keeps_annotations(ch, sessions) -> None:
     clickhouse_runner.apply(ch)
     failed_at = datetime.now(UTC) - timedelta(minutes=3)
-    ch.insert("scrapes", [[failed_at - timedelta(minutes=2), "vllm", "127.0.0.1:9", "r9", 1, 0.01, 120, ""],
-                          [failed_at, "vllm", "127.0.0.1:9", "r9", 0, 0.0, 0, "connection refused"]],
-              column_names=["ts", "job", "instance", "replica", "up", "duration_seconds", "samples_scraped", "error"])
+    ch.insert(
+        "scrapes",
+        [
+            [failed_at - timedelta(minutes=2), "vllm", "127.0.0.1:9", "r9", 1, 0.01, 120, ""],
+            [failed_at, "vllm", "127.0.0.1:9", "r9", 0, 0.0, 0, "connection refused"],
+        ],
+        column_names=["ts", "job", "instance", "replica", "up", "duration_seconds", "samples_scraped", "error"],
+    )
     use_stores(ch, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
     at = run("fleet", range="15m")
     assert not at.exception
     errors = [e.value for e in at.error]
-    assert any(e.startswith("no data from replica r9 since") and e.endswith("scrape failing: connection refused")
-               for e in errors), errors
+    assert any(
+        e.startswith("no data from replica r9 since") and e.endswith("scrape failing: connection refused")
+        for e in errors
+    ), errors
     at.text_input[0].input("deploy vllm 0.32.1")
     at = at.get("form_submit_button")[0].click().run()
     assert not at.exception
@@ -286,7 +328,7 @@ def test_fleet_page_names_a_failing_scrape_and_keeps_annotations(ch, sessions) -
     assert any("deploy vllm 0.32.1" in m.value for m in at.markdown)
 
 
-def test_annotations_show_on_time_charts(shift, sessions) -> None:  # noqa: ANN001
+def test_annotations_show_on_time_charts(shift, sessions) -> None:
     add_annotation(sessions, shift.phase("bigcorp-onboarded"), "onboard bigcorp")
     use_stores(shift.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
     at = run("capacity", **window(shift))
@@ -300,59 +342,117 @@ def test_annotations_show_on_time_charts(shift, sessions) -> None:  # noqa: ANN0
 # --------------------------------------------------------------------------- alerts
 
 
-def seed_alerts(ch, sessions) -> datetime:  # noqa: ANN001
+def seed_alerts(ch, sessions) -> datetime:
     """Through the alerting package's own writers: two firing instances, one pending, one resolved; the firing
     one's state changes in ClickHouse; one delivered and one failed notification; one active silence."""
     now = datetime.now(UTC)
 
     def inst(labels: dict[str, str], state: str, summary: str, value: float | None, began: timedelta) -> Instance:
         at = now - began
-        return Instance(fingerprint(labels), labels, {"summary": summary}, state, value, active_at=at,
-                        fired_at=at if state in ("firing", "resolved") else None, last_true_at=now - timedelta(seconds=15),
-                        resolved_at=now - timedelta(minutes=2) if state == "resolved" else None, evaluated_at=now)
+        return Instance(
+            fingerprint(labels),
+            labels,
+            {"summary": summary},
+            state,
+            value,
+            active_at=at,
+            fired_at=at if state in ("firing", "resolved") else None,
+            last_true_at=now - timedelta(seconds=15),
+            resolved_at=now - timedelta(minutes=2) if state == "resolved" else None,
+            evaluated_at=now,
+        )
 
     kv = {"alertname": "KVCacheSaturated", "replica": "small-0", "severity": "page"}
     kv1 = {**kv, "replica": "small-1"}
     ttft = {"alertname": "TTFTOverSLO", "model": "tiny-small", "metric": "ttft", "slo": "ttft p99 < 1s"}
     itl = {"alertname": "ITLOverSLO", "model": "tiny-large", "metric": "itl", "slo": "itl p99 < 50ms"}
-    save_states(sessions, {
-        "KVCacheSaturated": {fingerprint(kv): inst(kv, "firing", "KV cache of small-0 at 97%", 0.97, timedelta(minutes=20)),
-                             fingerprint(kv1): inst(kv1, "firing", "KV cache of small-1 at 95%", 0.95, timedelta(minutes=5))},
-        "TTFTOverSLO": {fingerprint(ttft): inst(ttft, "pending", "time to first token of tiny-small at 1.4x its SLO",
-                                                1.4, timedelta(minutes=1))},
-        "ITLOverSLO": {fingerprint(itl): inst(itl, "resolved", "inter-token latency of tiny-large back", 0.8,
-                                              timedelta(minutes=30))}})
+    save_states(
+        sessions,
+        {
+            "KVCacheSaturated": {
+                fingerprint(kv): inst(kv, "firing", "KV cache of small-0 at 97%", 0.97, timedelta(minutes=20)),
+                fingerprint(kv1): inst(kv1, "firing", "KV cache of small-1 at 95%", 0.95, timedelta(minutes=5)),
+            },
+            "TTFTOverSLO": {
+                fingerprint(ttft): inst(
+                    ttft, "pending", "time to first token of tiny-small at 1.4x its SLO", 1.4, timedelta(minutes=1)
+                )
+            },
+            "ITLOverSLO": {
+                fingerprint(itl): inst(
+                    itl, "resolved", "inter-token latency of tiny-large back", 0.8, timedelta(minutes=30)
+                )
+            },
+        },
+    )
     began = now - timedelta(minutes=20)
-    write_events(ch, [("KVCacheSaturated", Transition(fingerprint(kv), kv, {"summary": "KV cache of small-0 at 97%"},
-                                                      "inactive", "pending", 0.97, began)),
-                      ("KVCacheSaturated", Transition(fingerprint(kv), kv, {"summary": "KV cache of small-0 at 97%"},
-                                                      "pending", "firing", 0.97, began + timedelta(minutes=1)))])
-    outbox.enqueue(sessions, "route0:kv:1", "ops-slack", {"text": "KVCacheSaturated firing"}, now - timedelta(minutes=19))
+    write_events(
+        ch,
+        [
+            (
+                "KVCacheSaturated",
+                Transition(
+                    fingerprint(kv), kv, {"summary": "KV cache of small-0 at 97%"}, "inactive", "pending", 0.97, began
+                ),
+            ),
+            (
+                "KVCacheSaturated",
+                Transition(
+                    fingerprint(kv),
+                    kv,
+                    {"summary": "KV cache of small-0 at 97%"},
+                    "pending",
+                    "firing",
+                    0.97,
+                    began + timedelta(minutes=1),
+                ),
+            ),
+        ],
+    )
+    outbox.enqueue(
+        sessions, "route0:kv:1", "ops-slack", {"text": "KVCacheSaturated firing"}, now - timedelta(minutes=19)
+    )
     outbox.mark_delivered(sessions, "route0:kv:1", now - timedelta(minutes=19), 200)
     outbox.enqueue(sessions, "route0:kv:2", "oncall-pd", {"routing_key": "SECRET"}, now - timedelta(minutes=10))
     outbox.mark_failed(sessions, "route0:kv:2", 400, "HTTP 400: invalid routing key")
-    add_silence(sessions, parse_matchers('alertname="KVCacheSaturated", replica="small-1"'), now - timedelta(minutes=3),
-                now + timedelta(hours=1), "ana", "draining small-1 for a driver update")
+    add_silence(
+        sessions,
+        parse_matchers('alertname="KVCacheSaturated", replica="small-1"'),
+        now - timedelta(minutes=3),
+        now + timedelta(hours=1),
+        "ana",
+        "draining small-1 for a driver update",
+    )
     save_evaluation(sessions, "capacity", now - timedelta(seconds=5), 0.042, 3, {})
-    save_evaluation(sessions, "team-sql", now - timedelta(seconds=9), 0.01, 1,
-                    {"QueueSQL": "SQL failed: Code: 60. Unknown table default.queue"})
+    save_evaluation(
+        sessions,
+        "team-sql",
+        now - timedelta(seconds=9),
+        0.01,
+        1,
+        {"QueueSQL": "SQL failed: Code: 60. Unknown table default.queue"},
+    )
     return now
 
 
-def test_alerts_page_without_an_evaluator_says_it_has_not_run(ch, sessions) -> None:  # noqa: ANN001
+def test_alerts_page_without_an_evaluator_says_it_has_not_run(ch, sessions) -> None:
     clickhouse_runner.apply(ch)
     use_stores(ch, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
     at = run("alerts", range="1h")
     assert not at.exception and not at.error
-    assert {m.label: m.value for m in at.metric} == {"Firing": "0", "Pending": "0", "Active silences": "0",
-                                                     "Notifications pending or failed": "0"}
+    assert {m.label: m.value for m in at.metric} == {
+        "Firing": "0",
+        "Pending": "0",
+        "Active silences": "0",
+        "Notifications pending or failed": "0",
+    }
     infos = " ".join(i.value for i in at.info)
     assert "No alert is firing or pending" in infos and "`fleetscope alerts run`" in infos
     assert "No alert changed state" in infos and "No notification yet" in infos
     assert {m.label: m.value for m in run("overview", range="1h").metric}["Firing alerts"] == "0"  # zero, not "–"
 
 
-def test_alerts_page_shows_what_the_evaluator_left(ch, sessions) -> None:  # noqa: ANN001
+def test_alerts_page_shows_what_the_evaluator_left(ch, sessions) -> None:
     clickhouse_runner.apply(ch)
     now = seed_alerts(ch, sessions)
     add_annotation(sessions, now - timedelta(minutes=25), "deploy vllm 0.32.1")
@@ -364,8 +464,12 @@ def test_alerts_page_shows_what_the_evaluator_left(ch, sessions) -> None:  # noq
     assert "team-sql/QueueSQL" in failing and "Unknown table default.queue" in failing
     groups = next(t.value for t in at.dataframe if "failing rules" in t.value.columns)
     assert dict(zip(groups["group"], groups["failing rules"], strict=True)) == {"capacity": 0, "team-sql": 1}
-    assert {m.label: m.value for m in at.metric} == {"Firing": "2", "Pending": "1", "Active silences": "1",
-                                                     "Notifications pending or failed": "1"}
+    assert {m.label: m.value for m in at.metric} == {
+        "Firing": "2",
+        "Pending": "1",
+        "Active silences": "1",
+        "Notifications pending or failed": "1",
+    }
     tables = [t.value for t in at.dataframe]
     now_ = next(t for t in tables if "since" in t.columns)
     assert list(now_["state"]) == ["firing", "firing", "pending"]  # firing first, newest first
@@ -373,8 +477,10 @@ def test_alerts_page_shows_what_the_evaluator_left(ch, sessions) -> None:  # noq
     assert "KV cache of small-1 at 95%" in set(now_["summary"])
     assert "replica=small-0, severity=page" in set(now_["labels"])
     assert list(now_["silenced"]) == [True, False, False]  # small-1 is silenced
-    assert now_["investigate"].iloc[2].startswith("investigate?metric=ttft&from=") and "model=tiny-small" in \
-        now_["investigate"].iloc[2]
+    assert (
+        now_["investigate"].iloc[2].startswith("investigate?metric=ttft&from=")
+        and "model=tiny-small" in now_["investigate"].iloc[2]
+    )
     resolved = next(t for t in tables if "resolved" in t.columns)
     assert list(resolved["alert"]) == ["ITLOverSLO"] and "metric=itl" in resolved["investigate"].iloc[0]
     changes = next(t for t in tables if "change" in t.columns)
@@ -390,7 +496,7 @@ def test_alerts_page_shows_what_the_evaluator_left(ch, sessions) -> None:  # noq
     assert {m.label: m.value for m in overview.metric}["Firing alerts"] == "2"
 
 
-def test_overview_counts_firing_alerts_with_engine_metrics(shift, sessions) -> None:  # noqa: ANN001
+def test_overview_counts_firing_alerts_with_engine_metrics(shift, sessions) -> None:
     seed_alerts(shift.client, sessions)
     use_stores(shift.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
     at = run("overview", **window(shift))
@@ -399,7 +505,7 @@ def test_overview_counts_firing_alerts_with_engine_metrics(shift, sessions) -> N
     assert metrics["Firing alerts"] == "2" and metrics["Replicas reporting"] == "3"
 
 
-def test_a_silence_is_created_from_the_form_and_expired(ch, sessions) -> None:  # noqa: ANN001
+def test_a_silence_is_created_from_the_form_and_expired(ch, sessions) -> None:
     clickhouse_runner.apply(ch)
     use_stores(ch, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
     at = run("alerts", range="1h")
@@ -443,12 +549,14 @@ def test_a_silence_is_created_from_the_form_and_expired(ch, sessions) -> None:  
 
 # --------------------------------------------------------------------------- sql
 
-PER_MINUTE = ("SELECT toStartOfMinute(ts) AS minute, model, count() AS n FROM requests GROUP BY minute, model "
-              "ORDER BY minute, model")
+PER_MINUTE = (
+    "SELECT toStartOfMinute(ts) AS minute, model, count() AS n FROM requests GROUP BY minute, model "
+    "ORDER BY minute, model"
+)
 
 
 @pytest.fixture
-def media(monkeypatch):  # noqa: ANN001, ANN201
+def media(monkeypatch):
     """The files AppTest's runs hand to download buttons (its media store is dropped after each run)."""
     from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
     from streamlit.testing.v1 import app_test
@@ -475,7 +583,7 @@ def run_sql(at: AppTest, sql: str, **widgets: object) -> AppTest:
     return next(b for b in at.get("form_submit_button") if b.label == "Run").click().run()
 
 
-def test_sql_page_runs_a_query_as_the_runner_does(shift, sessions, chdb_dir, media) -> None:  # noqa: ANN001
+def test_sql_page_runs_a_query_as_the_runner_does(shift, sessions, chdb_dir, media) -> None:
     use_stores(shift.client, sessions, on_store(chdb_dir))
     at = run("sql", **window(shift))
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -501,7 +609,7 @@ def test_sql_page_runs_a_query_as_the_runner_does(shift, sessions, chdb_dir, med
     assert any("cut at the row limit (3)" in c.value for c in at.caption)
 
 
-def test_sql_page_refuses_a_write_and_says_why(ch, sessions, chdb_dir) -> None:  # noqa: ANN001
+def test_sql_page_refuses_a_write_and_says_why(ch, sessions, chdb_dir) -> None:
     clickhouse_runner.apply(ch)
     ch.insert("requests", [[datetime.now(UTC), "tiny-small"]], column_names=["ts", "model"])
     use_stores(ch, sessions, on_store(chdb_dir))
@@ -514,10 +622,15 @@ def test_sql_page_refuses_a_write_and_says_why(ch, sessions, chdb_dir) -> None: 
     assert at.error and at.error[0].value.startswith("The query failed:") and "no_such_column" in at.error[0].value
 
 
-def test_sql_page_saves_loads_and_deletes_queries(ch, sessions, chdb_dir) -> None:  # noqa: ANN001
+def test_sql_page_saves_loads_and_deletes_queries(ch, sessions, chdb_dir) -> None:
     clickhouse_runner.apply(ch)
-    save_query(sessions, "hourly", "SELECT toStartOfHour(ts) AS hour, count() AS n FROM requests GROUP BY hour",
-               "requests per hour", "bo")  # elsewhere, e.g. by another user
+    save_query(
+        sessions,
+        "hourly",
+        "SELECT toStartOfHour(ts) AS hour, count() AS n FROM requests GROUP BY hour",
+        "requests per hour",
+        "bo",
+    )  # elsewhere, e.g. by another user
     use_stores(ch, sessions, on_store(chdb_dir))
     at = run("sql", range="1h")
     assert not at.exception
@@ -530,7 +643,11 @@ def test_sql_page_saves_loads_and_deletes_queries(ch, sessions, chdb_dir) -> Non
     assert not at.exception and not at.error, [e.value for e in at.error]
     kept = next(q for q in saved_queries(sessions) if q.name == "per minute")
     assert (kept.name, kept.sql, kept.description, kept.created_by) == (
-        "per minute", PER_MINUTE, "requests per minute by model", "ana")
+        "per minute",
+        PER_MINUTE,
+        "requests per minute by model",
+        "ana",
+    )
     assert at.success and "per minute" in at.success[0].value
     assert at.selectbox(key="sql_saved").value == "per minute"
     assert at.text_input(key="sql_save_name").value == ""  # the form is ready for the next one
@@ -555,7 +672,7 @@ def test_sql_page_saves_loads_and_deletes_queries(ch, sessions, chdb_dir) -> Non
     assert "Deleted" in at.success[0].value and at.selectbox(key="sql_saved").value is None
 
 
-def test_sql_page_lists_the_tables_and_their_columns(ch, sessions, chdb_dir) -> None:  # noqa: ANN001
+def test_sql_page_lists_the_tables_and_their_columns(ch, sessions, chdb_dir) -> None:
     clickhouse_runner.apply(ch)
     use_stores(ch, sessions, on_store(chdb_dir))
     at = run("sql", range="1h")

@@ -12,13 +12,21 @@ from fleet.gateway.config import GatewaySpec, ModelRouterSpec, TenantLimits
 from fleet.gateway.routing import NoReplica, ReplicaState, Router
 from fleet.gateway.server import _prompt_info, _traceparent
 
-ROUTER = ModelRouterSpec(small_model="tiny-small", large_model="tiny-large", long_prompt_tokens=1024,
-                         high_max_tokens=512, large_tenants=["bigcorp"])
+ROUTER = ModelRouterSpec(
+    small_model="tiny-small",
+    large_model="tiny-large",
+    long_prompt_tokens=1024,
+    high_max_tokens=512,
+    large_tenants=["bigcorp"],
+)
 
 
 def replicas() -> list[ReplicaState]:
-    return [ReplicaState("small-0", "tiny-small", "u0"), ReplicaState("small-1", "tiny-small", "u1"),
-            ReplicaState("large-0", "tiny-large", "u2")]
+    return [
+        ReplicaState("small-0", "tiny-small", "u0"),
+        ReplicaState("small-1", "tiny-small", "u1"),
+        ReplicaState("large-0", "tiny-large", "u2"),
+    ]
 
 
 def router(policy: str = "least_loaded") -> Router:
@@ -75,8 +83,10 @@ def test_unhealthy_replicas_are_taken_out() -> None:
 
 
 def test_tenant_rate_limits_reject_with_retry_after() -> None:
-    spec = GatewaySpec(tenant_limits={"acme": TenantLimits(requests_per_s=2, burst_s=1)},
-                       default_limits=TenantLimits(tokens_per_s=1000, burst_s=1))
+    spec = GatewaySpec(
+        tenant_limits={"acme": TenantLimits(requests_per_s=2, burst_s=1)},
+        default_limits=TenantLimits(tokens_per_s=1000, burst_s=1),
+    )
     admission = Admission(spec)
     admission.check_rate("acme", 10)
     admission.check_rate("acme", 10)
@@ -143,7 +153,9 @@ def test_request_log_buffers_while_the_collector_is_down_and_ships_after() -> No
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        shipper = RequestLogShipper(f"http://127.0.0.1:{port}/v1/requests", 0.1, max_buffer=5, registry=CollectorRegistry())
+        shipper = RequestLogShipper(
+            f"http://127.0.0.1:{port}/v1/requests", 0.1, max_buffer=5, registry=CollectorRegistry()
+        )
         async with aiohttp.ClientSession() as session:
             for i in range(7):
                 shipper.add({"n": i})

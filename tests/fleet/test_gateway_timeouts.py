@@ -54,9 +54,16 @@ async def scenario(config: EngineConfig, total_s: float, body: Any) -> tuple[Any
     replica = SimReplica("sim-0", "tiny-small", free_port(), config)
     fleet = SimFleet([replica])
     await fleet.start()
-    spec = GatewaySpec(port=free_port(), max_in_flight=1, max_queue=4, queue_timeout_s=5,
-                       upstream_first_byte_timeout_s=FIRST_BYTE_S, upstream_timeout_s=total_s,
-                       request_log_url=f"http://127.0.0.1:{log_port}/v1/requests", request_log_flush_s=0.1)
+    spec = GatewaySpec(
+        port=free_port(),
+        max_in_flight=1,
+        max_queue=4,
+        queue_timeout_s=5,
+        upstream_first_byte_timeout_s=FIRST_BYTE_S,
+        upstream_timeout_s=total_s,
+        request_log_url=f"http://127.0.0.1:{log_port}/v1/requests",
+        request_log_flush_s=0.1,
+    )
     sim_url = f"http://127.0.0.1:{replica.port}"
     gateway = Gateway(spec, [ReplicaState("sim-0", "tiny-small", sim_url)])
     await gateway.start("127.0.0.1", spec.port)
@@ -108,7 +115,9 @@ def test_a_stream_that_falls_silent_ends_with_an_error_event_and_a_logged_reason
 
     slow = EngineConfig(max_model_len=2048, step_overhead_s=0.02)  # a token every 20 ms: the stall lands mid-stream
     events, rows = asyncio.run(scenario(slow, 30.0, body))
-    assert "error" in events[-1] and "sent nothing for 1 s in the middle of its answer" in events[-1]["error"]["message"]
+    assert (
+        "error" in events[-1] and "sent nothing for 1 s in the middle of its answer" in events[-1]["error"]["message"]
+    )
     assert all("choices" in e for e in events[:-1]) and len(events) < 400
     assert len(rows) == 1 and rows[0]["outcome"] == "timeout" and "in the middle of its answer" in rows[0]["error"]
 

@@ -37,7 +37,9 @@ def test_replica_command_names_the_replica_for_tracing(shipped: Launcher) -> Non
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
 
 
-def test_cpu_engines_split_the_cores_and_get_their_own_kv_budget(shipped: Launcher, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_engines_split_the_cores_and_get_their_own_kv_budget(
+    shipped: Launcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(launcher_mod.os, "cpu_count", lambda: 8)
     cmd, env = shipped.command(shipped.spec.replica("small-0"))
     assert env["OMP_NUM_THREADS"] == "2"  # 8 cores, 3 engines: 2 threads each, not 8 spinning against each other
@@ -47,7 +49,7 @@ def test_cpu_engines_split_the_cores_and_get_their_own_kv_budget(shipped: Launch
     # tokens, one held back by vLLM, hold exactly one request of max_model_len
     small = shipped.spec.replica("small-0")
     assert cmd[cmd.index("--num-gpu-blocks-override") + 1] == "17" and cmd[cmd.index("--block-size") + 1] == "128"
-    assert (17 - 1) * 128 == int(cmd[cmd.index("--max-model-len") + 1])
+    assert int(cmd[cmd.index("--max-model-len") + 1]) == (17 - 1) * 128
     # a replica's vllm_args win over engine_args for the real engine alone
     own = small.model_copy(update={"vllm_args": {"num_gpu_blocks_override": 24}})
     cmd = shipped.command(own)[0]
@@ -83,7 +85,9 @@ def test_fleet_up_without_vllm_exits_nonzero(monkeypatch: pytest.MonkeyPatch, tm
 def test_status_of_a_fleet_never_started(shipped: Launcher) -> None:
     rows = shipped.status()
     assert [(r.name, r.health, r.pid) for r in rows] == [
-        ("small-0", "stopped", None), ("small-1", "stopped", None), ("large-0", "stopped", None)
+        ("small-0", "stopped", None),
+        ("small-1", "stopped", None),
+        ("large-0", "stopped", None),
     ]
 
 

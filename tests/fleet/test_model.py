@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("transformers", reason="needs the fleet-cpu extra (installed by make test)")
 
-from fleet.model import make_model  # noqa: E402
+from fleet.model import make_model
 
 
 def digest(directory: Path) -> dict[str, str]:
@@ -40,7 +40,9 @@ def test_tokenizer_is_byte_level_and_round_trips(tmp_path: Path) -> None:
     text = "p99 TTFT rose to 2.4 s — KV cache at 97% ✓ データ"
     assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
     assert tok.eos_token == "<|end_of_text|>"
-    assert "assistant" in tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert "assistant" in tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def test_unknown_size_is_refused(tmp_path: Path) -> None:

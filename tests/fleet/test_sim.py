@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-import statistics
 import socket
+import statistics
 from pathlib import Path
 
 import httpx
@@ -58,9 +58,13 @@ def run_workload(long_share: float, seed: int = 1, n: int = 600) -> dict[str, fl
         now += duration
         kv.append(engine.kv_usage)
     ttft = sorted(engine.stats.observations["ttft"])
-    return {"kv": statistics.mean(kv), "preemptions": engine.stats.preemptions,
-            "queue": statistics.mean(engine.stats.observations["queue"]), "p99_ttft": ttft[int(0.99 * len(ttft))],
-            "finished": engine.stats.finished["length"]}
+    return {
+        "kv": statistics.mean(kv),
+        "preemptions": engine.stats.preemptions,
+        "queue": statistics.mean(engine.stats.observations["queue"]),
+        "p99_ttft": ttft[int(0.99 * len(ttft))],
+        "finished": engine.stats.finished["length"],
+    }
 
 
 def test_more_long_context_raises_kv_usage_preemptions_queue_time_and_p99_ttft() -> None:
@@ -105,14 +109,24 @@ def test_http_api_counters_monotonic_and_reset_on_restart() -> None:
         async with httpx.AsyncClient(timeout=30) as client:
             assert (await client.get(f"{base}/health")).status_code == 200
             models = (await client.get(f"{base}/v1/models")).json()
-            for i in range(4):
-                r = await client.post(f"{base}/v1/completions", json={"model": "tiny-small", "prompt": list(range(3, 103)), "max_tokens": 20})
+            for _ in range(4):
+                r = await client.post(
+                    f"{base}/v1/completions",
+                    json={"model": "tiny-small", "prompt": list(range(3, 103)), "max_tokens": 20},
+                )
                 assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 20
                 seen.append(counters((await client.get(f"{base}/metrics")).text))
             events = []
-            async with client.stream("POST", f"{base}/v1/chat/completions",
-                                     json={"model": "tiny-small", "messages": [{"role": "user", "content": "hi" * 50}],
-                                           "max_tokens": 12, "stream": True}) as r:
+            async with client.stream(
+                "POST",
+                f"{base}/v1/chat/completions",
+                json={
+                    "model": "tiny-small",
+                    "messages": [{"role": "user", "content": "hi" * 50}],
+                    "max_tokens": 12,
+                    "stream": True,
+                },
+            ) as r:
                 async for line in r.aiter_lines():
                     if line.startswith("data: "):
                         events.append(line[6:])
@@ -134,13 +148,20 @@ def test_traffic_generator_works_unchanged_against_simulated_replicas() -> None:
     data["mix"]["models"] = {"tiny-small": 1.0}
     scenario = Scenario.model_validate(data)
 
-    async def go():  # noqa: ANN202
-        replicas = [SimReplica(f"sim-{i}", "tiny-small", free_port(), EngineConfig(max_model_len=2048)) for i in range(3)]
+    async def go():
+        replicas = [
+            SimReplica(f"sim-{i}", "tiny-small", free_port(), EngineConfig(max_model_len=2048)) for i in range(3)
+        ]
         fleet = SimFleet(replicas)
         await fleet.start()
         try:
-            return await run_scenario(scenario, Targets(by_model={"tiny-small": [f"http://127.0.0.1:{r.port}" for r in replicas]}),
-                                      duration_s=4, rate_scale=5, seed=4)
+            return await run_scenario(
+                scenario,
+                Targets(by_model={"tiny-small": [f"http://127.0.0.1:{r.port}" for r in replicas]}),
+                duration_s=4,
+                rate_scale=5,
+                seed=4,
+            )
         finally:
             await fleet.stop()
 
@@ -171,9 +192,11 @@ def test_simulated_engines_send_llm_request_spans_with_the_trace_id() -> None:
         fleet = SimFleet([replica], otlp_endpoint=f"http://127.0.0.1:{otlp_port}/v1/traces")
         await fleet.start()
         async with httpx.AsyncClient() as client:
-            r = await client.post(f"http://127.0.0.1:{replica.port}/v1/completions",
-                                  json={"prompt": list(range(3, 300)), "max_tokens": 9},
-                                  headers={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+            r = await client.post(
+                f"http://127.0.0.1:{replica.port}/v1/completions",
+                json={"prompt": list(range(3, 300)), "max_tokens": 9},
+                headers={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+            )
             assert r.status_code == 200
         await asyncio.sleep(1.5)
         await fleet.stop()
@@ -182,7 +205,12 @@ def test_simulated_engines_send_llm_request_spans_with_the_trace_id() -> None:
     asyncio.run(go())
     (row,) = rows
     assert row["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
-    assert (row["replica"], row["model"], row["prompt_tokens"], row["completion_tokens"]) == ("sim-7", "tiny-small", 297, 9)
+    assert (row["replica"], row["model"], row["prompt_tokens"], row["completion_tokens"]) == (
+        "sim-7",
+        "tiny-small",
+        297,
+        9,
+    )
     assert 0 < row["ttft_seconds"] <= row["e2e_seconds"]
 
 
@@ -194,7 +222,7 @@ def test_fleet_launcher_runs_sim_replicas_in_one_process_and_stops_them(tmp_path
     (tmp_path / "fleet.yaml").write_text(f"""
 otlp_traces_endpoint: null
 models:
-  m: {{path: {tmp_path / 'no-model-needed'}}}
+  m: {{path: {tmp_path / "no-model-needed"}}}
 replicas:
   - {{name: s0, model: m, port: {ports[0]}, engine: sim, engine_args: {{num_gpu_blocks_override: 65, max_model_len: 1024}}}}
   - {{name: s1, model: m, port: {ports[1]}, engine: sim}}

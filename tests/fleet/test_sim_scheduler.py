@@ -19,8 +19,12 @@ from hypothesis import strategies as st
 
 from fleet.sim.engine import NULL_BLOCKS, EngineConfig, EngineConfigError, SimEngine, SimRequest
 
-CASES = settings(max_examples=300, deadline=None, derandomize=True,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+CASES = settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @st.composite
@@ -29,9 +33,13 @@ def workloads(draw: st.DrawFn) -> tuple[EngineConfig, list[tuple[float, list[int
     max_model_len = draw(st.sampled_from([32, 64, 200, 512]))
     smallest = math.ceil(max_model_len / block_size) + NULL_BLOCKS
     num_blocks = draw(st.integers(smallest, smallest * 4))
-    config = EngineConfig(num_blocks=num_blocks, block_size=block_size, max_model_len=max_model_len,
-                          max_num_seqs=draw(st.integers(1, 8)),
-                          max_num_batched_tokens=draw(st.sampled_from([8, 64, 2048])))
+    config = EngineConfig(
+        num_blocks=num_blocks,
+        block_size=block_size,
+        max_model_len=max_model_len,
+        max_num_seqs=draw(st.integers(1, 8)),
+        max_num_batched_tokens=draw(st.sampled_from([8, 64, 2048])),
+    )
     prefixes = [[1000 + p * 100 + i for i in range(draw(st.integers(0, max_model_len // 2)))] for p in range(3)]
     requests = []
     t = 0.0
@@ -45,7 +53,14 @@ def workloads(draw: st.DrawFn) -> tuple[EngineConfig, list[tuple[float, list[int
     return config, requests
 
 
-COUNTERS = ("prompt_tokens", "cached_prompt_tokens", "generation_tokens", "preemptions", "prefix_queries", "prefix_hits")
+COUNTERS = (
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "generation_tokens",
+    "preemptions",
+    "prefix_queries",
+    "prefix_hits",
+)
 
 
 def counters(engine: SimEngine) -> tuple[int, ...]:
@@ -60,7 +75,7 @@ def held(engine: SimEngine) -> int:
 
 @CASES
 @given(workloads())
-def test_every_admitted_request_finishes_blocks_are_conserved_and_counters_only_grow(case) -> None:  # noqa: ANN001
+def test_every_admitted_request_finishes_blocks_are_conserved_and_counters_only_grow(case) -> None:
     config, plan = case
     engine = SimEngine(config)
     usable = config.num_blocks - NULL_BLOCKS

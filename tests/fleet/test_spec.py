@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet.spec import check_ready, load_spec
 from common.yamlfile import YamlConfigError
+from fleet.spec import check_ready, load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +64,9 @@ def test_duplicate_port_is_refused(tmp_path: Path) -> None:
 
 
 def test_unknown_model_reference(tmp_path: Path) -> None:
-    message = error(tmp_path, GOOD.replace("    model: tiny-small\n    port: 18102", "    model: tiny-huge\n    port: 18102"))
+    message = error(
+        tmp_path, GOOD.replace("    model: tiny-small\n    port: 18102", "    model: tiny-huge\n    port: 18102")
+    )
     assert "serves model 'tiny-huge', which is not in models (tiny-small)" in message
 
 
@@ -98,13 +100,17 @@ def test_missing_spec_file(tmp_path: Path) -> None:
         load_spec(tmp_path / "nope.yaml")
 
 
-def test_slo_targets_in_the_spec_reach_the_metadata_db_once_and_never_overwrite(tmp_path: Path, metadata_url: str) -> None:
+def test_slo_targets_in_the_spec_reach_the_metadata_db_once_and_never_overwrite(
+    tmp_path: Path, metadata_url: str
+) -> None:
     from fleetscope.up import seed_slos
     from storage.catalog import SloTarget, set_slo, slo_targets
     from tests.conftest import migrated_sessions
 
-    spec = load_spec(spec_file(tmp_path, GOOD.replace("generate: small}", "generate: small, slo: {ttft: 3.0, itl: 0.5}}")),
-                     base_dir=tmp_path)
+    spec = load_spec(
+        spec_file(tmp_path, GOOD.replace("generate: small}", "generate: small, slo: {ttft: 3.0, itl: 0.5}}")),
+        base_dir=tmp_path,
+    )
     for sessions in migrated_sessions(metadata_url):
         set_slo(sessions, SloTarget("tiny-small", "itl", 0.2))  # set by hand before the first `up`
         assert seed_slos(spec, sessions) == ["tiny-small ttft p99 <= 3s"]

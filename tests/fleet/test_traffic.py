@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from common.yamlfile import YamlConfigError
 from fleet.gateway.routing import Router
 from fleet.spec import load_spec
 from fleet.traffic import LengthDist, load_scenario, next_gap, plan_request, rate_at, system_prompt
-from common.yamlfile import YamlConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ["steady", "long-context-rollout", "tenant-shift", "replica-crash"]
@@ -88,7 +88,8 @@ def test_tenant_shift_sends_the_new_tenant_to_the_large_model() -> None:
     assert {p.model for p in bigcorp} == {"auto"}  # the gateway's model router decides
     router = Router(load_spec(ROOT / "fleet.yaml").gateway, [])
     assert {router.choose_model(p.model, p.tenant, len(p.prompt), p.max_tokens)[:2] for p in bigcorp} == {
-        ("tiny-large", "model-router:large")}
+        ("tiny-large", "model-router:large")
+    }
     assert statistics.median(len(p.prompt) for p in bigcorp) > 2048
     assert not any(p.tenant == "bigcorp" for p in (plan_request(scenario.mix_at(10)[1], rng) for _ in range(500)))
 
@@ -112,5 +113,8 @@ def test_bad_phase_names_the_phase(tmp_path: Path) -> None:
 
 
 def test_unknown_scenario_lists_the_shipped_ones() -> None:
-    with pytest.raises(YamlConfigError, match="shipped ones are engine-stall, long-context-rollout, replica-crash, steady, tenant-shift"):
+    with pytest.raises(
+        YamlConfigError,
+        match="shipped ones are engine-stall, long-context-rollout, replica-crash, steady, tenant-shift",
+    ):
         load_scenario("black-friday")

@@ -15,8 +15,22 @@ from tests.conftest import ROOT, run_cli
 SHIPPED_CH = [m.filename for m in clickhouse_runner.discover()]
 
 
-@pytest.mark.parametrize("command", [[], ["version"], ["migrate"], ["config"], ["config", "show"], ["config", "check"],
-                                     ["prices", "set"], ["slo", "set"], ["fleet", "simulate"], ["dashboard"], ["explain"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        [],
+        ["version"],
+        ["migrate"],
+        ["config"],
+        ["config", "show"],
+        ["config", "check"],
+        ["prices", "set"],
+        ["slo", "set"],
+        ["fleet", "simulate"],
+        ["dashboard"],
+        ["explain"],
+    ],
+)
 def test_every_command_answers_help(command: list[str], tmp_path: Path) -> None:
     result = run_cli(*command, "--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -72,16 +86,20 @@ def test_bad_config_exits_2_with_one_line_and_starts_nothing(tmp_path: Path) -> 
 
 def test_up_refuses_a_simulated_cache_that_cannot_hold_max_model_len_with_one_line(tmp_path: Path) -> None:
     # the budget the shipped spec had before: 40 blocks of 16 tokens for a max_model_len of 2048
-    (tmp_path / "fleet.yaml").write_text(textwrap.dedent("""
+    (tmp_path / "fleet.yaml").write_text(
+        textwrap.dedent("""
         models:
           tiny-small: {path: data/models/tiny-small}
         replicas:
           - {name: small-0, model: tiny-small, port: 18101, engine_args: {max_model_len: 2048, num_gpu_blocks_override: 40}}
-        """))
+        """)
+    )
     result = run_cli("up", "--fleet", "sim", "--port", "18599", cwd=tmp_path)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: fleet.yaml: replica 'small-0': engine_args: To serve at least one")
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: fleet.yaml: replica 'small-0': engine_args: To serve at least one"
+    )
     assert "(128 blocks of 16 tokens) KV cache is needed" in lines[0] and "at least 129" in lines[0]
 
 
@@ -94,14 +112,19 @@ def test_missing_config_file_exits_2(tmp_path: Path) -> None:
 def test_chdb_held_by_another_process_is_a_clear_error(tmp_path: Path) -> None:
     store = tmp_path / "ch"
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys, time, clickhouse_connect
             c = clickhouse_connect.get_client(dsn="chdb://{store}")
             c.query("SELECT 1")
             print("ready", flush=True)
             time.sleep(60)
-        """)],
-        stdout=subprocess.PIPE, text=True,
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
@@ -164,10 +187,17 @@ def test_explain_from_the_terminal_names_what_drove_a_simulated_rollout(tmp_path
     assert data["after_s"] > 2 * data["before_s"] and data["break_at"] is not None
     assert {row["signal"] for row in data["evidence"][:2]} == {"KV-cache saturation", "long-context share"}
     # the tenant filter narrows what is read: one tenant's requests alone still show the break
-    assert json.loads(run_cli("explain", "--since", "20m", "--tenant", "acme", "--format", "json",
-                              cwd=tmp_path).stdout)["break_at"] is not None
-    for bad, message in ((["--latency", "ttfb"], "--latency must be one of"), (["--since", "soon"], "not a duration"),
-                         (["--start", "2026-11-30T10:00", "--end", "2026-11-30T09:00"], "the window is empty")):
+    assert (
+        json.loads(run_cli("explain", "--since", "20m", "--tenant", "acme", "--format", "json", cwd=tmp_path).stdout)[
+            "break_at"
+        ]
+        is not None
+    )
+    for bad, message in (
+        (["--latency", "ttfb"], "--latency must be one of"),
+        (["--since", "soon"], "not a duration"),
+        (["--start", "2026-11-30T10:00", "--end", "2026-11-30T09:00"], "the window is empty"),
+    ):
         refused = run_cli("explain", *bad, cwd=tmp_path)
         assert refused.returncode == 2 and message in refused.stderr, refused.stderr
 

@@ -26,7 +26,7 @@ def test_ctrl_c_stops_the_whole_fleet(tmp_path: Path) -> None:
     spec.write_text(f"""
 otlp_traces_endpoint: null
 models:
-  small: {{path: {tmp_path / 'unused'}}}
+  small: {{path: {tmp_path / "unused"}}}
 replicas:
   - {{name: s0, model: small, port: {ports[0]}, engine: sim}}
   - {{name: s1, model: small, port: {ports[1]}, engine: sim}}
@@ -35,8 +35,15 @@ gateway: {{port: {ports[2]}, request_log_url: null}}
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
     env["FLEETSCOPE_DATA_DIR"] = str(tmp_path / "data")
     exe = str(Path(sys.executable).parent / "fleetscope")
-    proc = subprocess.Popen([exe, "fleet", "up", "--spec", str(spec)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [exe, "fleet", "up", "--spec", str(spec)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     assert proc.stdout is not None
     lines = []
     deadline = time.monotonic() + 60

@@ -31,7 +31,10 @@ def test_calibration_follows_the_engine_model() -> None:
 
 @pytest.mark.timeout(300)
 def test_seed_writes_a_consistent_history_and_refuses_to_mix(tmp_path: Path) -> None:
-    env = {"FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{tmp_path / 'ch'}", "FLEETSCOPE_METADATA_URL": f"sqlite:///{tmp_path / 'm.db'}"}
+    env = {
+        "FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{tmp_path / 'ch'}",
+        "FLEETSCOPE_METADATA_URL": f"sqlite:///{tmp_path / 'm.db'}",
+    }
     args = ("bench", "seed", "--replicas", "3", "--days", "1", "--raw-hours", "0.25", "--minute-hours", "2")
     first = run_cli(*args, cwd=tmp_path, env=env, timeout=280)
     assert first.returncode == 0, first.stderr
@@ -50,8 +53,10 @@ def _check_seeded_store(path: Path) -> None:
         raw_start = client.query("SELECT min(ts) FROM samples").result_rows[0][0].replace(tzinfo=UTC)
         end = raw_start.replace(minute=0, second=0, microsecond=0)
         window = (end - timedelta(hours=2), end)  # written at 1-minute resolution, hourly too
-        by_tier = {tier: counter_increase(client, "vllm:generation_tokens_total", *window, by="replica", tier=tier)
-                   for tier in ("1m", "1h")}
+        by_tier = {
+            tier: counter_increase(client, "vllm:generation_tokens_total", *window, by="replica", tier=tier)
+            for tier in ("1m", "1h")
+        }
         assert by_tier["1m"]["increase"].tolist() == pytest.approx(by_tier["1h"]["increase"].tolist())
         assert (by_tier["1h"]["increase"] > 0).all() and len(by_tier["1h"]) == 3
         p99 = histogram_quantile(client, TTFT, 0.99, end - timedelta(hours=23), end, by="model", tier="1h")
@@ -59,7 +64,9 @@ def _check_seeded_store(path: Path) -> None:
         kv = gauge_summary(client, "vllm:kv_cache_usage_perc", raw_start, datetime.now(UTC), by="replica", tier="raw")
         assert ((kv["min"] >= 0) & (kv["max"] <= 1)).all()
         # one replica restarted in the raw window: its counters start again from zero there
-        assert client.command("SELECT countIf(reset > 0) FROM samples WHERE metric = 'vllm:generation_tokens_total'") == 1
+        assert (
+            client.command("SELECT countIf(reset > 0) FROM samples WHERE metric = 'vllm:generation_tokens_total'") == 1
+        )
         tenants = request_totals(client, end - timedelta(hours=23), end, by=["tenant"], tier="1h")
         assert len(tenants) >= 4 and (tenants["requests"] > 0).all()
     finally:

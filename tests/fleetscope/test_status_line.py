@@ -13,22 +13,28 @@ from tests.conftest import migrated_sessions
 
 
 @pytest.fixture
-def sessions(sqlite_url: str):  # noqa: ANN201
+def sessions(sqlite_url: str):
     yield from migrated_sessions(sqlite_url)
 
 
-def test_a_request_seen_by_the_gateway_and_its_engine_counts_once(ch, sessions) -> None:  # noqa: ANN001
+def test_a_request_seen_by_the_gateway_and_its_engine_counts_once(ch, sessions) -> None:
     clickhouse_runner.apply(ch)
     now = datetime.now(UTC).replace(microsecond=0)
     rows = [[now - timedelta(seconds=i), "tiny-small", source] for i in range(1, 31) for source in ("gateway", "otlp")]
     ch.insert("requests", rows, column_names=["ts", "model", "source"])
-    ch.insert("scrapes", [[now - timedelta(seconds=5), "vllm", f"127.0.0.1:{8101 + i}", f"small-{i}", i] for i in range(2)],
-              column_names=["ts", "job", "instance", "replica", "up"])
+    ch.insert(
+        "scrapes",
+        [[now - timedelta(seconds=5), "vllm", f"127.0.0.1:{8101 + i}", f"small-{i}", i] for i in range(2)],
+        column_names=["ts", "job", "instance", "replica", "up"],
+    )
     line = status_line(ch, sessions, now=now)
     assert "replicas up 1/2" in line  # small-1 answered, small-0 did not
     assert "0.5 req/s" in line  # 30 requests in the last minute, not 60
     assert line.endswith("firing alerts 0") and "p99 TTFT – " in line  # no histograms yet: a dash, not "nan"
     ch.command("TRUNCATE TABLE requests")
-    ch.insert("requests", [[now - timedelta(seconds=i), "tiny-small", "otlp"] for i in range(1, 13)],
-              column_names=["ts", "model", "source"])
+    ch.insert(
+        "requests",
+        [[now - timedelta(seconds=i), "tiny-small", "otlp"] for i in range(1, 13)],
+        column_names=["ts", "model", "source"],
+    )
     assert "0.2 req/s" in status_line(ch, sessions, now=now)  # no gateway: the engines' spans alone

@@ -7,8 +7,8 @@ import os
 import socket
 import threading
 from collections.abc import Iterator
-from importlib.util import find_spec
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -41,7 +41,7 @@ class SpanReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
                     ExportTraceServiceRequest,
                     ExportTraceServiceResponse,
@@ -59,7 +59,12 @@ class SpanReceiver:
                             attrs = {a.key: a.value for a in span.attributes}
                             with receiver.lock:
                                 receiver.spans.append(
-                                    {"name": span.name, "trace_id": span.trace_id.hex(), "resource": resource, "attributes": attrs}
+                                    {
+                                        "name": span.name,
+                                        "trace_id": span.trace_id.hex(),
+                                        "resource": resource,
+                                        "attributes": attrs,
+                                    }
                                 )
                 payload = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)

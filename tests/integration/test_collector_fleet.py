@@ -31,8 +31,12 @@ def test_collector_ingests_real_engines_metrics_and_spans(ch, tmp_path: Path, sm
     ports = [free_port(), free_port()]
     args = {"max_model_len": 2048, "num_gpu_blocks_override": 64, "enforce_eager": True}
     spec = load_spec(
-        write_spec(tmp_path, small_model, [{"name": f"r{i}", "port": p, "engine_args": args} for i, p in enumerate(ports)],
-                   f"http://127.0.0.1:{http_port}/v1/traces"),
+        write_spec(
+            tmp_path,
+            small_model,
+            [{"name": f"r{i}", "port": p, "engine_args": args} for i, p in enumerate(ports)],
+            f"http://127.0.0.1:{http_port}/v1/traces",
+        ),
         base_dir=tmp_path,
     )
     launcher = Launcher(spec, tmp_path / "state")
@@ -41,19 +45,32 @@ def test_collector_ingests_real_engines_metrics_and_spans(ch, tmp_path: Path, sm
     sent: list = []
     try:
         targets = [
-            make_target(f"127.0.0.1:{r.port}", job="vllm", labels={"replica": r.name, "model": r.model}, interval_s=2, timeout_s=2)
+            make_target(
+                f"127.0.0.1:{r.port}",
+                job="vllm",
+                labels={"replica": r.name, "model": r.model},
+                interval_s=2,
+                timeout_s=2,
+            )
             for r in spec.replicas
         ]
         registry = CollectorRegistry()
         writer = Writer(ch, WriterConfig(spool_dir=tmp_path / "spool", flush_interval_s=0.5), registry=registry)
-        collector = Collector(CollectorConfig(http_port=http_port, grpc_port=0, static_targets=targets), writer, registry)
+        collector = Collector(
+            CollectorConfig(http_port=http_port, grpc_port=0, static_targets=targets), writer, registry
+        )
 
         async def go() -> bool:
             await collector.start()
             await asyncio.sleep(2.5)  # a first scrape of every replica before any traffic: the baseline
             urls = [spec.url(r) for r in spec.replicas]
-            stats = await run_scenario(small_only("steady"), Targets(by_model={"tiny-small": urls}), duration_s=10, seed=3,
-                                       on_result=sent.append)
+            stats = await run_scenario(
+                small_only("steady"),
+                Targets(by_model={"tiny-small": urls}),
+                duration_s=10,
+                seed=3,
+                on_result=sent.append,
+            )
             assert stats.ok == stats.sent
             await asyncio.sleep(5)  # more scrapes after the traffic, and the span export interval
             return await collector.stop()
@@ -84,5 +101,7 @@ def test_collector_ingests_real_engines_metrics_and_spans(ch, tmp_path: Path, sm
         assert row[5] > 0
     # both replicas were scraped (a scrape may time out on a loaded 2-core machine; that is
     # recorded as up=0 with its reason, and the increase is computed across it)
-    up = ch.query("SELECT replica, max(up), countIf(up = 0 AND error = '') FROM scrapes GROUP BY replica ORDER BY replica").result_rows
+    up = ch.query(
+        "SELECT replica, max(up), countIf(up = 0 AND error = '') FROM scrapes GROUP BY replica ORDER BY replica"
+    ).result_rows
     assert up == [("r0", 1, 0), ("r1", 1, 0)]

@@ -36,7 +36,9 @@ INTERVAL = 5.0  # the collector's default scrape interval
 SWITCH_S = 70.0
 DURATION_S = 160.0
 BASELINE_P90_S = 2.5
-RATE = 2.0  # requests/s: what two tiny CPU engines (one thread each, as the launcher starts them) serve without queueing
+RATE = (
+    2.0  # requests/s: what two tiny CPU engines (one thread each, as the launcher starts them) serve without queueing
+)
 # long-context share after the switch: 60 %, not the shipped 35 %, so that the engines, which drain a long request in
 # about a second, fall behind for good (a lasting regression, not spikes)
 ROLLOUT_SHARE = 0.6
@@ -62,8 +64,12 @@ def test_explain_names_the_long_context_rollout_on_real_engines(ch, tmp_path: Pa
     http_port = free_port()
     args = {"max_model_len": 2048, "num_gpu_blocks_override": 20, "enforce_eager": True}
     spec = load_spec(
-        write_spec(tmp_path, small_model, [{"name": f"r{i}", "port": free_port(), "engine_args": args} for i in range(2)],
-                   f"http://127.0.0.1:{http_port}/v1/traces"),
+        write_spec(
+            tmp_path,
+            small_model,
+            [{"name": f"r{i}", "port": free_port(), "engine_args": args} for i in range(2)],
+            f"http://127.0.0.1:{http_port}/v1/traces",
+        ),
         base_dir=tmp_path,
     )
     launcher = Launcher(spec, tmp_path / "state")
@@ -71,24 +77,42 @@ def test_explain_names_the_long_context_rollout_on_real_engines(ch, tmp_path: Pa
     events: list[tuple[str, datetime]] = []
     sent: list = []
     try:
-        targets = [make_target(f"127.0.0.1:{r.port}", job="vllm", labels={"replica": r.name, "model": r.model},
-                               interval_s=INTERVAL, timeout_s=INTERVAL) for r in spec.replicas]
+        targets = [
+            make_target(
+                f"127.0.0.1:{r.port}",
+                job="vllm",
+                labels={"replica": r.name, "model": r.model},
+                interval_s=INTERVAL,
+                timeout_s=INTERVAL,
+            )
+            for r in spec.replicas
+        ]
         registry = CollectorRegistry()
         writer = Writer(ch, WriterConfig(spool_dir=tmp_path / "spool", flush_interval_s=0.5), registry=registry)
-        collector = Collector(CollectorConfig(http_port=http_port, grpc_port=0, static_targets=targets), writer, registry)
+        collector = Collector(
+            CollectorConfig(http_port=http_port, grpc_port=0, static_targets=targets), writer, registry
+        )
 
         async def go() -> bool:
             await collector.start()
             async with httpx.AsyncClient(timeout=120) as http:  # the first requests of an engine are slow
                 for r in spec.replicas:
                     for _ in range(2):
-                        await http.post(f"{spec.url(r)}/v1/completions",
-                                        json={"model": "tiny-small", "prompt": [5] * 200, "max_tokens": 16})
+                        await http.post(
+                            f"{spec.url(r)}/v1/completions",
+                            json={"model": "tiny-small", "prompt": [5] * 200, "max_tokens": 16},
+                        )
             await asyncio.sleep(2 * INTERVAL)
             events.append(("start", datetime.now(UTC)))
-            stats = await run_scenario(rollout(), Targets(by_model={"tiny-small": [spec.url(r) for r in spec.replicas]}),
-                                       seed=11, on_result=sent.append, request_timeout_s=120,
-                                       progress=print, progress_every_s=20)
+            stats = await run_scenario(
+                rollout(),
+                Targets(by_model={"tiny-small": [spec.url(r) for r in spec.replicas]}),
+                seed=11,
+                on_result=sent.append,
+                request_timeout_s=120,
+                progress=print,
+                progress_every_s=20,
+            )
             events.append(("end", datetime.now(UTC)))
             print(stats.summary())
             await asyncio.sleep(6)  # the last scrapes and the span export interval
@@ -107,8 +131,10 @@ def test_explain_names_the_long_context_rollout_on_real_engines(ch, tmp_path: Pa
     failed = sum(1 for r in sent if r.phase == "start" and not r.ok)
     p90 = before[int(0.9 * (len(before) - 1))] if before else float("inf")
     if failed or p90 > BASELINE_P90_S:
-        pytest.skip(f"no baseline: before the switch p90 TTFT {p90:.1f}s (> {BASELINE_P90_S:g}s) and {failed} "
-                    "failed requests; these engines are too slow on this machine for the scenario's 2 rps")
+        pytest.skip(
+            f"no baseline: before the switch p90 TTFT {p90:.1f}s (> {BASELINE_P90_S:g}s) and {failed} "
+            "failed requests; these engines are too slow on this machine for the scenario's 2 rps"
+        )
     # the first request of the rollout phase: when the traffic generator switched
     switch = datetime.fromtimestamp(min(r.started_at for r in sent if r.phase == "rollout"), UTC)
     assert abs((switch - start).total_seconds() - SWITCH_S) < 5

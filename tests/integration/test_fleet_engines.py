@@ -6,6 +6,7 @@ Slow (each engine takes ~30-50 s to start on 2 cores); marked ``slow`` and run i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import threading
@@ -24,7 +25,9 @@ from tests.integration.conftest import SpanReceiver, free_port
 pytestmark = pytest.mark.slow
 
 
-def write_spec(tmp_path: Path, model_dir: Path, replicas: list[dict], otlp: str | None, health_timeout_s: float = 240) -> Path:
+def write_spec(
+    tmp_path: Path, model_dir: Path, replicas: list[dict], otlp: str | None, health_timeout_s: float = 240
+) -> Path:
     lines = [
         "host: 127.0.0.1",
         f"otlp_traces_endpoint: {otlp}" if otlp else "otlp_traces_endpoint: null",
@@ -83,7 +86,12 @@ def test_two_replicas_serve_traffic_emit_metrics_and_spans(
     ports = [free_port(), free_port()]
     args = {"max_model_len": 2048, "num_gpu_blocks_override": 64, "enforce_eager": True}
     spec = load_spec(
-        write_spec(tmp_path, small_model, [{"name": f"r{i}", "port": p, "engine_args": args} for i, p in enumerate(ports)], span_receiver.endpoint),
+        write_spec(
+            tmp_path,
+            small_model,
+            [{"name": f"r{i}", "port": p, "engine_args": args} for i, p in enumerate(ports)],
+            span_receiver.endpoint,
+        ),
         base_dir=tmp_path,
     )
     launcher = Launcher(spec, tmp_path / "state")
@@ -95,7 +103,13 @@ def test_two_replicas_serve_traffic_emit_metrics_and_spans(
         before = {u: (metric(u, "vllm:prompt_tokens_total"), metric(u, "vllm:generation_tokens_total")) for u in urls}
         sent: list = []
         stats = asyncio.run(
-            run_scenario(small_only("steady"), Targets(by_model={"tiny-small": urls}), duration_s=12, seed=1, on_result=sent.append)
+            run_scenario(
+                small_only("steady"),
+                Targets(by_model={"tiny-small": urls}),
+                duration_s=12,
+                seed=1,
+                on_result=sent.append,
+            )
         )
         assert stats.sent >= 10 and stats.ok == stats.sent, stats.summary()
         for u in urls:
@@ -120,7 +134,9 @@ def test_two_replicas_serve_traffic_emit_metrics_and_spans(
 def test_long_context_rollout_saturates_a_small_kv_budget(tmp_path: Path, small_model: Path) -> None:
     port = free_port()
     args = {"max_model_len": 2048, "num_gpu_blocks_override": 32, "enforce_eager": True}
-    spec = load_spec(write_spec(tmp_path, small_model, [{"name": "r0", "port": port, "engine_args": args}], None), base_dir=tmp_path)
+    spec = load_spec(
+        write_spec(tmp_path, small_model, [{"name": "r0", "port": port, "engine_args": args}], None), base_dir=tmp_path
+    )
     launcher = Launcher(spec, tmp_path / "state")
     records = launcher.start(progress=print)
     url = spec.url(spec.replicas[0])
@@ -130,10 +146,8 @@ def test_long_context_rollout_saturates_a_small_kv_budget(tmp_path: Path, small_
     def watch() -> None:
         nonlocal peak
         while not done.is_set():
-            try:
+            with contextlib.suppress(OSError):
                 peak = max(peak, metric(url, "vllm:kv_cache_usage_perc"))
-            except OSError:
-                pass
             time.sleep(0.1)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -141,7 +155,14 @@ def test_long_context_rollout_saturates_a_small_kv_budget(tmp_path: Path, small_
     try:
         # the rollout (t=180 s of scenario time) arrives after 3 s at speed 60
         stats = asyncio.run(
-            run_scenario(small_only("long-context-rollout"), Targets(by_model={"tiny-small": [url]}), speed=60, rate_scale=3, duration_s=30, seed=2)
+            run_scenario(
+                small_only("long-context-rollout"),
+                Targets(by_model={"tiny-small": [url]}),
+                speed=60,
+                rate_scale=3,
+                duration_s=30,
+                seed=2,
+            )
         )
         done.set()
         watcher.join()

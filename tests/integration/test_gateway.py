@@ -28,7 +28,9 @@ from tests.integration.conftest import free_port
 
 pytestmark = pytest.mark.slow
 
-ROUTER = ModelRouterSpec(small_model="tiny-small", large_model="tiny-large", long_prompt_tokens=1000, high_max_tokens=512)
+ROUTER = ModelRouterSpec(
+    small_model="tiny-small", large_model="tiny-large", long_prompt_tokens=1000, high_max_tokens=512
+)
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +62,10 @@ replicas:
         launcher.stop()
 
 
-def run_gateway(spec: FleetSpec, gw: GatewaySpec, body) -> object:  # noqa: ANN001
+def run_gateway(spec: FleetSpec, gw: GatewaySpec, body) -> object:
     """Start a gateway in front of the fleet, run ``body(client, base_url, gateway)``, stop it."""
 
-    async def go():  # noqa: ANN202
+    async def go():
         replicas = [ReplicaState(r.name, r.model, spec.url(r)) for r in spec.replicas]
         gateway = Gateway(gw, replicas)
         port = free_port()
@@ -77,8 +79,14 @@ def run_gateway(spec: FleetSpec, gw: GatewaySpec, body) -> object:  # noqa: ANN0
     return asyncio.run(go())
 
 
-def completion(prompt_len: int = 50, max_tokens: int = 16, model: str = "auto", **extra) -> dict:  # noqa: ANN003
-    return {"model": model, "prompt": [5 + i % 900 for i in range(prompt_len)], "max_tokens": max_tokens, "ignore_eos": True, **extra}
+def completion(prompt_len: int = 50, max_tokens: int = 16, model: str = "auto", **extra) -> dict:
+    return {
+        "model": model,
+        "prompt": [5 + i % 900 for i in range(prompt_len)],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        **extra,
+    }
 
 
 def served_by(gateway: Gateway) -> list[dict]:
@@ -88,7 +96,7 @@ def served_by(gateway: Gateway) -> list[dict]:
 def test_least_loaded_spreads_and_the_model_router_sends_long_prompts_to_large(fleet) -> None:
     spec, _ = fleet
 
-    async def body(client, base, gateway):  # noqa: ANN001, ANN202
+    async def body(client, base, gateway):
         gateway.shipper.url = "http://127.0.0.1:9/unused"  # keep records in the buffer for inspection
         short = [client.post(f"{base}/v1/completions", json=completion(max_tokens=64)) for _ in range(12)]
         answers = await asyncio.gather(*short)
@@ -101,19 +109,22 @@ def test_least_loaded_spreads_and_the_model_router_sends_long_prompts_to_large(f
     assert set(small) == {"small-0", "small-1"} and min(small.values()) >= 3  # least-loaded spreads
     (long,) = [r for r in records if r["prompt_tokens"] >= 1500]
     assert (long["model"], long["replica"]) == ("tiny-large", "large-0")
-    assert long["route"] == "model-router:large/least_loaded" and long["route_reason"].startswith("long prompt (1500 > 1000")
+    assert long["route"] == "model-router:large/least_loaded" and long["route_reason"].startswith(
+        "long prompt (1500 > 1000"
+    )
     assert all(r["outcome"] == "ok" and r["status_code"] == 200 for r in records)
 
 
 def test_affinity_sticks_to_one_replica_per_session(fleet) -> None:
     spec, _ = fleet
 
-    async def body(client, base, gateway):  # noqa: ANN001, ANN202
+    async def body(client, base, gateway):
         gateway.shipper.url = "http://127.0.0.1:9/unused"
         for session in ("alice", "bob", "carol", "dave"):
             for _ in range(3):
-                r = await client.post(f"{base}/v1/completions", json=completion(model="tiny-small"),
-                                      headers={"x-session-id": session})
+                r = await client.post(
+                    f"{base}/v1/completions", json=completion(model="tiny-small"), headers={"x-session-id": session}
+                )
                 assert r.status_code == 200
         return served_by(gateway)
 
@@ -129,11 +140,17 @@ def test_over_limit_tenant_gets_429_with_retry_after(fleet) -> None:
     spec, _ = fleet
     gw = GatewaySpec(tenant_limits={"greedy": TenantLimits(requests_per_s=1, burst_s=1)})
 
-    async def body(client, base, gateway):  # noqa: ANN001, ANN202
+    async def body(client, base, gateway):
         gateway.shipper.url = "http://127.0.0.1:9/unused"
-        first = await client.post(f"{base}/v1/completions", json=completion(model="tiny-small"), headers={"x-tenant": "greedy"})
-        second = await client.post(f"{base}/v1/completions", json=completion(model="tiny-small"), headers={"x-tenant": "greedy"})
-        other = await client.post(f"{base}/v1/completions", json=completion(model="tiny-small"), headers={"x-tenant": "polite"})
+        first = await client.post(
+            f"{base}/v1/completions", json=completion(model="tiny-small"), headers={"x-tenant": "greedy"}
+        )
+        second = await client.post(
+            f"{base}/v1/completions", json=completion(model="tiny-small"), headers={"x-tenant": "greedy"}
+        )
+        other = await client.post(
+            f"{base}/v1/completions", json=completion(model="tiny-small"), headers={"x-tenant": "polite"}
+        )
         metrics = (await client.get(f"{base}/metrics")).text
         return first, second, other, served_by(gateway), metrics
 
@@ -149,7 +166,7 @@ def test_over_limit_tenant_gets_429_with_retry_after(fleet) -> None:
 def test_a_model_nobody_serves_gets_503_and_its_log_row_names_the_model_asked_for(fleet) -> None:
     spec, _ = fleet
 
-    async def body(client, base, gateway):  # noqa: ANN001, ANN202
+    async def body(client, base, gateway):
         gateway.shipper.url = "http://127.0.0.1:9/unused"
         refused = await client.post(f"{base}/v1/completions", json=completion(model="tiny-xl"))
         return refused, served_by(gateway)
@@ -164,7 +181,7 @@ def test_streaming_passes_tokens_through_and_hides_the_usage_chunk(fleet) -> Non
     spec, _ = fleet
     request = completion(model="tiny-small", max_tokens=24, stream=True, temperature=0)
 
-    async def events_from(client, url):  # noqa: ANN001, ANN202
+    async def events_from(client, url):
         events, times = [], []
         async with client.stream("POST", f"{url}/v1/completions", json=request) as r:
             assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
@@ -174,7 +191,7 @@ def test_streaming_passes_tokens_through_and_hides_the_usage_chunk(fleet) -> Non
                     times.append(asyncio.get_running_loop().time())
         return events, times
 
-    async def body(client, base, gateway):  # noqa: ANN001, ANN202
+    async def body(client, base, gateway):
         gateway.shipper.url = "http://127.0.0.1:9/unused"
         direct, _ = await events_from(client, spec.url(spec.replicas[0]))
         via, times = await events_from(client, base)
@@ -184,11 +201,18 @@ def test_streaming_passes_tokens_through_and_hides_the_usage_chunk(fleet) -> Non
     text = lambda events: "".join(json.loads(e)["choices"][0].get("text", "") for e in events[:-1])  # noqa: E731
     assert via[-1] == "[DONE]" and direct[-1] == "[DONE]"
     assert text(via) == text(direct)  # greedy decoding: the same tokens as from the engine itself
-    assert len(via) >= 3  # streamed in pieces: two text events at least (an engine groups tokens per event when it runs ahead)
+    assert (
+        len(via) >= 3
+    )  # streamed in pieces: two text events at least (an engine groups tokens per event when it runs ahead)
     assert all(json.loads(e)["choices"] for e in via[:-1])  # the usage chunk the gateway asked for is not forwarded
     assert times[-1] - times[0] > 0  # events arrived over time, not as one blob
     (record,) = records
-    assert record["stream"] and record["completion_tokens"] == 24 and record["ttft_seconds"] > 0 and record["itl_seconds"] > 0
+    assert (
+        record["stream"]
+        and record["completion_tokens"] == 24
+        and record["ttft_seconds"] > 0
+        and record["itl_seconds"] > 0
+    )
     assert record["finish_reason"] == "length"
 
 
@@ -202,31 +226,41 @@ def test_request_log_joins_engine_spans_by_trace_id(fleet, ch, tmp_path: Path) -
 
     async def go() -> None:
         await collector.start()
-        gw = GatewaySpec(model_router=ROUTER, request_log_url=f"http://127.0.0.1:{otlp_port}/v1/requests", request_log_flush_s=0.3)
+        gw = GatewaySpec(
+            model_router=ROUTER, request_log_url=f"http://127.0.0.1:{otlp_port}/v1/requests", request_log_flush_s=0.3
+        )
         replicas = [ReplicaState(r.name, r.model, spec.url(r)) for r in spec.replicas]
         gateway = Gateway(gw, replicas)
         port = free_port()
         await gateway.start("127.0.0.1", port)
         async with httpx.AsyncClient(timeout=120) as client:
             for i, trace in enumerate(trace_ids):
-                r = await client.post(f"http://127.0.0.1:{port}/v1/completions", json=completion(prompt_len=40 + i),
-                                      headers={"traceparent": f"00-{trace}-00000000000000a{i}-01", "x-tenant": "acme"})
+                r = await client.post(
+                    f"http://127.0.0.1:{port}/v1/completions",
+                    json=completion(prompt_len=40 + i),
+                    headers={"traceparent": f"00-{trace}-00000000000000a{i}-01", "x-tenant": "acme"},
+                )
                 assert r.status_code == 200
         # the engines export spans every second and the gateway ships its log every 0.3 s; a fresh
         # engine's first export can take longer: wait until both are stored (20 s at most)
         for _ in range(40):
             await asyncio.sleep(0.5)
-            seen = ch.query("SELECT countIf(source = 'otlp'), countIf(source = 'gateway') FROM requests "
-                            "WHERE trace_id IN {ids:Array(String)}", parameters={"ids": trace_ids}).result_rows[0]
+            seen = ch.query(
+                "SELECT countIf(source = 'otlp'), countIf(source = 'gateway') FROM requests "
+                "WHERE trace_id IN {ids:Array(String)}",
+                parameters={"ids": trace_ids},
+            ).result_rows[0]
             if tuple(seen) == (len(trace_ids), len(trace_ids)):
                 break
         await gateway.stop()
         assert await collector.stop()
 
     asyncio.run(go())
-    rows = ch.query("""SELECT trace_id, tenant, route, replica, model, prompt_tokens, ttft_seconds > 0, has_gateway, has_engine
+    rows = ch.query(
+        """SELECT trace_id, tenant, route, replica, model, prompt_tokens, ttft_seconds > 0, has_gateway, has_engine
                        FROM requests_joined WHERE trace_id IN {ids:Array(String)} ORDER BY trace_id""",
-                    parameters={"ids": trace_ids}).result_rows
+        parameters={"ids": trace_ids},
+    ).result_rows
     assert [r[0] for r in rows] == trace_ids
     for i, row in enumerate(rows):
         assert row[1:3] == ("acme", "model-router:small/least_loaded")

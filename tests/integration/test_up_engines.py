@@ -64,25 +64,36 @@ def _config(tmp: Path, model: Path) -> Path:
     spec = yaml.safe_load((ROOT / "fleet.yaml").read_text())
     spec["models"] = {"tiny-small": {"path": str(model), "slo": {"ttft": 3.0}}}
     spec["otlp_traces_endpoint"] = f"http://127.0.0.1:{otlp}/v1/traces"
-    spec["replicas"] = [{"name": f"small-{i}", "model": "tiny-small", "port": free_port(), "engine_args": ENGINE}
-                        for i in range(2)]
+    spec["replicas"] = [
+        {"name": f"small-{i}", "model": "tiny-small", "port": free_port(), "engine_args": ENGINE} for i in range(2)
+    ]
     spec["gateway"].update(port=free_port(), model_router=None, request_log_url=f"http://127.0.0.1:{otlp}/v1/requests")
     (tmp / "fleet.yaml").write_text(yaml.safe_dump(spec))
     # the shipped rules, unchanged but for how long a condition must hold before it fires
     shipped = yaml.safe_load((ROOT / "alerts" / "packs" / "builtin.yaml").read_text())
-    rules = [dict(r, **{"for": "10s"}) for g in shipped["groups"] for r in g["rules"]
-             if r["name"] in ("KVCacheSaturated", "TTFTOverSLO")]
+    rules = [
+        dict(r, **{"for": "10s"})
+        for g in shipped["groups"]
+        for r in g["rules"]
+        if r["name"] in ("KVCacheSaturated", "TTFTOverSLO")
+    ]
     (tmp / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "story", "interval": "5s", "rules": rules}]}))
     return write_config(tmp, otlp, scrape_s=2)
-
 
 
 def test_up_on_real_engines_tells_the_long_context_rollout(tmp_path: Path, small_model: Path) -> None:
     config, scenario = _config(tmp_path, small_model), _scenario(tmp_path)
 
     def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(EXE), *args, "--config", str(config)], cwd=tmp_path, env=clean_env(), capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            [str(EXE), *args, "--config", str(config)],
+            cwd=tmp_path,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def sql(query: str) -> list[dict]:
         done = cli("sql", query, "--format", "json")
@@ -102,9 +113,13 @@ def test_up_on_real_engines_tells_the_long_context_rollout(tmp_path: Path, small
         up.until(r"traffic: scenario", 60)
         traffic_at, began = time.monotonic(), datetime.now(UTC)  # the explanation reads from here on
         up.until(r"dashboard at http://127\.0\.0\.1:\d+", 120)
-        fired = up.until(r"webhook ← \S+ FIRING\s+KVCacheSaturated \[page\] — .* — KV cache of small-\d at \d+%", DURATION_S + 60)
+        fired = up.until(
+            r"webhook ← \S+ FIRING\s+KVCacheSaturated \[page\] — .* — KV cache of small-\d at \d+%", DURATION_S + 60
+        )
         assert f"http://127.0.0.1:{port}/investigate?" in fired  # the notification links to Investigate
-        sent = [json.loads(line) for line in (tmp_path / "data" / "up" / "notifications.jsonl").read_text().splitlines()]
+        sent = [
+            json.loads(line) for line in (tmp_path / "data" / "up" / "notifications.jsonl").read_text().splitlines()
+        ]
         kv = [a for body in sent for a in body["alerts"] if a["labels"]["alertname"] == "KVCacheSaturated"]
         assert kv and kv[0]["status"] == "firing" and kv[0]["labels"]["severity"] == "page"
         assert "/investigate?" in kv[0]["generatorURL"]
@@ -112,14 +127,23 @@ def test_up_on_real_engines_tells_the_long_context_rollout(tmp_path: Path, small
         # requests after the rollout for its quantile steps (~10 requests each), however fast the engines drain
         rollout_at = f"{began + timedelta(seconds=ROLLOUT_AT_S):%Y-%m-%d %H:%M:%S}"
         time.sleep(max(0.0, traffic_at + ROLLOUT_AT_S + REGRESSION_S - time.monotonic()))
-        while time.monotonic() < traffic_at + ROLLOUT_AT_S + MAX_REGRESSION_S and sql(
+        while (
+            time.monotonic() < traffic_at + ROLLOUT_AT_S + MAX_REGRESSION_S
+            and sql(
                 "SELECT count() AS n FROM requests WHERE source = 'gateway' AND ttft_seconds > 0 "
-                f"AND ts >= '{rollout_at}'")[0]["n"] < AFTER_ROWS:
+                f"AND ts >= '{rollout_at}'"
+            )[0]["n"]
+            < AFTER_ROWS
+        ):
             time.sleep(5)
         # while `up` holds the chDB store, `fleetscope sql` reads it through up's endpoint
-        reporting = {r["replica"] for r in sql(
-            "SELECT DISTINCT replica FROM series WHERE fingerprint IN "
-            "(SELECT fingerprint FROM samples WHERE metric = 'vllm:kv_cache_usage_perc' AND value > 0)")}
+        reporting = {
+            r["replica"]
+            for r in sql(
+                "SELECT DISTINCT replica FROM series WHERE fingerprint IN "
+                "(SELECT fingerprint FROM samples WHERE metric = 'vllm:kv_cache_usage_perc' AND value > 0)"
+            )
+        }
         assert reporting == {"small-0", "small-1"}
         sources = {r["source"]: int(r["n"]) for r in sql("SELECT source, count() AS n FROM requests GROUP BY source")}
         assert sources.get("gateway", 0) > 0 and sum(n for s, n in sources.items() if s != "gateway") > 0, sources

@@ -29,18 +29,50 @@ def _config(tmp: Path) -> Path:
         replica["port"] = free_port()
     (tmp / "fleet.yaml").write_text(yaml.safe_dump(spec))
     # a rule that fires as soon as a replica holds any KV blocks, so the alert path shows in seconds
-    (tmp / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "demo", "interval": "2s", "rules": [{
-        "name": "KVCacheInUse", "expr": 'kv_cache_usage_max{window="1m"}', "op": ">", "threshold": 0.0, "for": "2s",
-        "labels": {"severity": "page"}, "annotations": {"summary": "KV cache of {{ $labels.replica }} in use"}}]}]}))
+    (tmp / "rules.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "demo",
+                        "interval": "2s",
+                        "rules": [
+                            {
+                                "name": "KVCacheInUse",
+                                "expr": 'kv_cache_usage_max{window="1m"}',
+                                "op": ">",
+                                "threshold": 0.0,
+                                "for": "2s",
+                                "labels": {"severity": "page"},
+                                "annotations": {"summary": "KV cache of {{ $labels.replica }} in use"},
+                            }
+                        ],
+                    }
+                ]
+            }
+        )
+    )
     return write_config(tmp, otlp, scrape_s=1)
-
 
 
 def test_up_with_a_simulated_fleet_collects_alerts_serves_and_stops_clean(tmp_path: Path) -> None:
     config = _config(tmp_path)
     port = free_port()
-    up = Up(["--fleet", "sim", "--scenario", "long-context-rollout", "--speed", "10", "--port", str(port),
-             "--config", str(config)], tmp_path)
+    up = Up(
+        [
+            "--fleet",
+            "sim",
+            "--scenario",
+            "long-context-rollout",
+            "--speed",
+            "10",
+            "--port",
+            str(port),
+            "--config",
+            str(config),
+        ],
+        tmp_path,
+    )
     children: list[int] = []
     try:
         up.until(r"dashboard at http://127\.0\.0\.1:\d+", 120)
@@ -59,12 +91,21 @@ def test_up_with_a_simulated_fleet_collects_alerts_serves_and_stops_clean(tmp_pa
 
     # the store, now free, holds what was collected: `fleetscope sql` reads it
     def sql(query: str) -> list[dict]:
-        done = subprocess.run([str(EXE), "sql", query, "--format", "json", "--config", str(config)], cwd=tmp_path,
-                              env=clean_env(), capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [str(EXE), "sql", query, "--format", "json", "--config", str(config)],
+            cwd=tmp_path,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)["rows"]
 
-    reporting = {r["replica"] for r in sql("SELECT DISTINCT replica FROM series WHERE metric = 'vllm:num_requests_running'")}
+    reporting = {
+        r["replica"] for r in sql("SELECT DISTINCT replica FROM series WHERE metric = 'vllm:num_requests_running'")
+    }
     assert reporting == {r["name"] for r in yaml.safe_load((tmp_path / "fleet.yaml").read_text())["replicas"]}
     logged = sql("SELECT count() AS n FROM requests WHERE source = 'gateway'")
     assert int(logged[0]["n"]) > 0

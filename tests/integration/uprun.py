@@ -38,8 +38,12 @@ def write_config(tmp: Path, otlp_port: int, scrape_s: float) -> Path:
         "clickhouse": {"url": f"chdb:{tmp / 'ch'}"},
         "metadata": {"url": f"sqlite:///{tmp / 'meta.db'}"},
         "fleet": {"spec": str(tmp / "fleet.yaml")},
-        "collector": {"otlp_http_port": otlp_port, "otlp_grpc_port": 0, "scrape_interval_s": scrape_s,
-                      "scrape_timeout_s": scrape_s},
+        "collector": {
+            "otlp_http_port": otlp_port,
+            "otlp_grpc_port": 0,
+            "scrape_interval_s": scrape_s,
+            "scrape_timeout_s": scrape_s,
+        },
         "alerts": {"builtin_rules": False, "rule_files": [str(tmp / "rules.yaml")]},
     }
     (tmp / "fleetscope.yaml").write_text(yaml.safe_dump(config))
@@ -48,8 +52,15 @@ def write_config(tmp: Path, otlp_port: int, scrape_s: float) -> Path:
 
 class Up:
     def __init__(self, args: list[str], cwd: Path) -> None:
-        self.proc = subprocess.Popen([str(EXE), "up", *args], cwd=cwd, env=clean_env(), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [str(EXE), "up", *args],
+            cwd=cwd,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         self._lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=lambda: [self._lines.put(line) for line in self.proc.stdout], daemon=True).start()

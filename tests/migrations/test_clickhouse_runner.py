@@ -43,7 +43,12 @@ def test_files_apply_in_version_order_not_name_order(ch, tmp_path: Path) -> None
     )
     applied = runner.apply(ch, directory=d)
     assert [m.version for m in applied] == [2, 10]
-    columns = [r[0] for r in ch.query("SELECT name FROM system.columns WHERE table = 'a' AND database = currentDatabase()").result_rows]
+    columns = [
+        r[0]
+        for r in ch.query(
+            "SELECT name FROM system.columns WHERE table = 'a' AND database = currentDatabase()"
+        ).result_rows
+    ]
     assert columns == ["x", "b"]
 
 
@@ -66,8 +71,13 @@ def test_edited_applied_file_is_a_checksum_error(ch, tmp_path: Path) -> None:
 
 
 def test_store_newer_than_the_files_is_refused(ch, tmp_path: Path) -> None:
-    d = make_dir(tmp_path, {"0001_a.sql": "CREATE TABLE IF NOT EXISTS a (x UInt8) ENGINE = MergeTree ORDER BY x;",
-                            "0002_b.sql": "SELECT 1;"})
+    d = make_dir(
+        tmp_path,
+        {
+            "0001_a.sql": "CREATE TABLE IF NOT EXISTS a (x UInt8) ENGINE = MergeTree ORDER BY x;",
+            "0002_b.sql": "SELECT 1;",
+        },
+    )
     runner.apply(ch, directory=d)
     (d / "0002_b.sql").unlink()
     with pytest.raises(MigrationError, match="0002_b.sql applied, which this fleetscope does not have"):
@@ -75,7 +85,12 @@ def test_store_newer_than_the_files_is_refused(ch, tmp_path: Path) -> None:
 
 
 def test_failed_statement_is_reported_and_not_recorded(ch, tmp_path: Path) -> None:
-    d = make_dir(tmp_path, {"0001_bad.sql": "CREATE TABLE IF NOT EXISTS a (x UInt8) ENGINE = MergeTree ORDER BY x;\nCREATE TABLE oops (;\n"})
+    d = make_dir(
+        tmp_path,
+        {
+            "0001_bad.sql": "CREATE TABLE IF NOT EXISTS a (x UInt8) ENGINE = MergeTree ORDER BY x;\nCREATE TABLE oops (;\n"
+        },
+    )
     with pytest.raises(MigrationError, match=r"0001_bad.sql, statement 2"):
         runner.apply(ch, directory=d)
     assert runner.applied(ch) == {}
@@ -110,8 +125,16 @@ def test_cluster_rendering_parses_and_uses_replicated_and_distributed_tables(ch)
     assert local and all("ENGINE = Replicated" in s for s in local)
     distributed = [s for s in creates if "Distributed('prod'" in s]
     assert {s.split()[5] for s in distributed} == {
-        "series", "samples", "scrapes", "requests", "samples_1m", "samples_1h", "requests_1m", "requests_1h",
-        "alert_events", "samples_6h",
+        "series",
+        "samples",
+        "scrapes",
+        "requests",
+        "samples_1m",
+        "samples_1h",
+        "requests_1m",
+        "requests_1h",
+        "alert_events",
+        "samples_6h",
     }
     # sharded on the series fingerprint / the request id, as DESIGN.md section 6 says
     keys = {s.split()[5]: s.rsplit(",", 1)[1].strip()[:-1] for s in distributed}
@@ -161,8 +184,17 @@ def test_the_6_hour_rollup_takes_the_history_once_and_then_follows(ch, tmp_path:
     old = [now - timedelta(days=3), now - timedelta(minutes=2)]  # long ago, and in the current hour
 
     def write(times: list[datetime], value: float) -> None:
-        ch.insert_df("samples", pd.DataFrame({"metric": ["m"] * len(times), "fingerprint": [7] * len(times),
-                                              "ts": times, "value": [value] * len(times)}))
+        ch.insert_df(
+            "samples",
+            pd.DataFrame(
+                {
+                    "metric": ["m"] * len(times),
+                    "fingerprint": [7] * len(times),
+                    "ts": times,
+                    "value": [value] * len(times),
+                }
+            ),
+        )
 
     def totals(table: str) -> tuple[int, float]:
         return tuple(ch.query(f"SELECT sum(value_count), sum(value_sum) FROM {table}").result_rows[0])

@@ -9,8 +9,19 @@ from sqlalchemy import inspect
 from migrations import metadata_runner
 from storage.metadata import Base, make_engine
 
-EXPECTED = {"gpu_prices", "replicas", "slos", "annotations", "leases", "alert_states", "alert_groups", "alert_outbox",
-            "silences", "alert_evaluations", "saved_queries"}
+EXPECTED = {
+    "gpu_prices",
+    "replicas",
+    "slos",
+    "annotations",
+    "leases",
+    "alert_states",
+    "alert_groups",
+    "alert_outbox",
+    "silences",
+    "alert_evaluations",
+    "saved_queries",
+}
 REVISIONS = ["0001", "0002", "0003", "0004", "0005"]
 
 
@@ -25,13 +36,13 @@ def table_names(url: str) -> set[str]:
 def test_upgrade_downgrade_upgrade(metadata_url: str) -> None:
     applied = metadata_runner.upgrade(metadata_url)
     assert [r.revision for r in applied] == REVISIONS
-    assert EXPECTED <= table_names(metadata_url)
+    assert table_names(metadata_url) >= EXPECTED
     assert metadata_runner.upgrade(metadata_url) == []  # second run changes nothing
     metadata_runner.downgrade(metadata_url, "base")
     assert table_names(metadata_url) == set()
     assert metadata_runner.current(metadata_url) is None
     assert [r.revision for r in metadata_runner.upgrade(metadata_url)] == REVISIONS
-    assert EXPECTED <= table_names(metadata_url)
+    assert table_names(metadata_url) >= EXPECTED
 
 
 def test_migrations_match_the_models(metadata_url: str) -> None:

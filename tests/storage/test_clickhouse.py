@@ -43,9 +43,18 @@ def test_insert_and_query_round_trip_on_the_real_schema(ch) -> None:
 def test_insert_deduplication_token_drops_a_repeated_batch(ch) -> None:
     """The writer's retry path relies on this: the same batch inserted twice lands once."""
     clickhouse_runner.apply(ch)
-    batch = pd.DataFrame({"ts": [datetime(2026, 11, 29, tzinfo=UTC)] * 2, "job": ["vllm"] * 2,
-                          "instance": ["a", "b"], "replica": ["a", "b"], "up": [1, 0],
-                          "duration_seconds": [0.01, 0.5], "samples_scraped": [430, 0], "error": ["", "timeout"]})
+    batch = pd.DataFrame(
+        {
+            "ts": [datetime(2026, 11, 29, tzinfo=UTC)] * 2,
+            "job": ["vllm"] * 2,
+            "instance": ["a", "b"],
+            "replica": ["a", "b"],
+            "up": [1, 0],
+            "duration_seconds": [0.01, 0.5],
+            "samples_scraped": [430, 0],
+            "error": ["", "timeout"],
+        }
+    )
     for _ in range(2):
         ch.insert_df("scrapes", batch, settings={"insert_deduplication_token": "batch-1"})
     assert ch.query("SELECT count() FROM scrapes").result_rows[0][0] == 2

@@ -85,7 +85,7 @@ def test_times_in_any_zone_are_the_same_instant(engine: Engine) -> None:
     assert leases.read(engine, "alerts").acquired_at == T0
     assert leases.holder_of(engine, "alerts", now=at(29).astimezone(timezone(timedelta(hours=-5)))) == "a"
     with pytest.raises(ValueError, match="timezone-aware"):
-        leases.acquire(engine, "alerts", "a", TTL, now=datetime(2026, 12, 6, 9))
+        leases.acquire(engine, "alerts", "a", TTL, now=datetime(2026, 12, 6, 9))  # noqa: DTZ001 - naive on purpose
     with pytest.raises(ValueError, match="ttl_s"):
         leases.acquire(engine, "alerts", "a", 0)
 

@@ -14,7 +14,9 @@ from tests.conftest import run_cli
 
 
 def create_query(client, table: str) -> str:
-    return client.command(f"SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = '{table}'")
+    return client.command(
+        f"SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = '{table}'"
+    )
 
 
 def test_ttls_follow_the_config_and_only_change_what_differs(ch) -> None:
@@ -28,7 +30,10 @@ def test_ttls_follow_the_config_and_only_change_what_differs(ch) -> None:
         assert "ttl_only_drop_parts = 1" in create_query(ch, table), table
     assert retention.apply(ch, retention.Days(raw=7, requests=30, minute=90, hour=730)) == []
     assert retention.apply(ch, retention.Days(raw=3, requests=30, minute=0, hour=730)) == [
-        "samples", "scrapes", "samples_1m", "requests_1m"
+        "samples",
+        "scrapes",
+        "samples_1m",
+        "requests_1m",
     ]
     assert "toIntervalDay(3)" in create_query(ch, "scrapes")
     assert "TTL" not in create_query(ch, "samples_1m")  # 0 keeps forever
@@ -38,11 +43,18 @@ def test_expired_raw_days_are_dropped_while_the_rollups_keep_them(ch) -> None:
     clickhouse_runner.apply(ch)
     now = datetime.now(UTC).replace(microsecond=0)
     old = now.replace(second=0) - timedelta(days=10)  # both old samples in one minute
-    ch.insert_df("samples", pd.DataFrame({
-        "metric": ["vllm:prompt_tokens_total"] * 4, "fingerprint": [1, 1, 1, 1],
-        "ts": [old, old + timedelta(seconds=5), now - timedelta(seconds=5), now],
-        "value": [10.0, 15.0, 100.0, 130.0], "reset": [0.0, 0.0, 0.0, 0.0],
-    }))
+    ch.insert_df(
+        "samples",
+        pd.DataFrame(
+            {
+                "metric": ["vllm:prompt_tokens_total"] * 4,
+                "fingerprint": [1, 1, 1, 1],
+                "ts": [old, old + timedelta(seconds=5), now - timedelta(seconds=5), now],
+                "value": [10.0, 15.0, 100.0, 130.0],
+                "reset": [0.0, 0.0, 0.0, 0.0],
+            }
+        ),
+    )
     retention.apply(ch, retention.Days(raw=7, minute=90, hour=730))
     ch.command("OPTIMIZE TABLE samples FINAL")
     ch.command("OPTIMIZE TABLE samples_1m FINAL")
