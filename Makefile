@@ -14,12 +14,13 @@ EXTRAS ?= test,bench,$(FLEET_EXTRA)
 comma  := ,
 STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: install demo test test-fast bench clean help
+.PHONY: install demo test test-fast check bench clean help
 
 help:
 	@echo "make demo       - set up and run fleetscope on the embedded store (chDB + SQLite)"
 	@echo "make test       - set up and run the whole test suite (real engines, PostgreSQL started if needed)"
 	@echo "make test-fast  - the suite without the slow real-engine tests"
+	@echo "make check      - format, lint, types and the import contract (scripts/check --static), no tests"
 	@echo "make bench      - the benchmark suite (~25 min): each figure beside its reference; JSON in bench/results/"
 	@echo "make clean      - remove .venv and ./data"
 
@@ -42,12 +43,15 @@ demo: install
 test: install
 	scripts/ensure-postgres.sh
 	scripts/ensure-chromium.sh
-	$(BIN)/pytest
+	VENV=$(VENV) scripts/check
 
 test-fast: install
 	scripts/ensure-postgres.sh
 	scripts/ensure-chromium.sh
-	$(BIN)/pytest -m "not slow"
+	VENV=$(VENV) scripts/check -m "not slow"
+
+check: install
+	VENV=$(VENV) scripts/check --static
 
 # about 25 minutes on 2 cores; every figure beside its reference, JSON in bench/results/
 bench: install
