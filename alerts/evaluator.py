@@ -38,7 +38,7 @@ __all__ = ["Evaluator", "GroupReport"]
 log = logging.getLogger(__name__)
 
 # rule signal -> the latency the Investigate page should open on
-_INVESTIGATE = {"itl_p99": "itl"}
+_INVESTIGATE = {"itl_p99": "itl", "cost_per_mtok": "cost", "cost_per_mtok_change": "cost", "cost_per_mtok_jump": "cost"}
 LEASE = "alerts"
 MAX_UNWRITTEN_EVENTS = 10_000
 
@@ -193,8 +193,9 @@ class Evaluator:
             "from": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "to": end.strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
-        if inst.labels.get("model") and REASON not in inst.labels:
-            query["model"] = inst.labels["model"]
+        for key in ("model", "tenant"):  # the alert's own view: a pool, or a tenant (cost rules)
+            if inst.labels.get(key) and REASON not in inst.labels:
+                query[key] = inst.labels[key]
         return f"{base}/investigate?{urlencode(query)}"
 
     # -- running --------------------------------------------------------------------------------
@@ -300,13 +301,14 @@ def aligned(now: datetime, interval_s: float) -> datetime:
 
 
 def _latency(rule: Rule | None, inst: Instance) -> str:
-    """The latency Investigate should open on: the alert's own (ITL for an ITL rule), else TTFT."""
+    """What Investigate should open on: the alert's own latency (ITL for an ITL rule), cost for a
+    cost rule, else TTFT."""
     from analytics.latency import LATENCIES
 
     metric = inst.labels.get("metric") or (rule.parsed.kwargs.get("metric") if rule and rule.parsed else None)
     if metric is None and rule is not None and rule.parsed is not None:
         metric = _INVESTIGATE.get(rule.parsed.signal or "")
-    return metric if metric in LATENCIES else "ttft"
+    return metric if metric in LATENCIES or metric == "cost" else "ttft"
 
 
 def _short(labels: dict[str, str]) -> str:

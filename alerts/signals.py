@@ -369,6 +369,40 @@ def _cost_change(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
     return _frame(both, [p["by"]], "change")
 
 
+def _cost_jump(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    """Percent change of cost per 1M tokens: the last ``window`` against the ``baseline`` before
+    it (what there is of it: a young fleet compares with its first minutes), per model or tenant."""
+    from analytics.cost_series import cost_over_time
+    from storage.catalog import gpu_prices
+
+    if ("prices",) not in ctx.cache:
+        ctx.cache[("prices",)] = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
+    recent_start = at - timedelta(seconds=p["window"])
+    start = recent_start - timedelta(seconds=p["baseline"])
+    step = max(60, int(p["window"]) // 5)
+    try:
+        series = cost_over_time(
+            ctx.client, start, at, ctx.cache[("prices",)], by=p["by"], step=step, weights=ctx.weights
+        )
+    except KeyError:  # replicas without a gpu_type label or price: nothing to say, not an error
+        return []
+    if series.empty:
+        return []
+    series = series[series["ts"] < pd.Timestamp(at)]
+    recent = series[series["ts"] >= pd.Timestamp(recent_start)]
+    base = series[series["ts"] < pd.Timestamp(recent_start)]
+    out = []
+    for key, frame in recent.groupby(p["by"]):
+        before = base[base[p["by"]] == key]
+        if len(before) < 2 or before["tokens"].sum() <= 0 or frame["tokens"].sum() <= 0:
+            continue  # too little baseline to compare with, or no tokens on a side: no data
+        now_cost = frame["spend"].sum() / frame["tokens"].sum()
+        then_cost = before["spend"].sum() / before["tokens"].sum()
+        if then_cost > 0:
+            out.append(Sample({p["by"]: str(key)}, float((now_cost / then_cost - 1) * 100)))
+    return out
+
+
 def _drift(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
     from analytics.drift import drift
 
@@ -529,6 +563,14 @@ SIGNALS: dict[str, Signal] = {
             "percent change of USD per 1M tokens against the same window `offset` earlier",
             {"window": Param("1h"), "by": BY_MODEL, "offset": Param("7d")},
             _cost_change,
+            ("model",),
+        ),
+        Signal(
+            "cost_per_mtok_jump",
+            "percent change of USD per 1M tokens: the last `window` against the `baseline` just before it "
+            "(fires within the hour on a young fleet)",
+            {"window": Param("10m"), "baseline": Param("1h"), "by": Param("model", "choice", ("model", "tenant"))},
+            _cost_jump,
             ("model",),
         ),
         Signal(

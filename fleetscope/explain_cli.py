@@ -1,10 +1,14 @@
 """``fleetscope explain``: the Investigate page's explanation, in the terminal.
 
-In:  a latency (ttft, itl, tpot, e2e), a percentile, a window (``--since`` back from now, or
-     ``--start``/``--end``), filters, settings (the store).
-Out: on stdout the sentence, the break (before → after, when it began) and the evidence ranked,
-     as text or JSON (``--format json``: for scripts and tests). Exit codes: 0 an explanation or a
-     clear "no break found", 1 the store is unreachable or held by another process, 2 bad options.
+In:  a metric (a latency: ttft, itl, tpot, e2e, queue, with a percentile; or ``cost``: cost per
+     1M tokens, with GPU prices from the metadata DB), a window (``--since`` back from now, or
+     ``--start``/``--end``), filters (for cost: one tenant, model or route, or none for the
+     fleet), settings (the stores).
+Out: on stdout the sentence, the break (before → after, when it began) and the evidence ranked
+     (for cost: the decomposition of the change, the tenants whose requests changed pool and the
+     router's reasons), as text or JSON (``--format json``: for scripts and tests; the cost
+     document's keys are in docs/analytics.md). Exit codes: 0 an explanation or a clear "no break
+     found", 1 the store is unreachable or held by another process, 2 bad options.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
 EXAMPLES = """Examples:
   fleetscope explain                                 # p99 TTFT over the last hour
   fleetscope explain --latency itl --q 0.95 --since 6h --model tiny-small
+  fleetscope explain --metric cost --tenant globex   # why a tenant's cost per 1M tokens rose
   fleetscope explain --start 2026-11-30T09:00 --end 2026-11-30T10:30 --format json"""
 
 
@@ -114,6 +119,9 @@ def _number(value: Any) -> str:
 
 def explain_command(
     latency: Annotated[str, typer.Option(help="ttft, itl, tpot, e2e or queue.")] = "ttft",
+    metric: Annotated[
+        str | None, typer.Option(help="What to explain: cost (per 1M tokens), or a latency (as --latency).")
+    ] = None,
     q: Annotated[float, typer.Option("--q", min=0.01, max=0.999, help="The percentile, as a fraction.")] = 0.99,
     since: Annotated[str, typer.Option(help="The window: this far back from --end (e.g. 30m, 6h).")] = "1h",
     start: Annotated[str | None, typer.Option(help="The window's start (ISO time, UTC); instead of --since.")] = None,
@@ -125,16 +133,21 @@ def explain_command(
     fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
     config: ConfigOption = None,
 ) -> None:
-    """Explain a latency regression: when the percentile broke, by how much, and the evidence ranked
-    (KV-cache saturation, queueing, long-context share, tenant or model mix, preemptions, ...), as the
-    dashboard's Investigate page shows it."""
+    """Explain a latency regression, or a rise in cost per 1M tokens (--metric cost): when it broke,
+    by how much, and the evidence ranked (KV-cache saturation, queueing, long-context share, tenant or
+    model mix, ...; for cost, the exact decomposition: pools' volume and spend, the view's mix, and the
+    tenants the router moved), as the dashboard's Investigate page shows it."""
     from analytics.explain import explain
     from analytics.filters import Filters
     from analytics.latency import LATENCIES
     from fleetscope.stores import open_clickhouse
     from storage.errors import StoreError
 
-    if latency not in LATENCIES:
+    if metric is not None and metric != "cost" and metric not in LATENCIES:
+        fail(f"--metric must be cost or one of {', '.join(LATENCIES)}, not {metric!r}", code=2)
+    if metric is not None and metric != "cost":
+        latency = metric
+    if metric != "cost" and latency not in LATENCIES:
         fail(f"--latency must be one of {', '.join(LATENCIES)}, not {latency!r}", code=2)
     if fmt not in ("text", "json"):
         fail(f"--format must be text or json, not {fmt!r}", code=2)
@@ -144,6 +157,12 @@ def explain_command(
         client = open_clickhouse(settings)
     except StoreError as exc:
         fail(str(exc))
+    if metric == "cost":
+        try:
+            _explain_cost(settings, client, begin, stop, Filters(model, replica, tenant, route), fmt)
+        finally:
+            client.close()
+        return
     try:
         ex = explain(client, begin, stop, latency=latency, q=q, filters=Filters(model, replica, tenant, route))
     finally:
@@ -161,3 +180,56 @@ def explain_command(
         f"({ex.after / ex.before:.1f}×)\n"
     )
     typer.echo(_table(ex))
+
+
+def _explain_cost(settings: Any, client: Any, begin: datetime, stop: datetime, filters: Any, fmt: str) -> None:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from analytics.cost_explain import explain_cost
+    from storage.catalog import gpu_prices
+    from storage.metadata import make_engine, make_sessionmaker
+
+    try:
+        prices = gpu_prices(make_sessionmaker(make_engine(settings.metadata.url)))
+    except SQLAlchemyError as exc:
+        fail(
+            f"the GPU prices cannot be read from the metadata DB ({str(exc).splitlines()[0][:200]}): "
+            "run `fleetscope migrate`"
+        )
+    try:
+        ex = explain_cost(client, begin, stop, prices, filters=filters, weights=settings.cost.weights())
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    except KeyError as exc:
+        fail(f"{exc.args[0]} (fleetscope prices list)")
+    if fmt == "json":
+        typer.echo(json.dumps({"start": _plain(begin), "end": _plain(stop), **ex.to_dict()}, indent=2))
+        return
+    typer.echo(
+        f"cost per 1M tokens of {ex.view}, {begin:%Y-%m-%d %H:%M:%S} – {stop:%H:%M:%S} UTC, from the {ex.source}"
+    )
+    typer.echo(ex.sentence)
+    for problem in ex.problems:
+        typer.echo(f"note: {problem}")
+    if ex.break_at is None or ex.decomposition.empty:
+        return
+    typer.echo(
+        f"break at {ex.break_at:%H:%M:%S} UTC: ${ex.before:,.4g} → ${ex.after:,.4g} per 1M tokens "
+        f"({ex.after / ex.before:.2f}×)\n"
+        if ex.before > 0
+        else ""
+    )
+    rows = [
+        [r.kind, r.pool or "–", f"{r.usd_per_million:+.4g}", f"{r.share:.0%}", r.detail]
+        for r in ex.evidence.itertuples()
+    ]
+    head = ["driver", "pool", "$/1M", "share", "detail"]
+    widths = [max(len(head[i]), *(len(row[i]) for row in rows)) for i in range(len(head) - 1)]
+    typer.echo("  ".join(h.ljust(w) for h, w in zip(head, [*widths, 0], strict=True)).rstrip())
+    for row in rows:
+        typer.echo("  ".join(c.ljust(w) for c, w in zip(row, [*widths, 0], strict=True)).rstrip())
+    for m in ex.movers.head(3).itertuples():
+        typer.echo(
+            f"moved: tenant {m.tenant} to {m.to_pool} ({m.share_before:.0%} → {m.share_after:.0%} of its tokens)"
+            + (f", routed by {m.route}: {m.example}" if m.example else "")
+        )

@@ -14,6 +14,8 @@ In:  a test file::
                 values: '1x10 0x50'
             slo_targets:                 # optional, for latency_over_slo / slo_burn_rate
               - {model: m, metric: ttft, threshold_seconds: 2.0, objective: 0.99}
+            gpu_prices: {H100: 2.99}     # optional, over the seeded prices (cost rules)
+            evaluate_from: 7d            # optional: a long history is evaluated from here on
             alert_rule_test:
               - eval_time: 8m
                 alertname: KVCacheSaturated
@@ -145,6 +147,11 @@ class Case(BaseModel):
     interval_s: Duration = Field(default=5.0, alias="interval")
     input_series: list[InputSeries] = Field(default_factory=list)
     slo_targets: list[SloInput] = Field(default_factory=list)
+    # USD per GPU-hour by gpu_type, over the seeded ones (cost rules read the replicas' gpu_type label)
+    gpu_prices: dict[str, float] = Field(default_factory=dict)
+    # a long history (a week for a week-over-week rule) is evaluated only from here on, as an
+    # evaluator started then would (a rule's for: must fit after it)
+    evaluate_from_s: Duration = Field(default=0.0, alias="evaluate_from")
     alert_rule_test: list[AlertTest] = Field(min_length=1)
 
 
@@ -204,15 +211,21 @@ def _run_case(name: str, case: Case, groups: list, every_s: float, client: Any, 
     from alerts.evaluator import Evaluator
     from alerts.signals import Context
     from migrations import metadata_runner
-    from storage.catalog import SloTarget, set_slo
+    from storage.catalog import SloTarget, set_gpu_price, set_slo
     from storage.metadata import make_engine, make_sessionmaker
 
     result = CaseResult(name)
+    # only the groups whose rules the case checks: groups are evaluated independently, so the
+    # others cannot change what these do (and a week of history stays quick)
+    asked = {t.alertname for t in case.alert_rule_test}
+    groups = [g for g in groups if any(r.name in asked for r in g.rules)]
     last = max(t.eval_time_s for t in case.alert_rule_test)
     t0 = (datetime.now(UTC) - timedelta(seconds=last) - timedelta(hours=1)).replace(second=0, microsecond=0)
     _load_series(client, case, t0, last, tmp)
     list(metadata_runner.upgrade(url))
     sessions = make_sessionmaker(make_engine(url))
+    for gpu_type, price in case.gpu_prices.items():
+        set_gpu_price(sessions, gpu_type, price)
     for t in case.slo_targets:
         set_slo(
             sessions,
@@ -232,7 +245,10 @@ def _run_case(name: str, case: Case, groups: list, every_s: float, client: Any, 
     # each group on its own interval (the file's evaluation_interval where a group sets none), as
     # a running evaluator does; and every group at each eval_time, so the check sees that moment
     intervals = {g.name: g.interval_s if "interval_s" in g.model_fields_set else every_s for g in groups}
-    times = sorted({i * every_s for i in range(int(last // every_s) + 1)} | {t.eval_time_s for t in checks})
+    times = sorted(
+        {i * every_s for i in range(int(last // every_s) + 1) if i * every_s >= case.evaluate_from_s}
+        | {t.eval_time_s for t in checks}
+    )
     pending = list(checks)
     for offset in times:
         at = t0 + timedelta(seconds=offset)

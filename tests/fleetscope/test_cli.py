@@ -170,6 +170,34 @@ def test_fleet_simulate_writes_a_scenario_into_the_store(tmp_path: Path) -> None
     assert again.returncode == 2 and "no-such-scenario" in again.stderr
 
 
+def test_explain_cost_from_the_terminal_names_the_pool_the_tenant_and_the_router(tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "fleet.yaml").write_text((ROOT / "fleet.yaml").read_text())
+    played = run_cli("fleet", "simulate", "--scenario", "router-shift", "--seed", "1", cwd=tmp_path)
+    assert played.returncode == 0, played.stderr
+    assert run_cli("migrate", cwd=tmp_path).returncode == 0  # the seeded GPU prices (cpu-demo)
+    text = run_cli("explain", "--metric", "cost", "--tenant", "globex", "--since", "20m", cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert "Cost per 1M tokens of tenant globex rose" in text.stdout and "break at" in text.stdout
+    lines = text.stdout.splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if line.startswith("driver")) + 1 :]
+    assert table[0].split()[:2] == ["volume", "tiny-small"]  # the pool that lost its tokens leads
+    assert any(line.startswith("moved: tenant acme to tiny-large") and "long prompt (" in line for line in lines)
+    doc = json.loads(
+        run_cli(
+            "explain", "--metric", "cost", "--tenant", "globex", "--since", "20m", "--format", "json", cwd=tmp_path
+        ).stdout
+    )
+    assert doc["metric"] == "cost per 1M tokens" and doc["view"] == "tenant globex"
+    assert doc["after_usd_per_million"] > 1.3 * doc["before_usd_per_million"]
+    assert sum(r["usd_per_million"] for r in doc["decomposition"]) == pytest.approx(doc["change_usd_per_million"])
+    assert doc["evidence"][0]["share"] >= 0.8 and doc["movers"][0]["tenant"] == "acme"
+    two = run_cli("explain", "--metric", "cost", "--tenant", "acme", "--tenant", "globex", cwd=tmp_path)
+    assert two.returncode == 2 and "one view" in two.stderr
+    assert run_cli("explain", "--metric", "latte", cwd=tmp_path).returncode == 2
+
+
 def test_explain_from_the_terminal_names_what_drove_a_simulated_rollout(tmp_path: Path) -> None:
     import json
 
