@@ -569,7 +569,7 @@ SIGNALS: dict[str, Signal] = {
             "cost_per_mtok_jump",
             "percent change of USD per 1M tokens: the last `window` against the `baseline` just before it "
             "(fires within the hour on a young fleet)",
-            {"window": Param("10m"), "baseline": Param("1h"), "by": Param("model", "choice", ("model", "tenant"))},
+            {"window": Param("5m"), "baseline": Param("1h"), "by": Param("model", "choice", ("model", "tenant"))},
             _cost_jump,
             ("model",),
         ),

@@ -6,13 +6,17 @@ In:  a client, a window ``[start, end)``, GPU prices (``{gpu_type: USD per GPU-h
      default about ``POINTS`` steps, at least ``MIN_STEP_S``), ``TokenWeights`` and the scope.
 Out: ``spend_over_time``: per step and replica ``[ts, replica, model, gpu_type, gpu_count,
      up_seconds, busy_seconds, spend, idle_spend, busy_spend]`` (a replica costs while its engine
-     reports ``vllm:num_requests_running``, idle included: ``analytics.cost``'s rule, per step);
+     reports ``vllm:num_requests_running``, idle included: ``analytics.cost``'s rule, per step;
+     up from sample to sample, the span its token counters' increases cover, so that a replica's
+     first or last step is neither a spike nor a dip in cost per token);
      ``cost_over_time``: per step and ``by`` ``[ts, <by>, spend, idle_spend, busy_spend,
      prompt_tokens, cached_tokens, completion_tokens, tokens, cost_per_million_tokens]``
      (``tokens`` = prompt + output; ``cost_per_million_tokens`` NaN, not infinite, in a step
      without tokens: the cost of a token nobody asked for is undefined, the spend is still shown).
      ``.attrs``: ``step``, ``plan``, ``source`` (where the tokens were counted) and, for tenants
-     and routes, ``unattributed`` (per step, the spend of pools no request-log row accounts for).
+     and routes, ``unattributed`` (per step, the spend of pools no request-log row accounts for);
+     ``cost_breaks``: per line of such a series, its lasting rise, found as ``explain`` finds one
+     (``[<by>, break_at, end, before, after]``, USD per 1M tokens), what a page marks.
 
 Tokens: for the fleet, pools and replicas, the engines' own counters (reset-aware increases per
 step: a restart reads as a restart, never as negative tokens); for tenants and routes, the
@@ -31,6 +35,7 @@ import numpy as np
 import pandas as pd
 from typing_extensions import Unpack
 
+from analytics.changepoints import change_points, episode
 from analytics.cost import FLEET, TokenWeights
 from analytics.counters import series_latest
 from analytics.filters import Filters
@@ -42,7 +47,7 @@ from analytics.vllm import CACHED_PROMPT_TOKENS, GENERATION_TOKENS, PROMPT_TOKEN
 from analytics.window import Scope, scope_parts
 from storage.clickhouse import Client
 
-__all__ = ["BY", "MIN_STEP_S", "POINTS", "cost_over_time", "spend_over_time"]
+__all__ = ["BY", "MIN_STEP_S", "POINTS", "cost_breaks", "cost_over_time", "spend_over_time"]
 
 BY = ("fleet", "model", "replica", "tenant", "route")
 POINTS = 90  # steps over a window: a cost per token needs a few requests per step
@@ -93,25 +98,50 @@ def spend_over_time(
         tier=tier,
         data=coverage(client, "samples") if tier is None else None,
     )
-    if p.tier is SIX_HOURS:  # uptime counts whole buckets: hours are close enough, 6 hours are not
+    if p.tier is SIX_HOURS:  # a gap inside a bucket counts as up: hours are close enough, 6 hours are not
         p = plan(start, end, now=now, retention=retention, kind="samples", tier=HOUR.name)
     width = 3600 if p.tier is HOUR else (60 if p.tier.rollup or s >= 60 else s)
     a, b = align(p.start, p.end, timedelta(seconds=s))
-    peak = "max(value_max)" if p.tier.rollup else "max(value)"
+    if p.tier.rollup:
+        per_bucket = "max(value_max) AS peak, min(value_first).1 AS first_t, max(value_last).1 AS last_t"
+    else:
+        per_bucket = "max(value) AS peak, min(ts) AS first_t, max(ts) AS last_t"
     condition, params = filters.series() if filters else ("", {})
+    # a bucket is up from the previous bucket's last sample (its first sample when the replica was
+    # not up in the bucket before) to its own last one: the span the token counters' increases cover
     sql = f"""
-        SELECT toDateTime64(toStartOfInterval(v.b, INTERVAL {s} SECOND), 3, 'UTC') AS ts, s.replica AS replica,
+        SELECT toDateTime64(toStartOfInterval(u.b, INTERVAL {s} SECOND), 3, 'UTC') AS ts, s.replica AS replica,
                any(s.model) AS model, any(s.labels['gpu_type']) AS gpu_type,
                toUInt32OrZero(any(s.labels['gpu_count'])) AS gpu_count,
-               uniqExact(v.b) * {width} AS up_seconds, uniqExactIf(v.b, v.peak > 0) * {width} AS busy_seconds
-        FROM (SELECT fingerprint, toStartOfInterval(ts, INTERVAL {width} SECOND) AS b, {peak} AS peak FROM {p.samples}
-              WHERE metric = {{metric:String}} AND ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
-              GROUP BY fingerprint, b) AS v
-        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
+               sum(u.up) AS up_seconds, sumIf(u.up, u.peak > 0) AS busy_seconds
+        FROM (
+            SELECT fingerprint, b, peak,
+                   greatest(0, dateDiff('millisecond', if(prev_b = b - INTERVAL {width} SECOND, prev_t, first_t),
+                                        last_t) / 1000) AS up
+            FROM (
+                SELECT fingerprint, b, peak, first_t, last_t,
+                       lagInFrame(b, 1, toDateTime64(0, 3, 'UTC')) OVER w AS prev_b,
+                       lagInFrame(last_t, 1, toDateTime64(0, 3, 'UTC')) OVER w AS prev_t
+                FROM (SELECT fingerprint, toDateTime64(toStartOfInterval(ts, INTERVAL {width} SECOND), 3, 'UTC') AS b,
+                             {per_bucket}
+                      FROM {p.samples}
+                      WHERE metric = {{metric:String}}
+                            AND ts >= {{lookback:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+                      GROUP BY fingerprint, b)
+                WINDOW w AS (PARTITION BY fingerprint ORDER BY b ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
+            )
+            WHERE b >= {{start:DateTime64(3)}}
+        ) AS u
+        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = u.fingerprint
         WHERE {condition or 1}
         GROUP BY ts, replica ORDER BY ts, replica
     """
-    params.update(metric=REQUESTS_RUNNING, start=param_time(a), end=param_time(b))
+    params.update(
+        metric=REQUESTS_RUNNING,
+        start=param_time(a),
+        end=param_time(b),
+        lookback=param_time(a - timedelta(seconds=width)),
+    )
     df = query_df(client, sql, parameters=params)
     df["ts"] = pd.to_datetime(df["ts"], utc=True).astype("datetime64[ns, UTC]")
     unlabelled = sorted(set(df.loc[df["gpu_type"] == "", "replica"]))
@@ -236,3 +266,31 @@ def cost_over_time(
         unattributed=unused.groupby(level="ts")["spend"].sum(),
     )
     return out
+
+
+def cost_breaks(series: pd.DataFrame, by: str = "fleet", min_steps: int = 8) -> pd.DataFrame:
+    """Each line's lasting rise in cost per 1M tokens: change points on the log, the run that stays
+    1.5x above the level before it (``analytics.changepoints``); lines without one are left out."""
+    rows = []
+    for key, line in series.groupby(by, sort=True):
+        steps = line.dropna(subset=["cost_per_million_tokens"]).sort_values("ts").reset_index(drop=True)
+        if len(steps) < min_steps:
+            continue
+        values = np.log(np.maximum(steps["cost_per_million_tokens"].to_numpy(float), 1e-12))
+        bounds = [0, *change_points(values), len(values)]
+        levels = [float(values[a:b].mean()) for a, b in zip(bounds, bounds[1:], strict=False)]
+        found = episode(levels, bounds)
+        if found is None:
+            continue
+        base, first, last = found
+        end = steps["ts"].iloc[bounds[last]] if last < len(levels) else steps["ts"].iloc[-1]
+        rows.append(
+            {
+                by: key,
+                "break_at": steps["ts"].iloc[bounds[first]],
+                "end": end,
+                "before": math.exp(levels[base]),
+                "after": float(np.exp(values[bounds[first] : bounds[last]].mean())),
+            }
+        )
+    return pd.DataFrame(rows, columns=[by, "break_at", "end", "before", "after"])

@@ -1,6 +1,7 @@
 """Cost: spend by model and replica with its idle share, cost per 1M tokens (and per input /
-cached / output token), tenant showback (CSV download), and the same tokens at hosted-API prices.
-Renders what ``analytics`` returns; no SQL here."""
+cached / output token) over the window and over time (by fleet, model or tenant, each rise marked
+and linked to Investigate), tenant showback (CSV download), and the same tokens at hosted-API
+prices. Renders what ``analytics`` returns; no SQL here."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import streamlit as st
 from analytics.cost import compare_reference, cost_by_tenant, cost_per_token, gpu_spend
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain, shown
+from dashboard.costview import render_cost_series
 from storage.catalog import gpu_prices
 
 MAX_BARS = 30
@@ -46,6 +48,8 @@ cols[3].metric(
     help=f"input {shown(fleet['input_per_million'], '${:,.2f}')}, "
     f"cached {shown(fleet['cached_per_million'], '${:,.2f}')} per 1M",
 )
+st.subheader("Cost per 1M tokens over time")
+render_cost_series(ctx)
 st.subheader("Spend by replica")
 # the costliest replicas: a bar per replica reads well up to a few dozen (200 took the browser long to lay out)
 totals = spend["busy_spend"] + spend["idle_spend"]

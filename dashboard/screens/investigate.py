@@ -1,7 +1,8 @@
 """Investigate: pick a latency, a percentile and the window (or arrive from an alert with them in
 the link) and get the explanation: where the tail broke, the evidence ranked, the driver charts
 aligned on one time axis with the change point marked, and the BubbleUp comparison of the slow
-requests against the baseline. Renders what ``analytics.explain`` returns; no SQL here."""
+requests against the baseline. With ``metric=cost``, the cost per 1M tokens explained instead
+(``dashboard.costview``). Renders what ``analytics`` returns; no SQL here."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from analytics.latency import LATENCIES
 from analytics.requests import request_totals
 from dashboard.cache import cached
 from dashboard.context import PERCENT, page_context, plain
+from dashboard.costview import render_cost_investigation
 from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
 from storage.catalog import gpu_prices
 
@@ -33,13 +35,19 @@ ctx = page_context("Investigate")
 v, client = ctx.view, ctx.client
 asked = st.query_params.get("metric", "ttft")
 left, right = st.columns(2)
+METRICS = [*LATENCIES, "cost"]
 latency = left.selectbox(
-    "Latency",
-    list(LATENCIES),
-    index=list(LATENCIES).index(asked) if asked in LATENCIES else 0,
-    format_func=str.upper,
+    "Explain",
+    METRICS,
+    index=METRICS.index(asked) if asked in METRICS else 0,
+    format_func=lambda m: "cost per 1M tokens" if m == "cost" else m.upper(),
     key="inv_latency",
 )
+if latency == "cost":
+    st.query_params.update(metric="cost")
+    cost_start = v.start if v.span <= MAX_SPAN else v.end - MAX_SPAN
+    render_cost_investigation(ctx, cost_start)
+    st.stop()
 asked_q = st.query_params.get("q", "0.99")
 q = right.selectbox(
     "Percentile",

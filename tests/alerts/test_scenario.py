@@ -160,3 +160,32 @@ def test_a_stalled_engine_pages_within_its_for_names_only_that_replica_and_resol
         <= frozen + timedelta(seconds=rule.threshold + rule.for_s + 2 * EVERY + 15)
     )
     assert resumed < resolved["small-1"] <= resumed + timedelta(minutes=1)
+
+
+def test_the_cost_jump_tickets_within_ten_minutes_of_the_router_shift_with_a_cost_link(
+    chdb_dir: Path, sqlite_url: str
+) -> None:
+    """``router-shift``: acme's prompts pass the router's rule at +3 min; the small pool serves half
+    its tokens for the same spend. The young fleet has no last week: the 10-minute rule fires."""
+    client = connect(f"chdb:{chdb_dir}", database=f"t_{uuid.uuid4().hex[:12]}", create_database=True)
+    clickhouse_runner.apply(client)
+    plan = load_scenario("router-shift")
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
+    report = replay(client, load_spec(ROOT / "fleet.yaml"), plan, start, interval_s=5.0, seed=1)
+    sessions = next(migrated_sessions(sqlite_url))  # the seeded GPU prices: cpu-demo at $0.10 an hour
+    settings = AlertsSettings.model_validate({"external_url": "http://dash.example:8501"})
+    groups = [g for g in rule_groups(settings) if g.name == "cost"]
+    evaluator = Evaluator(groups, Context(client, sessions), sessions, settings)
+    shift = report.phases["acme-long-prompts"]
+    fired: dict[str, datetime] = {}
+    at = start
+    while at <= shift + timedelta(minutes=12):
+        for g in groups:
+            for name, t in evaluator.evaluate_group(g, at).transitions:
+                if name == "CostPerTokenJump" and t.after == "firing":
+                    fired.setdefault(t.labels["model"], at)
+        at += timedelta(minutes=1)
+    assert "tiny-small" in fired and shift < fired["tiny-small"] <= shift + timedelta(minutes=10)
+    assert "tiny-large" not in fired  # the pool that gained the tokens got cheaper per token
+    alert = next(a for a in evaluator.current_alerts() if a.labels.get("model") == "tiny-small")
+    assert "/investigate?metric=cost&" in alert.generator_url and "model=tiny-small" in alert.generator_url

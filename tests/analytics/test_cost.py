@@ -31,6 +31,7 @@ from analytics.cost import (
     cost_per_token,
     gpu_spend,
 )
+from analytics.cost_series import cost_over_time
 from analytics.filters import Filters
 from collector.convert import Batch, SeriesConverter
 from collector.exposition import parse
@@ -224,3 +225,37 @@ def test_filters_and_missing_prices(ch, prices, tmp_path) -> None:
 def test_seeded_prices_are_there_to_edit(prices) -> None:
     assert {"H100", "A100-80GB", "L4", "cpu-demo"} <= set(prices)
     assert prices["H100"] == 2.00  # edited by the fixture, over the seed
+
+
+@pytest.mark.parametrize("tier", ["raw", "1m"])
+def test_a_replica_that_starts_and_stops_mid_step_costs_the_same_per_token_in_every_step(
+    ch, prices, tmp_path, tier
+) -> None:
+    # one H100 ($2.00/h) at a steady 1,000 prompt tokens/s, scraped every 15 s from T0 + 40 s to
+    # T0 + 9 min 25 s: its first and last minute-steps are partial, and its first scrape's tokens
+    # are unknown (no sample before it), so those steps' spend must cover only what their tokens do
+    clickhouse_runner.apply(ch)
+    writer = Writer(ch, WriterConfig(spool_dir=tmp_path))
+    target = make_target(
+        "10.0.0.9:8000",
+        job="vllm",
+        interval_s=15,
+        timeout_s=5,
+        labels={"replica": "s", "model": "m-s", "gpu_type": "H100", "gpu_count": "1"},
+    )
+    converter, batch = SeriesConverter(), Batch()
+    for t in range(40, 9 * 60 + 26, 15):
+        text = exposition("m-s", 1, 1000 * t, 0, 0)
+        converter.convert(
+            ScrapeResult(target, (T0 + timedelta(seconds=t)).timestamp(), True, 0.01, 4, "", parse(text)), batch
+        )
+    writer.add_tables(batch.tables)
+    assert writer.flush()
+    steps = cost_over_time(ch, T0, T0 + timedelta(minutes=15), prices, step=60, tier=tier).dropna(
+        subset=["cost_per_million_tokens"]
+    )
+    assert len(steps) == 10  # minutes 0 to 9, the partial first and last included
+    # $2.00 / 3600 s / 1,000 tokens/s = $0.5556 per 1M tokens, whatever part of the step was up
+    assert steps["cost_per_million_tokens"].to_numpy() == pytest.approx(2.00 / 3600 / 1000 * 1e6, rel=1e-9)
+    # the spend is the time between the first and the last scrape: 8 min 45 s
+    assert steps["spend"].sum() == pytest.approx(2.00 * 525 / 3600, rel=1e-9)

@@ -183,3 +183,45 @@ def test_a_password_protects_every_page(tmp_path: Path, browser) -> None:
         page.close()
     finally:
         d.stop()
+
+
+@pytest.fixture(scope="module")
+def cost_spike(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A dashboard on the router-shift scenario: a tenant's requests move pool, the others pay."""
+    root = tmp_path_factory.mktemp("cost")
+    env = {
+        "FLEETSCOPE_CLICKHOUSE_URL": f"chdb:{root / 'ch'}",
+        "FLEETSCOPE_METADATA_URL": f"sqlite:///{root / 'm.db'}",
+        "FLEETSCOPE_FLEET_SPEC": str(ROOT / "fleet.yaml"),
+    }
+    for args in (("migrate",), ("fleet", "simulate", "--scenario", "router-shift")):
+        done = run_cli(*args, cwd=root, env=env, timeout=240)
+        assert done.returncode == 0, done.stderr
+    d = Served(root, env)
+    yield d
+    d.stop()
+
+
+@pytest.mark.timeout(300)
+def test_the_cost_spike_is_explained_and_charted_in_the_browser(cost_spike, browser) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    page.goto(f"{cost_spike.url}/investigate?metric=cost&tenant=globex&range=1h")
+    settle(page)
+    sentence = page.locator('[data-testid="stAlertContentSuccess"]').first
+    sentence.wait_for(timeout=30_000)
+    assert "Cost per 1M tokens of tenant globex rose" in sentence.inner_text()
+    assert "tiny-small" in sentence.inner_text() and "acme" in sentence.inner_text()
+    assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 3  # the series, the waterfall, the flows
+    assert page.locator('[data-testid="stException"]').count() == 0
+    shoot(page, ARTIFACTS / "cost-investigate.png")
+    page.goto(f"{cost_spike.url}/cost?range=1h")
+    settle(page)
+    page.get_by_text("tenant", exact=True).first.click()  # the series by tenant: globex's and initech's rise
+    settle(page)
+    links = page.get_by_role("link", name="explain it")
+    links.first.wait_for(timeout=30_000)
+    assert "metric=cost" in (links.first.get_attribute("href") or "")
+    assert page.locator('[data-testid="stException"]').count() == 0
+    shoot(page, ARTIFACTS / "cost-series.png")
+    page.close()

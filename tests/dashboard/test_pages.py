@@ -21,8 +21,11 @@ from alerts.model import fingerprint, parse_matchers
 from alerts.state import Instance, Transition
 from alerts.store import add_silence, save_evaluation, save_states, silences, write_events
 from analytics.cost import cost_per_token, gpu_spend
+from analytics.cost_explain import explain_cost
+from analytics.cost_series import cost_breaks, cost_over_time
 from analytics.drift import drift
 from analytics.explain import explain
+from analytics.filters import Filters
 from analytics.metrics import histogram_quantile
 from analytics.saturation import kv_over_time, scale_out
 from analytics.timeseries import histogram_steps_and_window
@@ -240,7 +243,12 @@ def test_cost_chart_shows_the_costliest_replicas_of_a_large_fleet(ch, sessions) 
     view = read_view({"range": "24h"})
     spend = gpu_spend(ch, view.start, view.end, gpu_prices(sessions)).set_index("replica")
     total = spend["busy_spend"] + spend["idle_spend"]
-    [bars] = at.get("vega_lite_chart")
+    # the spend-by-replica bars (the chart above them is the cost per token over time)
+    [bars] = [
+        c
+        for c in at.get("vega_lite_chart")
+        if any("usd" in pa.ipc.open_stream(d.data.data).schema.names for d in c.proto.datasets if d.data.data)
+    ]
     shown = set().union(
         *(
             set(pa.ipc.open_stream(d.data.data).read_all().column("replica").to_pylist())
@@ -299,6 +307,71 @@ def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions)
     cost = next(t.value for t in at.dataframe if "period" in t.value.columns)
     assert list(cost["period"]) == list(ex.cost["period"]) and set(cost["period"]) == {"before", "after"}
     assert cost["spend"].to_numpy() == pytest.approx(ex.cost["spend"].to_numpy())
+
+
+@pytest.fixture(scope="module")
+def router(chdb_dir):
+    return play(chdb_dir, "router-shift", seed=1)  # acme's prompts pass the router's rule at +3 min
+
+
+def test_investigate_explains_a_tenants_cost_rise_with_a_waterfall_that_adds_up(router, sessions) -> None:
+    use_stores(router.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+    at = run("investigate", **window(router), metric="cost", tenant="globex")
+    assert not at.exception, at.exception
+    view = read_view({**window(router), "tenant": "globex"})
+    ex = explain_cost(router.client, view.start, view.end, gpu_prices(sessions), filters=Filters(tenant="globex"))
+    assert ex.break_at is not None and at.success[0].value == ex.sentence
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Before"] == f"${ex.before:,.4g} / 1M" and metrics["After"] == f"${ex.after:,.4g} / 1M"
+    # the waterfall: before, each driver's step, after; the steps land exactly on the after level
+    bars = next(
+        pa.ipc.open_stream(d.data.data).read_all().to_pandas()
+        for c in at.get("vega_lite_chart")
+        for d in c.proto.datasets
+        if d.data.data and b"label" in d.data.data and b"kind" in d.data.data
+    ).sort_values("order")
+    assert list(bars["label"])[0] == "before" and list(bars["label"])[-1] == "after"
+    steps = bars.iloc[1:-1]
+    assert steps["end"].iloc[-1] == pytest.approx(ex.after, rel=1e-9)
+    assert steps["start"].iloc[1:].to_numpy() == pytest.approx(steps["end"].iloc[:-1].to_numpy())
+    assert "volume: tiny-small" in set(steps["label"])
+    evidence = next(t.value for t in at.dataframe if "usd_per_million" in t.value.columns)
+    assert list(evidence["pool"]) == list(ex.evidence["pool"])
+    movers = next(t.value for t in at.dataframe if "to_pool" in t.value.columns)
+    assert movers.iloc[0]["tenant"] == "acme" and movers.iloc[0]["to_pool"] == "tiny-large"
+    # the selectbox offers the cost with the latencies, and knows it came from the link
+    assert at.selectbox(key="inv_latency").value == "cost"
+
+
+def test_the_cost_page_charts_cost_per_token_by_tenant_and_links_each_rise(router, sessions) -> None:
+    use_stores(router.client, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+    at = run("cost", **window(router))
+    assert not at.exception, at.exception
+    at.radio(key="cost_by").set_value("tenant").run()
+    assert not at.exception, at.exception
+    view = read_view(window(router))
+    series = cost_over_time(router.client, view.start, view.end, gpu_prices(sessions), by="tenant")
+    drawn = next(
+        pa.ipc.open_stream(d.data.data).read_all().to_pandas()
+        for c in at.get("vega_lite_chart")
+        for d in c.proto.datasets
+        if d.data.data and b"cost_per_million_tokens" in d.data.data and b"tenant" in d.data.data
+    ).dropna(subset=["cost_per_million_tokens"])
+    want = series.dropna(subset=["cost_per_million_tokens"])
+    assert set(drawn["tenant"]) == set(want["tenant"]) >= {"acme", "globex", "initech"}
+    assert sorted(drawn["cost_per_million_tokens"]) == pytest.approx(sorted(want["cost_per_million_tokens"]))
+    # globex pays for acme's move: its rise is said, timed near the shift, and links to its explanation
+    switch = router.phase("acme-long-prompts")
+    said = [m.value for m in at.markdown if "explain it" in m.value]
+    globex = next(s for s in said if "tenant globex" in s)
+    assert "metric=cost" in globex and "tenant=globex" in globex
+    rises = cost_breaks(series, "tenant").set_index("tenant")
+    assert abs((pd.Timestamp(rises.loc["globex", "break_at"]) - pd.Timestamp(switch)).total_seconds()) <= 2 * int(
+        series.attrs["step"]
+    )
+    # acme's own cost fell when its requests moved to the busier pool: its rise comes when they move back
+    assert pd.Timestamp(rises.loc["acme", "break_at"]) >= pd.Timestamp(router.phase("acme-back"))
+    assert len(said) == len(rises)
 
 
 def test_fleet_page_names_a_failing_scrape_and_keeps_annotations(ch, sessions) -> None:
