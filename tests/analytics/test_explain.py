@@ -47,6 +47,17 @@ def test_a_level_seen_for_a_step_or_two_is_no_baseline() -> None:
     assert episode([ln(0.15), ln(4.6)], [0, 2, 20]) is None
 
 
+def test_a_steady_level_after_a_quiet_start_is_the_baseline_of_the_rise_that_follows() -> None:
+    """Seen on real engines in CI: the quiet start lasted four 5 s steps (p99 0.17 s), the steady
+    traffic ran at 0.45 s for nine, then the rollout at 15 s: the break is the rollout's."""
+    ln = math.log
+    assert episode([ln(0.17), ln(0.45), ln(15.0)], [0, 4, 13, 33]) == (1, 2, 3)
+    # a rise in two similar steps (a ramp) starts where it began
+    assert episode([ln(1.0), ln(2.0), ln(4.0)], [0, 10, 20, 30]) == (0, 1, 3)
+    # a big step after a short first one (under three steps) does not move the start: no level held
+    assert episode([ln(0.2), ln(0.5), ln(15.0)], [0, 10, 12, 30]) == (0, 1, 3)
+
+
 def test_long_context_rollout_is_put_down_to_long_prompts_filling_the_kv_cache(rollout) -> None:
     ex = explain(rollout.client, rollout.start, rollout.end)
     switch = rollout.phase("rollout")

@@ -115,6 +115,6 @@ def test_bad_phase_names_the_phase(tmp_path: Path) -> None:
 def test_unknown_scenario_lists_the_shipped_ones() -> None:
     with pytest.raises(
         YamlConfigError,
-        match="shipped ones are engine-stall, long-context-rollout, replica-crash, steady, tenant-shift",
+        match="shipped ones are engine-stall, long-context-rollout, replica-crash, router-shift, steady, tenant-shift",
     ):
         load_scenario("black-friday")
