@@ -379,7 +379,7 @@ def _cost_jump(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
         ctx.cache[("prices",)] = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
     recent_start = at - timedelta(seconds=p["window"])
     start = recent_start - timedelta(seconds=p["baseline"])
-    step = max(60, int(p["window"]) // 5)
+    step = max(60, int(p["window"]) // 15)
     try:
         series = cost_over_time(
             ctx.client, start, at, ctx.cache[("prices",)], by=p["by"], step=step, weights=ctx.weights
@@ -569,7 +569,7 @@ SIGNALS: dict[str, Signal] = {
             "cost_per_mtok_jump",
             "percent change of USD per 1M tokens: the last `window` against the `baseline` just before it "
             "(fires within the hour on a young fleet)",
-            {"window": Param("5m"), "baseline": Param("1h"), "by": Param("model", "choice", ("model", "tenant"))},
+            {"window": Param("15m"), "baseline": Param("1h"), "by": Param("model", "choice", ("model", "tenant"))},
             _cost_jump,
             ("model",),
         ),

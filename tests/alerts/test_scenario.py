@@ -165,12 +165,12 @@ def test_a_stalled_engine_pages_within_its_for_names_only_that_replica_and_resol
 def test_the_cost_jump_tickets_within_ten_minutes_of_the_router_shift_with_a_cost_link(
     chdb_dir: Path, sqlite_url: str
 ) -> None:
-    """``router-shift``: acme's prompts pass the router's rule at +3 min; the small pool serves half
-    its tokens for the same spend. The young fleet has no last week: the 10-minute rule fires."""
+    """``router-shift``: acme's prompts pass the router's rule at +12 min; the small pool serves half
+    its tokens for the same spend. The young fleet has no last week: the 15-minute rule fires."""
     client = connect(f"chdb:{chdb_dir}", database=f"t_{uuid.uuid4().hex[:12]}", create_database=True)
     clickhouse_runner.apply(client)
     plan = load_scenario("router-shift")
-    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=30)
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=40)
     report = replay(client, load_spec(ROOT / "fleet.yaml"), plan, start, interval_s=5.0, seed=1)
     sessions = next(migrated_sessions(sqlite_url))  # the seeded GPU prices: cpu-demo at $0.10 an hour
     settings = AlertsSettings.model_validate({"external_url": "http://dash.example:8501"})

@@ -311,7 +311,7 @@ def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions)
 
 @pytest.fixture(scope="module")
 def router(chdb_dir):
-    return play(chdb_dir, "router-shift", seed=1)  # acme's prompts pass the router's rule at +3 min
+    return play(chdb_dir, "router-shift", seed=1)  # acme's prompts pass the router's rule at +12 min
 
 
 def test_investigate_explains_a_tenants_cost_rise_with_a_waterfall_that_adds_up(router, sessions) -> None:
