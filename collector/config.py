@@ -8,6 +8,7 @@ Out: ``CollectorSettings`` (validated, frozen) and the named defaults below.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -67,6 +68,11 @@ class CollectorSettings(Section):
     flush_interval_s: float = Field(default=FLUSH_INTERVAL_S, gt=0)
     spool_max_bytes: int = Field(default=SPOOL_MAX_BYTES, gt=0)
     sampling: SamplingPolicy = SamplingPolicy()
+    otlp_decode: Literal["clickhouse", "python"] = Field(
+        default="clickhouse",
+        description="who decodes OTLP protobuf bodies: ClickHouse (its Protobuf input format; falls back to "
+        "python when the store lacks format_schema_source) or the collector",
+    )
     # shard_count comes before shard_index: the index is checked against the validated count.
     shard_count: int = Field(default=1, ge=1, description="collectors sharing the scrape targets (Prometheus hashmod)")
     shard_index: int = Field(default=0, ge=0, description="this collector's shard, 0..shard_count-1")

@@ -16,6 +16,7 @@ at about a third of the cost per span.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -194,6 +195,8 @@ def _json_value(value: Any) -> Any:
                 return float(raw)
             if kind == "arrayValue":
                 return [_json_value(v) for v in (raw or {}).get("values", [])]
+            if kind == "bytesValue":  # base64 in protobuf's JSON mapping
+                return base64.b64decode(raw, validate=True)
             if kind == "kvlistValue":
                 return {kv["key"]: _json_value(kv.get("value", {})) for kv in (raw or {}).get("values", [])}
             return raw
@@ -245,6 +248,14 @@ def _num(attrs: dict[str, Any], key: str) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
+def _str(value: Any) -> str:
+    # a decoded attribute as text, by _text's rule: a string, a non-zero integer, else nothing (a
+    # double, bool, array, map or bytes is no id or name)
+    if isinstance(value, str):
+        return value
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) and value else ""
+
+
 def request_row(span: SpanRecord) -> dict[str, Any] | None:
     """The ``requests`` row of an ``llm_request`` span (None for any other span)."""
     if span.name != REQUEST_SPAN:
@@ -252,15 +263,15 @@ def request_row(span: SpanRecord) -> dict[str, Any] | None:
     a, r = span.attributes, span.resource
     completion = int(_num(a, "gen_ai.usage.completion_tokens"))
     decode = _num(a, "gen_ai.latency.time_in_model_decode")
-    replica = r.get("fleetscope.replica") or r.get("service.instance.id") or r.get("service.name") or ""
-    model = r.get("fleetscope.model") or a.get("gen_ai.response.model") or ""
+    replica = _str(r.get("fleetscope.replica")) or _str(r.get("service.instance.id")) or _str(r.get("service.name"))
+    model = _str(r.get("fleetscope.model")) or _str(a.get("gen_ai.response.model"))
     return {
         "ts": span.start_ns / 1e9,
         "source": "otlp",
-        "request_id": str(a.get("gen_ai.request.id") or ""),
+        "request_id": _str(a.get("gen_ai.request.id")),
         "trace_id": span.trace_id,
-        "replica": str(replica),
-        "model": str(model),
+        "replica": replica,
+        "model": model,
         "tenant": "",
         "route": "",
         "status_code": 500 if span.status_code == STATUS_ERROR else 200,

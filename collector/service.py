@@ -3,7 +3,8 @@
 In:  targets (static and ``file_sd``; with ``CollectorConfig.shard`` only this collector's
      hashmod share of them), OTLP trace exports (HTTP ``POST /v1/traces`` protobuf or
      JSON, gRPC ``TraceService/Export``), gateway request logs (``POST /v1/requests``, JSON lines).
-Out: rows handed to the ``Writer`` (``samples``, ``series``, ``scrapes``, ``requests``); the
+Out: rows handed to the ``Writer`` (``samples``, ``series``, ``scrapes``, ``requests``; OTLP protobuf
+     bodies as they came, for ClickHouse to decode into ``requests``, where it can: ``otlp_native``); the
      collector's own Prometheus metrics at ``GET /metrics`` and ``GET /healthz`` on the same
      HTTP port as the OTLP receiver.
 
@@ -23,6 +24,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from collector import otlp_native
 from collector.config import GRPC_PORT, HTTP_PORT, LISTEN_HOST, MAX_BODY_BYTES
 from collector.convert import Batch, SeriesConverter
 from collector.otlp import OtlpError, SpanRecord, decode_json, request_columns, request_row
@@ -80,6 +82,8 @@ class CollectorConfig:
     shard: Shard = field(default_factory=Shard)  # scrape only this share of the targets
     max_body_bytes: int = MAX_BODY_BYTES
     sampling: SamplingPolicy = field(default_factory=SamplingPolicy)
+    # who decodes OTLP protobuf bodies: ClickHouse (collector.otlp_native, where the store can) or Python
+    otlp_decode: str = "clickhouse"
     # fingerprint -> last stored value: the previous sample for the first reset check after a restart
     prior: dict[int, float] = field(default_factory=dict)
 
@@ -107,6 +111,8 @@ class Collector:
         self.scraper: Scraper | None = None
         self.metrics = _Metrics(self.registry, self)
         self.sampler = Sampler(config.sampling)
+        self.native_otlp = False  # decided at start: config.otlp_decode and what the store can
+        self._otlp_settings: dict[str, str] = {}
         self._converters: dict[str, SeriesConverter] = {}
         self._runner: web.AppRunner | None = None
         self._grpc: Any = None
@@ -205,6 +211,26 @@ class Collector:
         self.metrics.requests.labels(source, "kept").inc(n)
         return n
 
+    def on_protobuf(self, body: bytes) -> int:
+        """An OTLP protobuf export body -> request rows: handed to ClickHouse to decode where it
+        can and nothing is sampled out (``collector.otlp_native``), else decoded here. Raises
+        ``OtlpError`` for a body that is not an export. Returns the ``llm_request`` spans."""
+        if self.native_otlp and self.sampler.keeps_everything:
+            llm, other = otlp_native.check(body)
+            self.metrics.spans.labels("other").inc(other)
+            self.metrics.spans.labels("llm_request").inc(llm)
+            if llm:
+                self.writer.add_raw(
+                    otlp_native.TABLE, otlp_native.framed(body), llm, otlp_native.FORMAT, self._otlp_settings
+                )
+                self.metrics.requests.labels("otlp", "kept").inc(llm)
+            return llm
+        columns, other = request_columns(body)
+        self.metrics.spans.labels("other").inc(other)
+        self.metrics.spans.labels("llm_request").inc(len(columns["ts"]))
+        self.add_request_columns(columns, "otlp")
+        return len(columns["ts"])
+
     def on_spans(self, spans: list[SpanRecord]) -> int:
         rows = []
         for span in spans:
@@ -231,10 +257,7 @@ class Collector:
             if request.content_type == "application/json":
                 self.on_spans(decode_json(body))
             else:
-                columns, other = request_columns(body)
-                self.metrics.spans.labels("other").inc(other)
-                self.metrics.spans.labels("llm_request").inc(len(columns["ts"]))
-                self.add_request_columns(columns, "otlp")
+                self.on_protobuf(body)
         except (OtlpError, OSError, RecursionError) as exc:
             self.metrics.bad_bodies.labels("traces").inc()
             return web.json_response({"error": str(exc)}, status=400)
@@ -294,6 +317,14 @@ class Collector:
             discovery.poll()
             if discovery.error:
                 log.error("file_sd %s: %s", discovery.path, discovery.error)
+        if self.config.otlp_decode == "clickhouse":
+            self.native_otlp = await asyncio.to_thread(otlp_native.supported, self.writer.client)
+            self._otlp_settings = otlp_native.settings_for(self.writer.client)
+            if not self.native_otlp:
+                log.warning(
+                    "the store cannot decode OTLP bodies (it needs format_schema_source, ClickHouse 25.8+, and "
+                    "migration 0010): the collector decodes them (slower; collector.otlp_decode: python says so)"
+                )
         self.scraper = Scraper(self.on_scrape, max_body_bytes=self.config.max_body_bytes)
         self._set_targets()
         self._runner = web.AppRunner(self.app(), access_log=None)
@@ -334,7 +365,10 @@ async def _start_grpc(collector: Collector, host: str, port: int) -> Any:
 
     class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         async def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - the gRPC method's own name
-            collector.on_spans(spans_from_message(request))
+            if collector.native_otlp:  # the same path as an HTTP body: C++ serialises it back in microseconds
+                collector.on_protobuf(request.SerializeToString())
+            else:
+                collector.on_spans(spans_from_message(request))
             return trace_service_pb2.ExportTraceServiceResponse()
 
     server = grpc.aio.server()

@@ -1,8 +1,10 @@
 """Writer: column batches -> ClickHouse inserts, batched, retried, spooled to disk, deduplicated.
 
-In:  ``add(table, columns)`` calls from the collector (any thread).
-Out: ``insert_df`` calls on a clickhouse-connect client, at most about one per table per
-     ``flush_interval_s`` or when ``batch_rows`` are waiting.
+In:  ``add(table, columns)`` calls from the collector (any thread); ``add_raw(table, body, rows,
+     fmt, settings)`` for bodies ClickHouse parses itself (OTLP exports in ``FORMAT Protobuf``:
+     ``collector.otlp_native``), concatenated per table like columns are.
+Out: ``insert_df`` (columns) and ``raw_insert`` (bodies) calls on a clickhouse-connect client, at
+     most about one per table per ``flush_interval_s`` or when ``batch_rows`` are waiting.
 
 Nothing is lost when ClickHouse is away, and nothing is counted twice:
 - every batch gets a deduplication token and is written to the spool directory (a
@@ -50,7 +52,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from collector.config import BATCH_ROWS, FLUSH_INTERVAL_S, SPOOL_MAX_BYTES
 
-__all__ = ["Writer", "WriterConfig", "TIME_COLUMNS"]
+__all__ = ["Raw", "Writer", "WriterConfig", "TIME_COLUMNS"]
 
 log = logging.getLogger("fleetscope.writer")
 
@@ -118,7 +120,21 @@ _TRANSIENT = (
 )
 
 
-def _rows(columns: dict[str, Any]) -> int:
+@dataclass(frozen=True)
+class Raw:
+    """Rows in a format ClickHouse parses (``fmt``, with its ``settings``): ``data`` is the
+    bytes as the format reads them (several chunks simply concatenated), ``rows`` how many
+    rows they make (for batching and the metrics)."""
+
+    data: bytes
+    rows: int
+    fmt: str
+    settings: tuple[tuple[str, str], ...] = ()
+
+
+def _rows(columns: dict[str, Any] | Raw) -> int:
+    if isinstance(columns, Raw):
+        return columns.rows
     return len(next(iter(columns.values()))) if columns else 0
 
 
@@ -136,11 +152,15 @@ def _write_atomic(path: Path, payload: bytes) -> None:
         raise
 
 
-def _combine(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+def _combine(chunks: list[Any]) -> Any:
     """One batch from the chunks ``add`` received: lists stay lists; a column that came as
-    numpy arrays in any chunk becomes one array (of that array's dtype)."""
+    numpy arrays in any chunk becomes one array (of that array's dtype). ``Raw`` chunks of a
+    table are joined into one."""
     if len(chunks) == 1:
         return chunks[0]
+    if isinstance(chunks[0], Raw):
+        first = chunks[0]
+        return Raw(b"".join(c.data for c in chunks), sum(c.rows for c in chunks), first.fmt, first.settings)
     out: dict[str, Any] = {}
     for name in chunks[0]:
         parts = [chunk[name] for chunk in chunks]
@@ -177,7 +197,7 @@ class Writer:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._buffers: dict[str, list[dict[str, Any]]] = {}  # table -> chunks as added
+        self._buffers: dict[str, list[Any]] = {}  # table -> chunks as added
         self._counts: dict[str, int] = {}  # table -> rows buffered
         self._buffer_since: dict[str, float] = {}
         self._thread: threading.Thread | None = None
@@ -201,7 +221,13 @@ class Writer:
         ownership of them (no copy): the caller must not change them afterwards."""
         self.add_tables({table: columns})
 
-    def add_tables(self, tables: dict[str, dict[str, Any]]) -> None:
+    def add_raw(self, table: str, data: bytes, rows: int, fmt: str, settings: dict[str, str] | None = None) -> None:
+        """Queue ``rows`` rows for ``table`` as bytes ClickHouse parses (``INSERT ... FORMAT fmt``
+        with ``settings``); chunks must be concatenable in that format (e.g. length-delimited
+        Protobuf messages). A table takes either columns or raw chunks, not both."""
+        self.add_tables({table: Raw(data, rows, fmt, tuple(sorted((settings or {}).items())))})
+
+    def add_tables(self, tables: dict[str, Any]) -> None:
         """Queue rows for several tables at once: they go to the spool in the same file (e.g. a
         scrape's samples, its series and its scrapes row), so a crash keeps all or none."""
         sizes = {}
@@ -322,13 +348,28 @@ class Writer:
         landed = []
         for index, batch in enumerate(batches):
             table, token, columns = batch["table"], batch["token"], batch["columns"]
-            try:
-                frame = _frame(columns)
-            except (ValueError, OverflowError, TypeError) as exc:  # deterministic: retrying cannot help
-                return self._reject(path, batches, index, f"cannot build rows: {exc}")
+            frame = None
+            if not isinstance(columns, Raw):
+                try:
+                    frame = _frame(columns)
+                except (ValueError, OverflowError, TypeError) as exc:  # deterministic: retrying cannot help
+                    return self._reject(path, batches, index, f"cannot build rows: {exc}")
             t0 = time.perf_counter()
             try:
-                self.client.insert_df(table, frame, settings={"insert_deduplication_token": token})
+                if isinstance(columns, Raw):
+                    self.client.raw_insert(
+                        table,
+                        None,
+                        insert_block=columns.data,
+                        fmt=columns.fmt,
+                        settings={
+                            **dict(columns.settings),
+                            "insert_deduplication_token": token,
+                            "deduplicate_blocks_in_dependent_materialized_views": 1,
+                        },
+                    )
+                else:
+                    self.client.insert_df(table, frame, settings={"insert_deduplication_token": token})
             except Exception as exc:  # noqa: BLE001 - every store failure is handled the same way
                 self.metrics.batches.labels(table, "error").inc()
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

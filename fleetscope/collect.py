@@ -93,6 +93,7 @@ def build_collector(settings: Settings, client: Any, *, extra_targets: list[Targ
         file_sd=discoveries,
         max_body_bytes=c.max_body_bytes,
         sampling=c.sampling,
+        otlp_decode=c.otlp_decode,
         shard=Shard(c.shard_index, c.shard_count),  # this collector's hashmod share of the targets
     )
     try:

@@ -74,6 +74,12 @@ def parse_url(url: str, base_dir: Path | None = None) -> StoreTarget:
     raise StoreUnavailable(f"unsupported ClickHouse URL {url!r}: use chdb:PATH or http(s)://host:port/database")
 
 
+def is_embedded(client: Any) -> bool:
+    """Whether ``client`` is the in-process chDB store (a local path is this process's own there;
+    a server reads only its own)."""
+    return type(client).__name__ == "ChdbClient"
+
+
 def ensure_database(client: Client, database: str) -> None:
     """Create ``database`` if it does not exist (identifier-checked)."""
     if not _IDENTIFIER.match(database):

@@ -1,0 +1,80 @@
+"""OTLP protobuf bodies parsed by ClickHouse: the collector checks and counts, the store decodes.
+
+In:  an OTLP ``ExportTraceServiceRequest`` body (protobuf bytes, HTTP or gRPC).
+Out: ``check(body)``: (``llm_request`` spans, other spans), counted on the message parsed by
+     protobuf's C parser (upb), which also refuses an undecodable body (``OtlpError``) before
+     anything is queued; ``framed(body)``: the body as one length-delimited message of
+     ClickHouse's ``Protobuf`` input format, for ``Writer.add_raw(TABLE, ..., fmt=FORMAT,
+     settings=settings_for(client))``. ClickHouse parses the bodies with ``otlp_trace.proto`` (the
+     file for the in-process store; its text with the insert, ``format_schema_source = 'string'``,
+     for a server) into ``otlp_exports`` (Null engine), and
+     ``otlp_exports_mv`` flattens the ``llm_request`` spans into ``requests`` rows
+     (migrations/clickhouse/0010_otlp_exports.sql): the rows ``collector.otlp.request_columns``
+     gives, without a Python object per attribute (tests/collector/test_otlp_native.py).
+     ``supported(client)``: whether the store can take them (the setting and the table exist).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from collector.otlp import REQUEST_SPAN, OtlpError
+from storage.clickhouse import is_embedded
+
+__all__ = ["FORMAT", "TABLE", "check", "framed", "settings_for", "supported"]
+
+TABLE = "otlp_exports"
+FORMAT = "Protobuf"  # length-delimited messages: several bodies make one insert
+PROTO = Path(__file__).resolve().with_name("otlp_trace.proto")
+MESSAGE = "ExportTraceServiceRequest"
+
+
+def settings_for(client: Any) -> dict[str, str]:
+    """The insert's schema settings: the in-process store reads the shipped file where it is; a
+    server gets the schema's text with the insert (``format_schema_source = 'string'``)."""
+    if is_embedded(client):
+        return {"format_schema": f"{PROTO}:{MESSAGE}"}
+    return {"format_schema_source": "string", "format_schema": PROTO.read_text(), "format_schema_message_name": MESSAGE}
+
+
+def check(body: bytes) -> tuple[int, int]:
+    """(``llm_request`` spans, other spans) of an export body; ``OtlpError`` if it is not one."""
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise OtlpError(f"not an OTLP protobuf ExportTraceServiceRequest: {exc}") from None
+    llm = total = 0
+    for rs in request.resource_spans:
+        for ss in rs.scope_spans:
+            total += len(ss.spans)
+            llm += sum(1 for span in ss.spans if span.name == REQUEST_SPAN)
+    return llm, total - llm
+
+
+def framed(body: bytes) -> bytes:
+    """``body`` preceded by its length as a varint: one message of the ``Protobuf`` format."""
+    n, head = len(body), bytearray()
+    while n > 0x7F:
+        head.append((n & 0x7F) | 0x80)
+        n >>= 7
+    head.append(n)
+    return bytes(head) + body
+
+
+def supported(client: Any) -> bool:
+    """Whether the store takes OTLP bodies: ``format_schema_source`` (ClickHouse 25.8+, chDB 4.4)
+    and the ``otlp_exports`` table (migration 0010). False on any error (the Python path works
+    everywhere)."""
+    try:
+        found = client.command(
+            "SELECT (SELECT count() FROM system.settings WHERE name = 'format_schema_source') + "
+            f"(SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = '{TABLE}')"
+        )
+    except Exception:  # noqa: BLE001 - an unreachable or older store: decode in Python
+        return False
+    return int(found) == 2
