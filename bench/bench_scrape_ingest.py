@@ -71,6 +71,19 @@ def serve(port: int, ready: multiprocessing.synchronize.Event) -> None:  # type:
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
+def start_targets() -> tuple[int, multiprocessing.Process]:
+    """The simulated targets' server in its own process: (port, process); terminate it when done."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ready = multiprocessing.Event()
+    server = multiprocessing.Process(target=serve, args=(port, ready), daemon=True)
+    server.start()
+    ready.wait(10)
+    time.sleep(0.5)
+    return port, server
+
+
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -169,14 +182,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ready = multiprocessing.Event()
-    server = multiprocessing.Process(target=serve, args=(port, ready), daemon=True)
-    server.start()
-    ready.wait(10)
-    time.sleep(0.5)
+    port, server = start_targets()
     results: dict[str, dict] = {}
     try:
         for sink in args.sinks.split(","):
