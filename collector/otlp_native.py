@@ -69,14 +69,15 @@ def framed(body: bytes) -> bytes:
 
 
 def supported(client: Any) -> bool:
-    """Whether the store takes OTLP bodies: ``format_schema_source`` (ClickHouse 25.8+, chDB 4.4)
-    and the ``otlp_exports`` table (migration 0010). False on any error (the Python path works
+    """Whether the store takes OTLP bodies: ``format_schema_source`` (ClickHouse 25.8+, chDB 4.4),
+    the ``otlp_exports`` table and its view (migration 0010). False on any error (the Python path works
     everywhere)."""
     try:
         found = client.command(
             "SELECT (SELECT count() FROM system.settings WHERE name = 'format_schema_source') + "
-            f"(SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = '{TABLE}')"
+            "(SELECT count() FROM system.tables WHERE database = currentDatabase() "
+            f"AND name IN ('{TABLE}', '{TABLE}_mv'))"
         )
     except Exception:  # noqa: BLE001 - an unreachable or older store: decode in Python
         return False
-    return int(found) == 2
+    return int(found) == 3  # the setting, the landing table and its view (without it rows would vanish)

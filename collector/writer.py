@@ -130,6 +130,8 @@ class Raw:
     rows: int
     fmt: str
     settings: tuple[tuple[str, str], ...] = ()
+    sizes: tuple[int, ...] = ()  # the chunks joined in ``data`` (bytes each), to split a refused batch
+    counts: tuple[int, ...] = ()  # and their rows
 
 
 def _rows(columns: dict[str, Any] | Raw) -> int:
@@ -160,7 +162,14 @@ def _combine(chunks: list[Any]) -> Any:
         return chunks[0]
     if isinstance(chunks[0], Raw):
         first = chunks[0]
-        return Raw(b"".join(c.data for c in chunks), sum(c.rows for c in chunks), first.fmt, first.settings)
+        return Raw(
+            b"".join(c.data for c in chunks),
+            sum(c.rows for c in chunks),
+            first.fmt,
+            first.settings,
+            tuple(chain.from_iterable(c.sizes for c in chunks)),
+            tuple(chain.from_iterable(c.counts for c in chunks)),
+        )
     out: dict[str, Any] = {}
     for name in chunks[0]:
         parts = [chunk[name] for chunk in chunks]
@@ -225,7 +234,7 @@ class Writer:
         """Queue ``rows`` rows for ``table`` as bytes ClickHouse parses (``INSERT ... FORMAT fmt``
         with ``settings``); chunks must be concatenable in that format (e.g. length-delimited
         Protobuf messages). A table takes either columns or raw chunks, not both."""
-        self.add_tables({table: Raw(data, rows, fmt, tuple(sorted((settings or {}).items())))})
+        self.add_tables({table: Raw(data, rows, fmt, tuple(sorted((settings or {}).items())), (len(data),), (rows,))})
 
     def add_tables(self, tables: dict[str, Any]) -> None:
         """Queue rows for several tables at once: they go to the spool in the same file (e.g. a
@@ -339,6 +348,22 @@ class Writer:
         self._update_spool_metrics()
         return self._insert(path) if rest else True
 
+    def _split(self, path: Path, batches: list[dict[str, Any]], index: int, reason: str) -> bool:
+        """A raw batch the store keeps refusing: its chunks (each one client's body) become batches
+        of their own in the same spool file, so that only the chunk it refuses is set aside; then
+        go on. Returns ``_insert``'s answer."""
+        batch = batches[index]
+        raw: Raw = batch["columns"]
+        parts, at = [], 0
+        for i, (size, count) in enumerate(zip(raw.sizes, raw.counts, strict=True)):
+            chunk = Raw(raw.data[at : at + size], count, raw.fmt, raw.settings, (size,), (count,))
+            parts.append({"table": batch["table"], "token": f"{batch['token']}-{i}", "columns": chunk})
+            at += size
+        _write_atomic(path, pickle.dumps({"batches": batches[:index] + parts + batches[index + 1 :]}, protocol=5))
+        self._attempts.pop(path.name, None)
+        log.warning("store refuses a %s batch (%s): trying its %d parts one by one", batch["table"], reason, len(parts))
+        return self._insert(path)
+
     def _insert(self, path: Path) -> bool:
         """Insert one spooled file (one batch per table); remove it when all landed. False when
         it must wait. A table inserted before another failed is inserted again on the retry,
@@ -378,6 +403,8 @@ class Writer:
                 elif not any(marker in str(exc) for marker in _TRANSIENT) and not isinstance(exc, OSError):
                     tries = self._attempts[path.name] = self._attempts.get(path.name, 0) + 1
                     if tries >= self.config.max_attempts:
+                        if isinstance(columns, Raw) and len(columns.sizes) > 1:
+                            return self._split(path, batches, index, first)
                         return self._reject(path, batches, index, first)
                 log.warning("insert into %s failed (%s); batch kept in the spool", table, first)
                 return False

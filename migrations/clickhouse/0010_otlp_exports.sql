@@ -21,7 +21,10 @@ COMMENT 'OTLP trace exports, parsed by ClickHouse and flattened into requests by
 
 -- text(v): the string, else a non-zero integer as text; number(v): the double, else the integer
 -- (collector.otlp._text / _number). Attribute lists are reversed before the map is built: the
--- map's lookup takes the first of repeated keys, the Python dict the last.
+-- map's lookup takes the first of repeated keys, the Python dict the last. A token count that is
+-- not a number a UInt32 holds (NaN, infinite, negative, past 2^32) is stored as 0: one client's
+-- bad span must not fail the insert of a batch many clients' bodies share (the Python path
+-- refuses such a batch whole).
 CREATE MATERIALIZED VIEW IF NOT EXISTS otlp_exports_mv {{on_cluster}} TO requests AS
 WITH
     arrayJoin(resource_spans) AS rs,
@@ -31,7 +34,7 @@ WITH
     mapFromArrays(reverse(sp.attributes.key), reverse(sp.attributes.value)) AS a,
     (v -> if(v.string_value != '', v.string_value, if(v.int_value != 0, toString(v.int_value), ''))) AS text,
     (v -> if(v.double_value != 0, v.double_value, toFloat64(v.int_value))) AS number,
-    toInt64(number(a['gen_ai.usage.completion_tokens'])) AS n_out,
+    accurateCastOrDefault(trunc(number(a['gen_ai.usage.completion_tokens'])), 'Int64') AS n_out,
     number(a['gen_ai.latency.time_in_model_decode']) AS decode,
     sp.status.code = 2 AS failed
 SELECT
@@ -43,9 +46,9 @@ SELECT
        if(text(res['service.instance.id']) != '', text(res['service.instance.id']), text(res['service.name']))) AS replica,
     if(text(res['fleetscope.model']) != '', text(res['fleetscope.model']), text(a['gen_ai.response.model'])) AS model,
     if(failed, 500, 200) AS status_code,
-    toUInt32(toInt64(number(a['gen_ai.usage.prompt_tokens']))) AS prompt_tokens,
-    toUInt32(n_out) AS completion_tokens,
-    toUInt32(toInt64(number(a['gen_ai.request.max_tokens']))) AS max_tokens,
+    accurateCastOrDefault(trunc(number(a['gen_ai.usage.prompt_tokens'])), 'UInt32') AS prompt_tokens,
+    accurateCastOrDefault(n_out, 'UInt32') AS completion_tokens,
+    accurateCastOrDefault(trunc(number(a['gen_ai.request.max_tokens'])), 'UInt32') AS max_tokens,
     toFloat32(number(a['gen_ai.latency.time_to_first_token'])) AS ttft_seconds,
     toFloat32(number(a['gen_ai.latency.e2e'])) AS e2e_seconds,
     toFloat32(number(a['gen_ai.latency.time_in_queue'])) AS queue_seconds,

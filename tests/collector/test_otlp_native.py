@@ -246,3 +246,46 @@ def test_sampling_keeps_the_python_path_and_its_per_request_decisions(ch, tmp_pa
     kept, weighted = ch.query("SELECT count(), sum(weight) FROM requests").result_rows[0]
     assert 0 < kept < total  # sampled per request, weights 2 (or 1 for the always-kept)
     assert kept < weighted <= 2 * kept
+
+
+def test_one_clients_bad_body_is_set_aside_alone_and_the_others_land(ch, tmp_path: Path) -> None:
+    """Bodies of many clients share a batch. One whose span carries a name sent as a number (the
+    C parser keeps it as an unknown field; ClickHouse refuses the body) and one whose token counts
+    are not numbers a row holds (NaN, infinite, negative): the batch is split, only the refused
+    body goes to spool/rejected, and every other span lands, the odd counts as 0."""
+    clickhouse_runner.apply(ch)
+
+    def field(number: int, payload: bytes) -> bytes:
+        return bytes([number << 3 | 2]) + otlp_native.framed(payload)  # a length-delimited field
+
+    span = Span(name="llm_request", trace_id=bytes(range(16)), span_id=bytes(8)).SerializeToString()
+    refused = field(1, field(2, field(2, span + b"\x28\x01")))  # field 5 (name) again, as a varint
+    assert otlp_native.check(refused) == (1, 0)  # the collector's check lets it through
+    odd = Span(
+        name="llm_request",
+        trace_id=bytes(range(1, 17)),
+        span_id=bytes(8),
+        attributes=[
+            KeyValue(key="gen_ai.usage.prompt_tokens", value=AnyValue(double_value=float("nan"))),
+            KeyValue(key="gen_ai.usage.completion_tokens", value=AnyValue(double_value=float("inf"))),
+            KeyValue(key="gen_ai.request.max_tokens", value=AnyValue(int_value=-5)),
+        ],
+    )
+    odd_body = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[odd])])])
+    good = random_exports(seed=13, count=4)
+    bodies = [good[0], refused, odd_body.SerializeToString(), *good[1:]]
+    writer = Writer(ch, WriterConfig(spool_dir=tmp_path / "spool", max_attempts=1))
+    for body in bodies:
+        llm = otlp_native.check(body)[0]
+        writer.add_raw(
+            otlp_native.TABLE, otlp_native.framed(body), llm, otlp_native.FORMAT, otlp_native.settings_for(ch)
+        )
+    assert writer.flush()
+    expected = sum(otlp_native.check(b)[0] for b in good) + 1
+    assert ch.command("SELECT count() FROM requests") == expected
+    assert len(list((tmp_path / "spool" / "rejected").glob("*.batch"))) == 1
+    row = ch.query(
+        "SELECT prompt_tokens, completion_tokens, max_tokens FROM requests WHERE trace_id = %(t)s",
+        parameters={"t": bytes(range(1, 17)).hex()},
+    ).result_rows
+    assert row == [(0, 0, 0)]
