@@ -183,15 +183,36 @@ def render_cost_investigation(ctx: Context, start: datetime) -> None:
             hide_index=True,
             width="stretch",
             column_config=PERCENT
+            | ROUTE_COLUMNS
             | {
+                "to_pool": st.column_config.TextColumn("to pool"),
                 "share_before": st.column_config.NumberColumn("share before", format="percent"),
                 "share_after": st.column_config.NumberColumn("share after", format="percent"),
                 "moved": st.column_config.NumberColumn("moved", format="percent"),
+                "tokens_after": st.column_config.NumberColumn("tokens after", format="localized"),
             },
         )
     if len(ex.routes):
         with st.expander("Routing decisions before and after (the gateway's log)"):
-            st.dataframe(plain(ex.routes), hide_index=True, width="stretch")
+            st.dataframe(
+                plain(ex.routes),
+                hide_index=True,
+                width="stretch",
+                column_config=ROUTE_COLUMNS
+                | {
+                    "model": st.column_config.TextColumn("pool"),
+                    "requests_before": st.column_config.NumberColumn("requests before", format="localized"),
+                    "requests_after": st.column_config.NumberColumn("requests after", format="localized"),
+                },
+            )
+
+
+# the router's columns, as the movers and the routing tables both show them
+ROUTE_COLUMNS = {
+    "example": st.column_config.TextColumn("reason, as logged"),
+    "prompt_before": st.column_config.NumberColumn("median prompt before", format="%d tokens"),
+    "prompt_after": st.column_config.NumberColumn("median prompt after", format="%d tokens"),
+}
 
 
 def render_cost_series(ctx: Context) -> None:
