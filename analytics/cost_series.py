@@ -41,7 +41,7 @@ from analytics.counters import series_latest
 from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.requests import log_source, request_totals
-from analytics.tiers import HOUR, SIX_HOURS, align, coverage, param_time, plan
+from analytics.tiers import HOUR, SIX_HOURS, Plan, align, coverage, param_time, plan
 from analytics.timeseries import auto_step, counter_rates_over_time
 from analytics.vllm import CACHED_PROMPT_TOKENS, GENERATION_TOKENS, PROMPT_TOKENS, REQUESTS_RUNNING
 from analytics.window import Scope, scope_parts
@@ -58,6 +58,13 @@ COLUMNS = ["spend", "idle_spend", "busy_spend", "prompt_tokens", "cached_tokens"
 def cost_step(start: datetime, end: datetime, step: float | None, client: Client, **scope: Unpack[Scope]) -> int:
     """The step the series uses: ``step`` or about ``POINTS`` over the window, a whole number of the
     uptime buckets of the tier read (minutes on the raw and 1-minute tiers, hours beyond)."""
+    return _step_and_plan(start, end, step, client, scope)[0]
+
+
+def _step_and_plan(
+    start: datetime, end: datetime, step: float | None, client: Client, scope: Scope
+) -> tuple[int, Plan]:
+    """``cost_step`` and the samples' read plan it was chosen on (one coverage query for both)."""
     tier, retention, now, _filters = scope_parts(scope)
     p = plan(
         start,
@@ -74,7 +81,7 @@ def cost_step(start: datetime, end: datetime, step: float | None, client: Client
     width = 3600 if p.tier in (HOUR, SIX_HOURS) else 60
     if value >= width or p.tier.rollup:
         value = max(width, math.ceil(value / width) * width)
-    return value
+    return value, p
 
 
 def spend_over_time(
@@ -87,17 +94,8 @@ def spend_over_time(
     **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Per step and replica: seconds up and busy, and the spend (see the module docstring)."""
-    tier, retention, now, filters = scope_parts(scope)
-    s = cost_step(start, end, step, client, **scope)
-    p = plan(
-        start,
-        end,
-        now=now,
-        retention=retention,
-        kind="samples",
-        tier=tier,
-        data=coverage(client, "samples") if tier is None else None,
-    )
+    _tier, retention, now, filters = scope_parts(scope)
+    s, p = _step_and_plan(start, end, step, client, scope)
     if p.tier is SIX_HOURS:  # a gap inside a bucket counts as up: hours are close enough, 6 hours are not
         p = plan(start, end, now=now, retention=retention, kind="samples", tier=HOUR.name)
     width = 3600 if p.tier is HOUR else (60 if p.tier.rollup or s >= 60 else s)
