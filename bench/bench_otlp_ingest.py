@@ -7,11 +7,19 @@ running in this process and writing to a temporary chDB store, request-log rollu
 included. The figure is spans per CPU-second of the collector process (collector and chDB
 both run in it), measured until every row is in ClickHouse and counted there.
 
-Four runs: the bodies decoded by ClickHouse (``collector.otlp_native``: the collector checks and
+Six runs: the bodies decoded by ClickHouse (``collector.otlp_native``: the collector checks and
 counts each body, chDB parses it with its Protobuf input format and a view flattens it) or by
-the collector in Python (``collector.otlp_decode: python``, the path before), each into the
-chDB store with its rollups and into a Null sink (``requests`` a Null table: the collector's
-work and the parsing stay, nothing is stored, as when the store runs elsewhere).
+the collector in Python (``collector.otlp_decode: python``, the path before), each
+
+- into the in-process chDB store with its rollups (collector and store share the process:
+  the figure counts both);
+- into a Null sink in the same process (``requests`` a Null table: the collector's work and
+  ClickHouse's parsing and flattening stay, nothing is stored);
+- into a Null sink in **another process**, as when ClickHouse runs on other hosts (the anchors'
+  set-up): a real chDB owns the store there and the collector's client hands it each insert
+  through a pipe (``RemoteStore``, named as such: it stands in for a ClickHouse server, which
+  cannot run here; a pipe write costs the collector about what an HTTP POST of the same bytes
+  does). The figure is the collector's own CPU; the store's is printed beside it.
 
 The reference beside them, on the same bodies in the same run, is a generic exporter path
 written the obvious way: protobuf -> ``json_format.MessageToDict`` -> one dict per span ->
@@ -160,8 +168,13 @@ async def ours(bodies_count: int, spans: int, concurrency: int, tmp: str, decode
     from storage.clickhouse import connect
 
     path = f"{tmp}/{decode}-{sink}"
-    client = connect(f"chdb:{path}")
-    clickhouse_runner.apply(client)
+    if sink == "remote":
+        from bench.remote_store import RemoteStore
+
+        client = RemoteStore(path, null_sink)
+    else:
+        client = connect(f"chdb:{path}")
+        clickhouse_runner.apply(client)
     if sink == "null":
         null_sink(client)
     with socket.socket() as s:
@@ -180,7 +193,7 @@ async def ours(bodies_count: int, spans: int, concurrency: int, tmp: str, decode
     cpu0, t0 = cpu_seconds(), time.perf_counter()
     await loop.run_in_executor(None, done.get)  # all posted and answered
     expected = bodies_count * spans
-    if sink == "null":  # nothing to count: until the writer has handed every batch over
+    if sink in ("null", "remote"):  # nothing to count: until the writer has handed every batch over
         deadline = time.monotonic() + 120
         while (writer.pending_rows() or writer.spool_size()[0]) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -192,11 +205,11 @@ async def ours(bodies_count: int, spans: int, concurrency: int, tmp: str, decode
         ) < expected and time.monotonic() < deadline:
             await asyncio.sleep(0.02)  # until every row is in ClickHouse
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
-    if sink != "null":
+    if sink == "chdb":
         rolled = client.command("SELECT sum(rows) FROM requests_1m")
     poster.join()
     await collector.stop()
-    client.close()
+    store_cpu = client.close()  # the other process's CPU when the store is there
     if stored != expected or rolled != expected:
         raise RuntimeError(f"expected {expected} rows, found {stored} raw / {rolled} in requests_1m")
     return {
@@ -207,6 +220,7 @@ async def ours(bodies_count: int, spans: int, concurrency: int, tmp: str, decode
         "cpu_s": cpu,
         "spans_per_s": expected / wall,
         "spans_per_cpu_s": expected / cpu,
+        "store_cpu_s": store_cpu,
     }
 
 
@@ -274,10 +288,12 @@ def reference(bodies: list[bytes], tmp: str) -> dict:
 
 
 RUNS = (
-    ("clickhouse", "chdb", "fleetscope, ClickHouse decodes -> chDB (raw + rollups)"),
-    ("clickhouse", "null", "fleetscope, ClickHouse decodes -> Null sink (collector + parse)"),
-    ("python", "chdb", "fleetscope, Python decodes -> chDB (raw + rollups)"),
-    ("python", "null", "fleetscope, Python decodes -> Null sink"),
+    ("clickhouse", "remote", "ClickHouse decodes, store in another process: collector alone"),
+    ("clickhouse", "null", "ClickHouse decodes -> in-process Null sink (collector + parse)"),
+    ("clickhouse", "chdb", "ClickHouse decodes -> in-process chDB (raw + rollups)"),
+    ("python", "remote", "Python decodes, store in another process: collector alone"),
+    ("python", "null", "Python decodes -> in-process Null sink"),
+    ("python", "chdb", "Python decodes -> in-process chDB (raw + rollups)"),
 )
 ANCHORS = (
     "OpenTelemetry Collector + ClickHouse exporter ~137,000 spans/s per core; Rotel (Rust) ~462,000 per core "
@@ -304,17 +320,20 @@ def main() -> None:
         f"{args.bodies} OTLP/HTTP protobuf exports x {args.spans} llm_request spans, "
         f"{args.concurrency} concurrent senders (another process)"
     )
-    print(f"{'path':<66} {'spans/s':>10} {'spans/CPU-s':>12}")
+    print(f"{'path':<66} {'spans/s':>10} {'spans/CPU-s':>12}  {'store process':>14}")
     for decode, sink, label in RUNS:
         r = results[f"{decode}-{sink}"]
-        print(f"{label:<66} {r['spans_per_s']:>10,.0f} {r['spans_per_cpu_s']:>12,.0f}")
+        store = f"{r['spans'] / r['store_cpu_s']:>10,.0f}/CPU-s" if r["store_cpu_s"] else ""
+        print(f"{label:<66} {r['spans_per_s']:>10,.0f} {r['spans_per_cpu_s']:>12,.0f}  {store:>14}")
     label = "reference: protobuf -> MessageToDict -> insert row tuples"
     print(f"{label:<66} {ref['spans_per_s']:>10,.0f} {ref['spans_per_cpu_s']:>12,.0f}")
-    native, python = results["clickhouse-chdb"], results["python-chdb"]
-    print(
-        f"per CPU-second, into chDB: ClickHouse decoding {native['spans_per_cpu_s'] / python['spans_per_cpu_s']:.1f}x "
-        f"Python decoding, {native['spans_per_cpu_s'] / ref['spans_per_cpu_s']:.1f}x the generic reference; {ANCHORS}"
-    )
+    for sink, where in (("remote", "collector alone"), ("chdb", "with the in-process store")):
+        native, python = results[f"clickhouse-{sink}"], results[f"python-{sink}"]
+        print(
+            f"per CPU-second, {where}: ClickHouse decoding {native['spans_per_cpu_s'] / python['spans_per_cpu_s']:.1f}x "
+            f"Python decoding, {native['spans_per_cpu_s'] / ref['spans_per_cpu_s']:.1f}x the generic reference"
+        )
+    print(ANCHORS)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(

@@ -175,9 +175,11 @@ def main() -> None:
     parser.add_argument("--levels", default="400,600,800,1200,1600,2000", help="target counts to try, ascending")
     parser.add_argument(
         "--sinks",
-        default="chdb,null",
+        default="chdb,remote",
         help="stores to write to: chdb (in-process chDB: raw table + the rollup views), "
-        "null (Null-engine tables: the collector's own cost, as with a ClickHouse server elsewhere)",
+        "null (Null-engine tables in the same process: the collector and the store's parsing), "
+        "remote (Null-engine tables in another process: the collector alone, as with a ClickHouse "
+        "server elsewhere)",
     )
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
@@ -216,7 +218,25 @@ def main() -> None:
         )
 
 
-SINKS = {"chdb": "in-process chDB, raw + rollups", "null": "collector alone, Null-engine sink"}
+SINKS = {
+    "chdb": "in-process chDB, raw + rollups",
+    "null": "in-process Null-engine sink",
+    "remote": "collector alone, Null-engine store in another process",
+}
+
+
+def null_tables(client) -> None:
+    """Same columns, nothing stored: ``samples``, ``series`` and ``scrapes`` as Null tables."""
+    for table in ("samples", "series", "scrapes"):
+        client.command(f"DROP TABLE IF EXISTS {table}_null")
+        client.command(f"CREATE TABLE {table}_null AS {table} ENGINE = Null")
+    views = client.query(
+        "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine = 'MaterializedView'"
+    ).result_rows
+    for (view,) in views:
+        client.command(f"DROP VIEW {view}")
+    for table in ("samples", "series", "scrapes"):
+        client.command(f"EXCHANGE TABLES {table} AND {table}_null")
 
 
 def run_sink(sink: str, port: int, args: argparse.Namespace) -> dict:
@@ -226,14 +246,15 @@ def run_sink(sink: str, port: int, args: argparse.Namespace) -> dict:
 
     sustained, best_rate, levels = 0, 0.0, []
     with tempfile.TemporaryDirectory() as tmp:
-        client = connect(f"chdb:{tmp}/ch")
-        clickhouse_runner.apply(client)
-        if sink == "null":  # same columns, nothing stored: what the collector costs without the store
-            client.command("CREATE DATABASE sink")
-            for table in ("samples", "series", "scrapes"):
-                client.command(f"CREATE TABLE sink.{table} AS default.{table} ENGINE = Null")
-            client.close()
-            client = connect(f"chdb:{tmp}/ch", database="sink")
+        if sink == "remote":
+            from bench.remote_store import RemoteStore
+
+            client = RemoteStore(f"{tmp}/ch", null_tables)
+        else:
+            client = connect(f"chdb:{tmp}/ch")
+            clickhouse_runner.apply(client)
+        if sink == "null":  # same columns, nothing stored: the collector and the store's parsing
+            null_tables(client)
         writer = Writer(client, WriterConfig(spool_dir=Path(tmp) / "spool"))
         writer.start()
         print(
@@ -251,8 +272,8 @@ def run_sink(sink: str, port: int, args: argparse.Namespace) -> dict:
                 break
             sustained, best_rate = n, r["samples_per_s"]
         writer.close()
-        client.close()
-    return {"sustained": sustained, "samples_per_s": best_rate, "levels": levels}
+        store_cpu = client.close()
+    return {"sustained": sustained, "samples_per_s": best_rate, "levels": levels, "store_cpu_s": store_cpu}
 
 
 if __name__ == "__main__":

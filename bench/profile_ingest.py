@@ -206,6 +206,13 @@ def main() -> None:
     parser.add_argument("--bodies", type=int, default=200, help="otlp: export requests")
     parser.add_argument("--spans", type=int, default=512, help="otlp: spans per export")
     parser.add_argument("--decode", choices=("clickhouse", "python"), default="clickhouse")
+    parser.add_argument(
+        "--store",
+        choices=("chdb", "remote"),
+        default="chdb",
+        help="chdb: the in-process store (its inserts and merges counted); remote: a Null-engine "
+        "store in another process (bench/remote_store.py: the collector alone)",
+    )
     args = parser.parse_args()
 
     from collector.writer import Writer, WriterConfig
@@ -213,8 +220,15 @@ def main() -> None:
     from storage.clickhouse import connect
 
     with tempfile.TemporaryDirectory() as tmp:
-        client = connect(f"chdb:{tmp}/ch")
-        clickhouse_runner.apply(client)
+        if args.store == "remote":
+            from bench.bench_otlp_ingest import null_sink
+            from bench.bench_scrape_ingest import null_tables
+            from bench.remote_store import RemoteStore
+
+            client = RemoteStore(f"{tmp}/ch", null_tables if args.load == "scrape" else null_sink)
+        else:
+            client = connect(f"chdb:{tmp}/ch")
+            clickhouse_runner.apply(client)
         writer = Writer(client, WriterConfig(spool_dir=Path(tmp) / "spool", batch_rows=100_000))
         measure = Measure(writer)
         if args.load == "scrape":
@@ -234,6 +248,8 @@ def main() -> None:
     rows = [(f"loop thread: {s}", loop_clock.cpu * f) for s, f in split(loop_clock.profile).items()]
     rows += [(f"writer thread: {s}", writer_clock.cpu * f) for s, f in split(writer_clock.profile).items()]
     rows.append(("chDB background (merges) and other threads", background))
+    if args.store == "remote":
+        print("  (the store runs in another process: not counted here)")
     for name, seconds in sorted(rows, key=lambda r: -r[1]):
         if seconds / total >= 0.005:
             print(f"  {name:<80} {1e6 * seconds / units:>9.1f} µs {seconds / total:>6.1%}")

@@ -3,9 +3,9 @@
 In:  an OTLP ``ExportTraceServiceRequest`` body (protobuf bytes, HTTP or gRPC).
 Out: ``check(body)``: (``llm_request`` spans, other spans): the body parsed by protobuf's C
      parser (upb), which refuses an undecodable one (``OtlpError``) before anything is queued
-     and counts the spans (the ``llm_request`` ones on the bytes); ``framed(body)``: the body as
-     one length-delimited message of ClickHouse's ``Protobuf`` input format, for
-     ``Writer.add_raw(TABLE, ..., fmt=FORMAT, settings=settings_for(client))``. ClickHouse
+     and counts the spans (the ``llm_request`` ones on the bytes); ``prefix(body)``: the length that
+     makes the body one length-delimited message of ClickHouse's ``Protobuf`` input format, for
+     ``Writer.add_raw(TABLE, (prefix(body), body), ..., fmt=FORMAT, settings=settings_for(client))``. ClickHouse
      parses the bodies with ``otlp_trace.proto`` (the file for the in-process store; its text
      with the insert, ``format_schema_source = 'string'``, for a server) into ``otlp_exports``
      (Null engine), and
@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from collector.otlp import REQUEST_SPAN, OtlpError
 from storage.clickhouse import is_embedded
 
-__all__ = ["FORMAT", "TABLE", "check", "framed", "settings_for", "supported"]
+__all__ = ["FORMAT", "TABLE", "check", "framed", "prefix", "settings_for", "supported"]
 
 TABLE = "otlp_exports"
 _NAME_FIELD = b"\x2a" + bytes([len(REQUEST_SPAN)]) + REQUEST_SPAN.encode()
@@ -58,14 +58,20 @@ def check(body: bytes) -> tuple[int, int]:
     return llm, total - llm
 
 
-def framed(body: bytes) -> bytes:
-    """``body`` preceded by its length as a varint: one message of the ``Protobuf`` format."""
+def prefix(body: bytes) -> bytes:
+    """``body``'s length as a varint: put before it, one message of the ``Protobuf`` format."""
     n, head = len(body), bytearray()
     while n > 0x7F:
         head.append((n & 0x7F) | 0x80)
         n >>= 7
     head.append(n)
-    return bytes(head) + body
+    return bytes(head)
+
+
+def framed(body: bytes) -> bytes:
+    """``body`` preceded by its length: one message of the ``Protobuf`` format (a copy of the
+    body; ``Writer.add_raw`` takes ``(prefix(body), body)`` and joins it with the batch)."""
+    return prefix(body) + body
 
 
 def supported(client: Any) -> bool:

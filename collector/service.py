@@ -221,7 +221,7 @@ class Collector:
             self.metrics.spans.labels("llm_request").inc(llm)
             if llm:
                 self.writer.add_raw(
-                    otlp_native.TABLE, otlp_native.framed(body), llm, otlp_native.FORMAT, self._otlp_settings
+                    otlp_native.TABLE, (otlp_native.prefix(body), body), llm, otlp_native.FORMAT, self._otlp_settings
                 )
                 self.metrics.requests.labels("otlp", "kept").inc(llm)
             return llm

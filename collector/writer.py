@@ -29,7 +29,10 @@ Nothing is lost when ClickHouse is away, and nothing is counted twice:
   rejected at once.
 - buffers are cut into the spool every ``flush_interval_s`` even while inserts back off, so a
   crash during an outage loses at most one interval of rows.
-Spool files are Python pickles written and read only by this process's user.
+Spool files are written and read only by this process's user: a short header, a pickle of the
+batches, then the large buffers (raw bodies, numpy columns) as they are, out of the pickle
+(protocol 5), so spooling copies them once (to the file) and replaying reads them once. A file
+the writer has just spooled is inserted from memory (``FRESH_MAX_BYTES``), not read back.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import struct
 import threading
 import time
 import uuid
@@ -52,7 +56,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from collector.config import BATCH_ROWS, FLUSH_INTERVAL_S, SPOOL_MAX_BYTES
 
-__all__ = ["Raw", "Writer", "WriterConfig", "TIME_COLUMNS"]
+__all__ = ["Raw", "Writer", "WriterConfig", "TIME_COLUMNS", "read_spool_file"]
 
 log = logging.getLogger("fleetscope.writer")
 
@@ -133,6 +137,15 @@ class Raw:
     sizes: tuple[int, ...] = ()  # the chunks joined in ``data`` (bytes each), to split a refused batch
     counts: tuple[int, ...] = ()  # and their rows
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # the body travels out of the pickle (protocol 5 buffer): the spool writes it as it is
+        data: Any = pickle.PickleBuffer(self.data) if isinstance(protocol, int) and protocol >= 5 else self.data
+        return _raw, (data, self.rows, self.fmt, self.settings, self.sizes, self.counts)
+
+
+def _raw(data: Any, *rest: Any) -> Raw:
+    return Raw(data if isinstance(data, bytes) else bytes(data), *rest)
+
 
 def _rows(columns: dict[str, Any] | Raw) -> int:
     if isinstance(columns, Raw):
@@ -140,12 +153,53 @@ def _rows(columns: dict[str, Any] | Raw) -> int:
     return len(next(iter(columns.values()))) if columns else 0
 
 
-def _write_atomic(path: Path, payload: bytes) -> None:
-    """Write ``path`` so that it exists whole or not at all (temp file, fsync, rename)."""
+_MAGIC = b"FSSPOOL2"  # files before it are one plain pickle (read as such)
+FRESH_MAX_BYTES = 256 * 1024 * 1024  # just-spooled batches kept in memory for their insert, at most
+
+
+def _pieces(obj: Any) -> list[Any]:
+    """``obj`` as a spool file's pieces: magic, pickle and buffer lengths, the pickle, the buffers."""
+    buffers: list[pickle.PickleBuffer] = []
+    head = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]
+    sizes = struct.pack(f"<QI{len(raws)}Q", len(head), len(raws), *(r.nbytes for r in raws))
+    return [_MAGIC, sizes, head, *raws]
+
+
+def read_spool_file(path: Path) -> Any:
+    """A spool file's object (this format or the plain pickle of older versions)."""
+    with open(path, "rb") as fh:
+        blob = bytearray(os.fstat(fh.fileno()).st_size)  # writable: numpy columns stay views of it
+        fh.readinto(blob)
+    if not blob.startswith(_MAGIC):
+        return pickle.loads(blob)
+    view = memoryview(blob)
+    at = len(_MAGIC)
+    head, count = struct.unpack_from("<QI", view, at)
+    at += 12
+    sizes = struct.unpack_from(f"<{count}Q", view, at)
+    at += 8 * count
+    pickled, at = view[at : at + head], at + head
+    buffers = []
+    for size in sizes:
+        buffers.append(view[at : at + size])
+        at += size
+    return pickle.loads(pickled, buffers=buffers)
+
+
+def _size(pieces: list[Any]) -> int:
+    return sum(memoryview(p).nbytes for p in pieces)
+
+
+def _write_atomic(path: Path, payload: bytes | list[Any]) -> None:
+    """Write ``path`` (bytes, or pieces written as one) so that it exists whole or not at all
+    (temp file, fsync, rename)."""
     tmp = path.with_suffix(".tmp")
+    pieces = [payload] if isinstance(payload, bytes) else payload
     try:
         with open(tmp, "wb") as fh:
-            fh.write(payload)
+            for piece in pieces:
+                fh.write(piece)
             fh.flush()
             os.fsync(fh.fileno())
         tmp.replace(path)
@@ -158,18 +212,20 @@ def _combine(chunks: list[Any]) -> Any:
     """One batch from the chunks ``add`` received: lists stay lists; a column that came as
     numpy arrays in any chunk becomes one array (of that array's dtype). ``Raw`` chunks of a
     table are joined into one."""
-    if len(chunks) == 1:
-        return chunks[0]
     if isinstance(chunks[0], Raw):
         first = chunks[0]
+        if len(chunks) == 1 and isinstance(first.data, bytes):
+            return first
         return Raw(
-            b"".join(c.data for c in chunks),
+            b"".join(chain.from_iterable((c.data,) if isinstance(c.data, bytes) else c.data for c in chunks)),
             sum(c.rows for c in chunks),
             first.fmt,
             first.settings,
             tuple(chain.from_iterable(c.sizes for c in chunks)),
             tuple(chain.from_iterable(c.counts for c in chunks)),
         )
+    if len(chunks) == 1:
+        return chunks[0]
     out: dict[str, Any] = {}
     for name in chunks[0]:
         parts = [chunk[name] for chunk in chunks]
@@ -213,6 +269,8 @@ class Writer:
         self._flush_lock = threading.Lock()  # one flush at a time (thread, close(), tests)
         self._seq = 0
         self._attempts: dict[str, int] = {}  # spool file name -> failed tries while the store answered
+        self._fresh: dict[str, tuple[list[dict[str, Any]], int]] = {}  # just spooled: name -> (batches, bytes)
+        self._fresh_bytes = 0
         self.spool = config.spool_dir
         self.spool.mkdir(parents=True, exist_ok=True)
         (self.spool / "rejected").mkdir(exist_ok=True)
@@ -230,11 +288,15 @@ class Writer:
         ownership of them (no copy): the caller must not change them afterwards."""
         self.add_tables({table: columns})
 
-    def add_raw(self, table: str, data: bytes, rows: int, fmt: str, settings: dict[str, str] | None = None) -> None:
+    def add_raw(
+        self, table: str, data: bytes | tuple[bytes, ...], rows: int, fmt: str, settings: dict[str, str] | None = None
+    ) -> None:
         """Queue ``rows`` rows for ``table`` as bytes ClickHouse parses (``INSERT ... FORMAT fmt``
         with ``settings``); chunks must be concatenable in that format (e.g. length-delimited
-        Protobuf messages). A table takes either columns or raw chunks, not both."""
-        self.add_tables({table: Raw(data, rows, fmt, tuple(sorted((settings or {}).items())), (len(data),), (rows,))})
+        Protobuf messages). ``data`` may come in pieces (e.g. a length prefix and a body): they
+        are joined once, with the batch. A table takes either columns or raw chunks, not both."""
+        size = len(data) if isinstance(data, bytes) else sum(len(piece) for piece in data)
+        self.add_tables({table: Raw(data, rows, fmt, tuple(sorted((settings or {}).items())), (size,), (rows,))})  # type: ignore[arg-type]
 
     def add_tables(self, tables: dict[str, Any]) -> None:
         """Queue rows for several tables at once: they go to the spool in the same file (e.g. a
@@ -298,9 +360,9 @@ class Writer:
         batches: list[dict[str, Any]] = [
             {"table": table, "token": uuid.uuid4().hex, "columns": _combine(chunks)} for table, chunks in taken
         ]
-        payload = pickle.dumps({"batches": batches}, protocol=5)
+        payload = _pieces({"batches": batches})
         _count, used = self.spool_size()
-        if used + len(payload) > self.config.spool_max_bytes:
+        if used + _size(payload) > self.config.spool_max_bytes:
             for batch in batches:
                 rows = _rows(batch["columns"])
                 self.metrics.dropped.labels(batch["table"]).inc(rows)
@@ -317,7 +379,21 @@ class Writer:
                     self._counts[table] = self._counts.get(table, 0) + sum(_rows(c) for c in chunks)
                     self._buffer_since.setdefault(table, time.monotonic())
             raise
+        with self._lock:
+            if self._fresh_bytes + _size(payload) <= FRESH_MAX_BYTES:
+                self._fresh[path.name] = (batches, _size(payload))
+                self._fresh_bytes += _size(payload)
         self._update_spool_metrics()
+
+    def _read(self, path: Path) -> list[dict[str, Any]]:
+        """A spooled file's batches: from memory when this writer has just spooled it."""
+        with self._lock:
+            fresh = self._fresh.pop(path.name, None)
+            if fresh is not None:
+                self._fresh_bytes -= fresh[1]
+                return fresh[0]
+        data = read_spool_file(path)
+        return data.get("batches", [data])  # type: ignore[no-any-return]  # older versions: one table
 
     # ------------------------------------------------------------------ flushing
     def _due(self, force: bool) -> list[str]:
@@ -336,10 +412,10 @@ class Writer:
         and keep the file's other batches; then go on with those. Returns ``_insert``'s answer."""
         batch = batches[index]
         table, rows = batch["table"], _rows(batch["columns"])
-        _write_atomic(self.spool / "rejected" / f"{path.stem}-{table}.batch", pickle.dumps(batch, protocol=5))
+        _write_atomic(self.spool / "rejected" / f"{path.stem}-{table}.batch", _pieces(batch))
         rest = batches[:index] + batches[index + 1 :]
         if rest:
-            _write_atomic(path, pickle.dumps({"batches": rest}, protocol=5))
+            _write_atomic(path, _pieces({"batches": rest}))
         else:
             path.unlink()
         self._attempts.pop(path.name, None)
@@ -359,7 +435,7 @@ class Writer:
             chunk = Raw(raw.data[at : at + size], count, raw.fmt, raw.settings, (size,), (count,))
             parts.append({"table": batch["table"], "token": f"{batch['token']}-{i}", "columns": chunk})
             at += size
-        _write_atomic(path, pickle.dumps({"batches": batches[:index] + parts + batches[index + 1 :]}, protocol=5))
+        _write_atomic(path, _pieces({"batches": batches[:index] + parts + batches[index + 1 :]}))
         self._attempts.pop(path.name, None)
         log.warning("store refuses a %s batch (%s): trying its %d parts one by one", batch["table"], reason, len(parts))
         return self._insert(path)
@@ -368,8 +444,7 @@ class Writer:
         """Insert one spooled file (one batch per table); remove it when all landed. False when
         it must wait. A table inserted before another failed is inserted again on the retry,
         and its deduplication token makes the store drop the repeat."""
-        data = pickle.loads(path.read_bytes())
-        batches = data.get("batches", [data])  # files of older versions: one table
+        batches = self._read(path)
         landed = []
         for index, batch in enumerate(batches):
             table, token, columns = batch["table"], batch["token"], batch["columns"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.writer import Writer, WriterConfig
+from collector.writer import Writer, WriterConfig, read_spool_file
 from migrations import clickhouse_runner
 
 
@@ -183,4 +183,32 @@ def test_a_batch_the_store_refuses_is_set_aside(store, tmp_path: Path) -> None:
         writer.flush()
     assert count(store.client) == 10
     rejected = list((tmp_path / "spool" / "rejected").glob("*.batch"))
-    assert len(rejected) == 1 and pickle.loads(rejected[0].read_bytes())["table"] == "no_such_table"
+    assert len(rejected) == 1 and read_spool_file(rejected[0])["table"] == "no_such_table"
+
+
+def test_a_spool_file_from_the_previous_version_is_replayed(store, tmp_path: Path) -> None:
+    # before out-of-band buffers a spool file was one plain pickle: an upgrade must not lose it
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    batch = {"table": "scrapes", "token": "old-version", "columns": scrape_rows(25)}
+    (spool / "000000000007-scrapes-old-version.batch").write_bytes(pickle.dumps({"batches": [batch]}, protocol=5))
+    writer = Writer(store, config(tmp_path))
+    assert writer.flush()
+    assert count(store.client) == 25 and writer.spool_size() == (0, 0)
+
+
+def test_a_spooled_batch_replays_from_disk_with_its_arrays(store, tmp_path: Path) -> None:
+    # numpy columns and the rest travel out of the pickle; a new process reads them back whole
+    import numpy as np
+
+    rows = scrape_rows(40)
+    rows["ts"] = np.asarray(rows["ts"], dtype=np.float64)
+    rows["up"] = np.asarray(rows["up"], dtype=np.uint8)
+    writer = Writer(store, config(tmp_path))
+    writer.add("scrapes", rows)
+    writer.spool_due(force=True)
+    (spooled,) = list((tmp_path / "spool").glob("*.batch"))
+    assert read_spool_file(spooled)["batches"][0]["columns"]["ts"].tolist() == rows["ts"].tolist()
+    assert Writer(store, config(tmp_path)).flush()  # the process that spooled it is gone
+    assert count(store.client) == 40
+    assert store.client.query("SELECT min(ts), max(ts) FROM scrapes").result_rows[0][1].timestamp() == rows["ts"][-1]
