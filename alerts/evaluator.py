@@ -140,7 +140,7 @@ class Evaluator:
             for s in samples:
                 if rule.holds(s.value):
                     labels = {**s.labels, **base}
-                    notes = {k: render(v, labels, s.value) for k, v in rule.annotations.items()}
+                    notes = {k: render(v, labels, s.value, s.extra) for k, v in rule.annotations.items()}
                     active.append(Active(labels, notes, s.value))
             outcome = Outcome(active, any_data=bool(samples))
         except SignalError as exc:

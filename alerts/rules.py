@@ -57,7 +57,10 @@ OPS = {
 }
 _LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TEMPLATE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
-_FIELD = re.compile(r"^\$(value|labels\.([A-Za-z_][A-Za-z0-9_]*)|labels)(?:\s*\|\s*(percent|humanize|seconds|round))?$")
+_FIELD = re.compile(
+    r"^\$(value|labels\.([A-Za-z_][A-Za-z0-9_]*)|labels|extra\.([A-Za-z_][A-Za-z0-9_]*))"
+    r"(?:\s*\|\s*(percent|humanize|seconds|round))?$"
+)
 
 
 def _check_template(text: str) -> str:
@@ -65,6 +68,7 @@ def _check_template(text: str) -> str:
         if not _FIELD.match(inner):
             raise ValueError(
                 f"unknown template field {{{{ {inner} }}}}: use {{{{ $value }}}}, {{{{ $labels.NAME }}}}, "
+                "{{ $extra.NAME }} (what a signal says about its value, e.g. coverage), "
                 "optionally with | percent, | humanize, | seconds or | round"
             )
     return text
@@ -86,21 +90,25 @@ def _format(value: float | None, how: str | None) -> str:
     return str(value)
 
 
-def render(text: str, labels: dict[str, str], value: float | None) -> str:
-    """Fill ``{{ $value }}``, ``{{ $labels.NAME }}`` (and ``| percent`` etc.) in ``text``."""
+def render(text: str, labels: dict[str, str], value: float | None, extra: dict[str, float] | None = None) -> str:
+    """Fill ``{{ $value }}``, ``{{ $labels.NAME }}``, ``{{ $extra.NAME }}`` (what the signal says
+    about the value; "n/a" when it says nothing) and ``| percent`` etc. in ``text``."""
 
     def one(m: re.Match[str]) -> str:
         f = _FIELD.match(m.group(1).strip())
         if f is None:
             return m.group(0)
+        how = f.group(4)
         if f.group(1) == "value":
-            return _format(value, f.group(3))
+            return _format(value, how)
         if f.group(1) == "labels":
             return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "alertname")
+        if f.group(3) is not None:
+            return _format((extra or {}).get(f.group(3)), how)
         raw = labels.get(f.group(2), "")
-        if f.group(3):
+        if how:
             try:
-                return _format(float(raw), f.group(3))
+                return _format(float(raw), how)
             except ValueError:
                 return raw
         return raw

@@ -44,6 +44,9 @@ class SignalError(Exception):
 class Sample:
     labels: dict[str, str]
     value: float
+    # facts about the value for the notification, not part of the alert's identity:
+    # ``{{ $extra.NAME }}`` in annotations (e.g. a burn rate's window ``coverage``)
+    extra: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -317,16 +320,21 @@ def _over_slo(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
 
 
 def _burn(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
-    from analytics.slo import burn_rates
+    from analytics.slo import burn_rates, window_coverage
 
     targets = _targets(ctx, None if p["metric"] == "any" else p["metric"])
     if not targets:
+        return []
+    # a window the data covers only in part is not that window: a young fleet's "3 days" are
+    # its first minutes; below the stated coverage the signal has no answer (the rule's no_data)
+    covered = window_coverage(ctx.client, at - timedelta(seconds=p["window"]), at)
+    if covered < p["min_coverage"]:
         return []
     windows = (("x", timedelta(seconds=p["window"]), timedelta(seconds=p["short"]), 0.0),)
     df = burn_rates(ctx.client, targets, at, windows=windows, buckets=lambda f, s, e: _buckets(ctx, f, s, e))
     df["burn"] = df[["burn_long", "burn_short"]].min(axis=1, skipna=False)
     return [
-        Sample({"model": r.model, "metric": r.metric, "slo": r.label}, float(r.burn))
+        Sample({"model": r.model, "metric": r.metric, "slo": r.label}, float(r.burn), {"coverage": covered})
         for r in df.itertuples(index=False)
         if not pd.isna(r.burn)
     ]
@@ -539,10 +547,14 @@ SIGNALS: dict[str, Signal] = {
         ),
         Signal(
             "slo_burn_rate",
-            "error-budget burn rate, the lower of the long and the short window",
+            "error-budget burn rate, the lower of the long and the short window; none until the data "
+            "covers min_coverage of the long window",
             {
                 "window": Param("1h"),
                 "short": W5,
+                "min_coverage": Param(
+                    "0.5", "number", help="share of the long window the data must cover (0-1); $extra.coverage"
+                ),
                 "metric": Param("any", "choice", ("any", "ttft", "itl", "tpot", "e2e")),
             },
             _burn,

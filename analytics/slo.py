@@ -23,6 +23,9 @@ Out: DataFrames, one row per target (or per target and burn-rate window):
      - ``cost_per_slo_tokens``: per model and ``(fleet)``: GPU spend / SLO-compliant tokens x 10^6
        beside spend / all tokens (both token counts from the same request log); with a tenant or
        route filter, the spend is their tokens' share of each pool.
+     - ``window_coverage``: the share of a window the store holds data for (1 when its samples
+       begin at or before the window's start): a burn rate over a window the data covers only
+       in part is a rate over less time than it claims (a young fleet's "3 days" are minutes).
 A window without observations gives NaN attainment (no data is not "met").
 """
 
@@ -50,7 +53,16 @@ from storage.clickhouse import Client
 # (histogram family, start, end) -> histogram_buckets(..., by="model") of that window
 Buckets = Callable[[str, datetime, datetime], pd.DataFrame]
 
-__all__ = ["BURN_WINDOWS", "Buckets", "burn_rates", "cost_per_slo_tokens", "error_budget", "goodput", "slo_attainment"]
+__all__ = [
+    "BURN_WINDOWS",
+    "Buckets",
+    "burn_rates",
+    "cost_per_slo_tokens",
+    "error_budget",
+    "goodput",
+    "slo_attainment",
+    "window_coverage",
+]
 
 # (severity, long window, short window, burn factor): page at 14.4x over 1h and 5m, page at 6x
 # over 6h and 30m, ticket at 1x over 3d and 6h (a 30-day SLO)
@@ -295,3 +307,20 @@ def cost_per_slo_tokens(
     df["cost_per_million_tokens"] = (df["spend"] / df["tokens"] * 1e6).where(df["tokens"] > 0)
     df["cost_per_million_slo_tokens"] = (df["spend"] / df["good_tokens"] * 1e6).where(df["good_tokens"] > 0)
     return df
+
+
+def window_coverage(client: Client, start: datetime, end: datetime) -> float:
+    """Share of ``[start, end)`` after the store's first sample, 0 to 1: 1 when the data begins at
+    or before ``start``, 0 when the store holds none before ``end``. The first sample is the
+    earliest any tier holds, a rollup's counted from its first bucket's end (the sample lies
+    somewhere in that bucket: never earlier than it was). Answered from ``tiers.coverage``
+    (cached for a minute): cheap enough for every evaluation. It counts from the first sample
+    on, so a store that holds an earlier run's data counts it."""
+    from analytics.tiers import TIERS, coverage
+
+    span = (end - start).total_seconds()
+    found = [t + TIERS[name].resolution for name, t in coverage(client, "samples").items() if t is not None]
+    if span <= 0 or not found:
+        return 0.0
+    first = max(min(found), start)
+    return float(min(1.0, max(0.0, (end - first).total_seconds() / span)))

@@ -28,7 +28,7 @@ import httpx
 
 from fleet.traffic import RequestPlan, Scenario, next_gap, plan_request
 
-__all__ = ["LoadStats", "RequestResult", "Targets", "run_scenario", "discover_max_model_len"]
+__all__ = ["LoadStats", "RequestResult", "Targets", "discover_max_model_len", "run_scenario", "send_request"]
 
 
 @dataclass(frozen=True)
@@ -171,9 +171,11 @@ def _traceparent(rng: random.Random) -> tuple[str, str]:
     return trace_id, f"00-{trace_id}-{span_id}-01"
 
 
-async def _send(
+async def send_request(
     client: httpx.AsyncClient, url: str, plan: RequestPlan, trace_id: str, traceparent: str, phase: str
 ) -> RequestResult:
+    """Send ``plan`` to ``url`` (``/v1/completions``, streamed or not) and time it; never raises
+    for the server's or the network's failures: they are the result's ``error``."""
     body: dict[str, Any] = {
         "model": plan.model,
         "prompt": plan.prompt,
@@ -284,7 +286,7 @@ async def run_scenario(
 
         async def one(plan: RequestPlan, url: str, phase: str) -> None:
             trace_id, traceparent = _traceparent(ids)
-            result = await _send(client, url, plan, trace_id, traceparent, phase)
+            result = await send_request(client, url, plan, trace_id, traceparent, phase)
             stats.add(result)
             if on_result is not None:
                 on_result(result)

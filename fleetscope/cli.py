@@ -210,7 +210,23 @@ def up(
         bool, typer.Option("--no-fleet", help="Start no fleet: observe the one the configuration names.")
     ] = False,
     speed: Annotated[float, typer.Option(min=0.01, help="Play the scenario's timeline N times faster.")] = 1.0,
-    rate_scale: Annotated[float, typer.Option(min=0.01, help="Multiply the scenario's request rate.")] = 1.0,
+    rate_scale: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            help="Multiply the scenario's request rate. Default: on real engines, measured before the traffic "
+            "(the steady phase at 40 % of what the engines sustain here); 1 on simulated ones.",
+            show_default=False,
+        ),
+    ] = None,
+    no_calibrate: Annotated[
+        bool,
+        typer.Option(
+            "--no-calibrate",
+            help="Real engines: do not probe them first; play the scenario's own rate (x --rate-scale) "
+            "and record the fleet spec's SLO targets.",
+        ),
+    ] = False,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Dashboard port.")] = 8501,
     host: Annotated[
         str, typer.Option(help="Dashboard address (a non-loopback one needs dashboard.password).")
@@ -250,6 +266,7 @@ def up(
         port=port,
         speed=speed,
         rate_scale=rate_scale,
+        calibrate=not no_calibrate,
     )
     try:
         flushed = run_up(settings, opts, echo=typer.echo)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import signal
 import subprocess
@@ -34,7 +35,7 @@ from common.yamlfile import YamlConfigError
 from fleet.sim.engine import EngineConfigError, check_config, engine_config
 from fleetscope.settings import Settings
 
-__all__ = ["UpError", "UpOptions", "derived_spec", "seed_slos", "status_line", "up"]
+__all__ = ["UpError", "UpOptions", "derived_spec", "record_slos", "seed_slos", "status_line", "up"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +53,10 @@ class UpOptions:
     host: str = "127.0.0.1"
     port: int = 8501
     speed: float = 1.0  # the scenario's timeline speed-up
-    rate_scale: float = 1.0  # the scenario's request rate times this
+    # the scenario's request rate times this; None: measured on real engines (``fleet.calibrate``),
+    # 1 on simulated ones (their own cost model decides)
+    rate_scale: float | None = None
+    calibrate: bool = True  # real engines: probe them before the traffic (rate and SLO targets)
     status_every_s: float = 10.0
 
 
@@ -96,7 +100,8 @@ def derived_spec(spec_path: Path, out: Path, *, fleet: str, replicas: int | None
 
 
 def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
-    """Replicas up, requests/s and p99 TTFT over the last minutes, the fullest KV cache, alerts firing."""
+    """Replicas up, requests/s and p99 TTFT over the last minutes, the fullest KV cache, alerts firing
+    (and pending, when any are)."""
     from alerts.store import load_states
     from analytics.health import scrape_health
     from analytics.metrics import histogram_quantile
@@ -116,11 +121,12 @@ def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
     p99 = float(ttft["quantile"].iloc[0]) if len(ttft) else float("nan")
     sat = saturation(client, end - timedelta(minutes=1), end, "replica")
     kv = float(sat["kv_max"].max()) if len(sat) else float("nan")
-    firing = sum(i.state == "firing" for found in load_states(sessions).values() for i in found.values())
+    states = [i.state for found in load_states(sessions).values() for i in found.values()]
+    firing, pending = states.count("firing"), states.count("pending")
     return (
         (
             f"replicas up {up}/{len(health)} · {rate:.1f} req/s · p99 TTFT {p99:.2f}s (5 min) · KV max {kv:.0%} "
-            f"(1 min) · firing alerts {firing}"
+            f"(1 min) · firing alerts {firing}" + (f" (pending {pending})" if pending else "")
         )
         .replace("nan%", "–")
         .replace("nans", "–")
@@ -199,9 +205,10 @@ def warm_up(spec: Any, echo: Callable[[str], None]) -> None:
     echo(f"  warmed up {len(engines) - len(failed)} engine(s)" + (f" (failed: {'; '.join(failed)})" if failed else ""))
 
 
-def seed_slos(spec: Any, sessions: Any) -> list[str]:
+def seed_slos(spec: Any, sessions: Any, ledger: Path | None = None) -> list[str]:
     """The spec's per-model ``slo`` targets recorded where the metadata DB has none for that model and
-    latency (a target set by hand, or changed on the Fleet page, stays); the ones added, as labels."""
+    latency (a target set by hand, or changed on the Fleet page, stays); the ones added, as labels.
+    ``ledger`` (a JSON file) notes what was recorded, so that a later calibration may replace it."""
     from storage.catalog import SloTarget, set_slo, slo_targets
 
     have = {(t.model, t.metric) for t in slo_targets(sessions)}
@@ -212,7 +219,68 @@ def seed_slos(spec: Any, sessions: Any) -> list[str]:
                 target = SloTarget(name, metric, seconds)
                 set_slo(sessions, target)
                 added.append(target.label)
+                if ledger is not None:
+                    _note(ledger, {(name, metric): seconds})
     return added
+
+
+def _ledger(path: Path) -> dict[str, float]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _note(path: Path, recorded: dict[tuple[str, str], float]) -> None:
+    data = _ledger(path)
+    data.update({f"{model}|{metric}": seconds for (model, metric), seconds in recorded.items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True))
+
+
+def record_slos(sessions: Any, wanted: dict[tuple[str, str], float], ledger: Path) -> tuple[list[str], list[str]]:
+    """Record ``wanted`` ((model, metric) -> seconds) as SLO targets, except where the metadata DB
+    holds one that ``up`` did not record (``ledger`` says what it did): a target set by hand stays.
+    Returns (the targets recorded, the ones kept), as labels."""
+    from dataclasses import replace
+
+    from storage.catalog import SloTarget, set_slo, slo_targets
+
+    have = {(t.model, t.metric): t for t in slo_targets(sessions)}
+    ours = _ledger(ledger)
+    recorded, kept, noted = [], [], {}
+    for (model, metric), seconds in sorted(wanted.items()):
+        current = have.get((model, metric))
+        if current is not None and ours.get(f"{model}|{metric}") != current.threshold_seconds:
+            kept.append(current.label)  # set by a person (fleetscope slo set, the Fleet page)
+            continue
+        target = SloTarget(model, metric, seconds) if current is None else replace(current, threshold_seconds=seconds)
+        if current != target:
+            set_slo(sessions, target)
+        recorded.append(target.label)
+        noted[(model, metric)] = seconds
+    _note(ledger, noted)
+    return recorded, kept
+
+
+def _calibrate(spec: Any, scenario_name: str, echo: Callable[[str], None]) -> Any:
+    """``fleet.calibrate`` on the spec's real engines with the scenario's first mix; None (and a
+    line saying why) when it cannot tell: the scenario's own rate and the spec's targets then."""
+    from fleet.calibrate import CalibrationError, calibrate
+    from fleet.traffic import load_scenario
+
+    pools: dict[str, list[str]] = {}
+    for replica in spec.replicas:
+        if replica.engine == "vllm":
+            pools.setdefault(replica.model, []).append(spec.url(replica))
+    try:
+        cal = calibrate(pools, load_scenario(scenario_name).mix, progress=lambda line: echo(f"  {line}"))
+    except (CalibrationError, OSError) as exc:
+        echo(f"  calibration failed ({exc}): playing the scenario's own rate, SLO targets from the spec")
+        return None
+    echo(cal.line())
+    return cal
 
 
 def _serve_dashboard(host: str, port: int) -> None:
@@ -273,12 +341,26 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
     migrate_all(settings, progress=lambda line: echo(f"  {line}"))
     client = open_clickhouse(settings)
     sessions = make_sessionmaker(make_engine(settings.metadata.url))
-    if added := seed_slos(spec, sessions):
-        echo(
-            f"SLO targets from {spec_path}: "
-            + ", ".join(added)
-            + " (change them: fleetscope slo set, or the Fleet page)"
-        )
+    ledger = work / "slo-recorded.json"  # the targets `up` recorded (not a person): a calibration may renew them
+    calibrating = (
+        opts.calibrate
+        and opts.rate_scale is None
+        and not opts.no_fleet
+        and opts.scenario is not None
+        and any(r.engine == "vllm" for r in spec.replicas)
+    )
+
+    def seed() -> None:
+        if added := seed_slos(spec, sessions, ledger):
+            echo(
+                f"SLO targets from {spec_path}: "
+                + ", ".join(added)
+                + " (change them: fleetscope slo set, or the Fleet page)"
+            )
+
+    if not calibrating:
+        seed()
+    rate_scale = opts.rate_scale if opts.rate_scale is not None else 1.0
     url = f"http://{opts.host}:{opts.port}"
     sink = None
     alerts = (
@@ -317,6 +399,19 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
                 make_models=lambda spec_, replicas_: _make_models(spec_, replicas_, echo),
             )
             warm_up(spec, echo)
+            if calibrating:
+                assert opts.scenario is not None
+                cal = _calibrate(spec, opts.scenario, echo)
+                if cal is None:
+                    seed()
+                else:
+                    rate_scale = cal.rate_scale
+                    wanted = {(model, "ttft"): seconds for model, seconds in cal.slo_ttft_s.items()}
+                    recorded, kept = record_slos(sessions, wanted, ledger)
+                    if kept:
+                        echo(f"  SLO targets kept as set: {', '.join(kept)} (fleetscope slo set, or the Fleet page)")
+                    if recorded:
+                        echo(f"  SLO targets recorded: {', '.join(recorded)}")
             echo(
                 f"fleet: {len(spec.replicas)} replica(s) healthy"
                 + (f", gateway on :{spec.gateway.port}" if spec.gateway else "")
@@ -341,7 +436,7 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
                 "--speed",
                 str(opts.speed),
                 "--rate-scale",
-                str(opts.rate_scale),
+                f"{rate_scale:.4g}",
             ]
             with log.open("w") as out:
                 traffic = subprocess.Popen(
@@ -351,9 +446,7 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
                     start_new_session=True,
                     env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 )
-            echo(
-                f"traffic: scenario {opts.scenario} (speed x{opts.speed:g}, rate x{opts.rate_scale:g}; its log: {log})"
-            )
+            echo(f"traffic: scenario {opts.scenario} (speed x{opts.speed:g}, rate x{rate_scale:.3g}; its log: {log})")
         evaluator.start()
         echo(
             f"alerts: {sum(len(g.rules) for g in rule_groups(alerts))} rule(s) evaluated; notifications to "

@@ -38,3 +38,20 @@ def test_a_request_seen_by_the_gateway_and_its_engine_counts_once(ch, sessions) 
         column_names=["ts", "model", "source"],
     )
     assert "0.2 req/s" in status_line(ch, sessions, now=now)  # no gateway: the engines' spans alone
+
+
+def test_alerts_on_their_way_to_firing_are_counted_beside_the_firing_ones(ch, sessions) -> None:
+    # a demo must show that nothing is even pending in its healthy phase, and when something is
+    from alerts.state import Instance
+    from alerts.store import save_states
+
+    clickhouse_runner.apply(ch)
+    now = datetime.now(UTC).replace(microsecond=0)
+
+    def instance(name: str, state: str) -> Instance:
+        return Instance(name, {"alertname": name}, {}, state, 1.0, now - timedelta(minutes=1))
+
+    save_states(
+        sessions, {"TTFTOverSLO": {"a": instance("a", "pending")}, "KVCacheSaturated": {"b": instance("b", "firing")}}
+    )
+    assert status_line(ch, sessions, now=now).endswith("firing alerts 1 (pending 1)")

@@ -1,0 +1,215 @@
+"""What the engines sustain here: the demo's request rate and SLO targets, measured before it plays.
+
+In:  the fleet's real engines (up and warmed), grouped by model (``{model: [base URLs]}``), and
+     the scenario whose first mix (its steady phase) is to be played.
+Out: ``calibrate(...)`` (``probe`` then ``derive``) -> ``Calibration``: each model pool kept
+     busy with the steady mix's own request shapes for ``probe_s`` seconds (a closed loop of
+     ``per_replica`` requests in flight on each replica, every pool at once, as they share the
+     machine during the demo), giving the requests/s each pool completes and its p99 time to
+     first token under that load. From them: ``sustained_rps`` (the steady mix's requests/s the
+     fleet sustains: the pool that fills first decides), ``rate_scale`` (the scenario's rate
+     times it puts the steady phase's mean load, bursts included, at ``utilisation`` of that)
+     and ``slo_ttft_s`` per model (``margin`` x the loaded p99, rounded up to half a second).
+     ``Calibration.line()`` says it in one line.
+     ``derive(...)`` is the arithmetic alone, on finished probe requests.
+
+The probe goes to the engines directly, not through the gateway: the gateway's request log is
+the demo's, and the probe is set-up. It runs before the collector watches, so the engines'
+histograms count it before their first scrape, which is the baseline every increase starts from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from fleet.loadgen import send_request
+from fleet.traffic import TrafficMix, plan_request
+
+__all__ = ["Calibration", "CalibrationError", "Probe", "calibrate", "derive", "mean_rate", "pool_shares", "probe"]
+
+UTILISATION = 0.4  # the steady phase's mean load, bursts included, as a share of what the engines sustain
+MARGIN = 1.5  # SLO p99 TTFT = this x the p99 measured with the engines fully busy
+PROBE_S = 20.0
+WARM_S = 3.0  # the probe's first seconds: the loops fill up, not counted
+PER_REPLICA = 4  # requests in flight per replica during the probe
+MIN_FINISHED = 3  # fewer finished requests of a pool than this: nothing to tell
+
+
+class CalibrationError(Exception):
+    """The probe did not measure enough to calibrate: the reason, in words."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One finished probe request: its pool, whether it succeeded, its TTFT, when it ended (s)."""
+
+    model: str
+    ok: bool
+    ttft_s: float | None
+    finished_s: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    sustained_rps: float  # requests/s of the steady mix the engines sustain
+    pool_rps: dict[str, float]  # requests/s each pool completed while all were busy
+    loaded_p99_s: dict[str, float]  # p99 TTFT per pool under that load
+    planned_rps: float  # the steady phase's mean request rate, bursts included, as played
+    scenario_rps: float  # the same, as the scenario states it
+    utilisation: float
+    margin: float
+    slo_ttft_s: dict[str, float] = field(default_factory=dict)
+    requests: int = 0
+
+    @property
+    def rate_scale(self) -> float:
+        return self.planned_rps / self.scenario_rps
+
+    def line(self) -> str:
+        slo = ", ".join(f"{m} {s:g}s" for m, s in sorted(self.slo_ttft_s.items()))
+        return (
+            f"calibrated: engines sustain ~{self.sustained_rps:.2g} req/s of the steady mix here; playing at "
+            f"{self.planned_rps:.2g} req/s ({self.utilisation:.0%} of it, x{self.rate_scale:.2g} the scenario's "
+            f"rate); SLO p99 TTFT <= {slo} ({self.margin:g}x the p99 with the engines fully busy)"
+        )
+
+
+def mean_rate(mix: TrafficMix) -> float:
+    """The mix's mean requests/s over time: its rate, with the burst's extra share (the diurnal
+    shape averages out)."""
+    rate = mix.rate
+    if mix.burst is not None:
+        rate *= 1 + (mix.burst.factor - 1) * min(mix.burst.length_s, mix.burst.every_s) / mix.burst.every_s
+    return rate
+
+
+def pool_shares(mix: TrafficMix) -> dict[str, float]:
+    """Each model's share of the mix's requests (tenant weights x their model weights)."""
+    shares: dict[str, float] = {}
+    total_tenants = sum(t.weight for t in mix.tenants)
+    for tenant in mix.tenants:
+        models = tenant.models or mix.models
+        weight_sum = sum(models.values())
+        for model, weight in models.items():
+            shares[model] = shares.get(model, 0.0) + (tenant.weight / total_tenants) * weight / weight_sum
+    return {m: s for m, s in shares.items() if s > 0}
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+def derive(
+    probes: list[Probe],
+    mix: TrafficMix,
+    *,
+    probe_s: float = PROBE_S,
+    warm_s: float = WARM_S,
+    utilisation: float = UTILISATION,
+    margin: float = MARGIN,
+) -> Calibration:
+    """The calibration from finished probe requests (see the module docstring)."""
+    shares = pool_shares(mix)
+    span = probe_s - warm_s
+    pool_rps: dict[str, float] = {}
+    loaded: dict[str, float] = {}
+    for model in shares:
+        mine = [p for p in probes if p.model == model]
+        counted = [p for p in mine if p.ok and warm_s <= p.finished_s <= probe_s]
+        ttfts = [p.ttft_s for p in mine if p.ok and p.ttft_s is not None]
+        failed = [p for p in mine if not p.ok]
+        if len(counted) < MIN_FINISHED or len(ttfts) < MIN_FINISHED:
+            raise CalibrationError(
+                f"the {model} engines finished {len(counted)} probe request(s) in {span:g}s"
+                + (f" ({len(failed)} failed)" if failed else "")
+                + ": too few to measure what they sustain"
+            )
+        pool_rps[model] = len(counted) / span
+        loaded[model] = _p99(ttfts)
+    # the mix sends `share` of its requests to each pool: the pool that fills first decides
+    sustained = min(pool_rps[m] / shares[m] for m in shares)
+    planned = utilisation * sustained
+    slo = {m: max(0.5, math.ceil(2 * margin * loaded[m]) / 2) for m in shares}
+    return Calibration(
+        sustained_rps=sustained,
+        pool_rps=pool_rps,
+        loaded_p99_s=loaded,
+        planned_rps=planned,
+        scenario_rps=mean_rate(mix),
+        utilisation=utilisation,
+        margin=margin,
+        slo_ttft_s=slo,
+        requests=len(probes),
+    )
+
+
+async def probe(
+    pools: dict[str, list[str]],
+    mix: TrafficMix,
+    *,
+    probe_s: float = PROBE_S,
+    per_replica: int = PER_REPLICA,
+    seed: int = 7,
+) -> list[Probe]:
+    """Keep every pool busy with its share of ``mix``'s request shapes for ``probe_s`` seconds:
+    ``per_replica`` loops per replica URL, each sending the next request when one finishes."""
+    rng = random.Random(seed)
+    ids = random.Random()
+    out: list[Probe] = []
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0)
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(probe_s * 3, connect=5.0)) as client:
+        start = time.perf_counter()
+
+        async def loop(model: str, url: str, own: TrafficMix) -> None:
+            while time.perf_counter() - start < probe_s:
+                plan = plan_request(own, rng)
+                trace = f"{ids.getrandbits(128):032x}"
+                result = await send_request(
+                    client, url, plan, trace, f"00-{trace}-{ids.getrandbits(64):016x}-01", "calibration"
+                )
+                out.append(Probe(model, result.ok, result.ttft_s, time.perf_counter() - start))
+
+        loops = []
+        for model, urls in pools.items():
+            # the pool's own requests: this model only, streamed (the TTFT is read from the stream)
+            tenants = [t.model_copy(update={"models": None}) for t in mix.tenants]
+            own = mix.model_copy(update={"models": {model: 1.0}, "tenants": tenants, "stream_share": 1.0})
+            loops += [loop(model, url, own) for url in urls for _ in range(per_replica)]
+        await asyncio.gather(*loops)
+    return out
+
+
+def calibrate(
+    pools: dict[str, list[str]],
+    mix: TrafficMix,
+    *,
+    probe_s: float = PROBE_S,
+    warm_s: float = WARM_S,
+    per_replica: int = PER_REPLICA,
+    utilisation: float = UTILISATION,
+    margin: float = MARGIN,
+    seed: int = 7,
+    progress: Callable[[str], None] | None = None,
+) -> Calibration:
+    """Probe the engines (``pools``: model -> replica base URLs) with ``mix`` and derive the
+    calibration. Raises ``CalibrationError`` when they finish too few requests to tell."""
+    wanted = set(pool_shares(mix))
+    missing = sorted(wanted - set(pools))
+    if missing:
+        raise CalibrationError(f"the steady mix sends to {', '.join(missing)}, which no real engine serves")
+    if progress:
+        replicas = sum(len(pools[m]) for m in wanted)
+        progress(
+            f"calibrating: {probe_s:g}s of the steady mix, {per_replica} requests in flight "
+            f"on each of {replicas} engine(s)"
+        )
+    probes = asyncio.run(probe({m: pools[m] for m in wanted}, mix, probe_s=probe_s, per_replica=per_replica, seed=seed))
+    return derive(probes, mix, probe_s=probe_s, warm_s=warm_s, utilisation=utilisation, margin=margin)

@@ -1,0 +1,91 @@
+"""``fleet.calibrate``: the demo's rate and SLO targets from what the engines sustain.
+
+The arithmetic on hand-made probe results (which pool decides, the stated utilisation with the
+scenario's bursts, the SLO margin and its rounding, too little to tell), and the probe itself over
+HTTP against simulated engines of two speeds (the real-engine run is tests/integration/test_up_engines.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from fleet.calibrate import CalibrationError, Probe, derive, mean_rate, pool_shares, probe
+from fleet.sim.engine import EngineConfig
+from fleet.sim.server import SimFleet, SimReplica
+from fleet.traffic import Scenario, load_scenario
+
+
+def rollout_mix():
+    return load_scenario("long-context-rollout").mix  # 2 req/s, bursts x2.5 for 8 s a minute, 3:1 small:large
+
+
+def test_the_scenarios_mean_rate_counts_its_bursts_and_its_pools_shares() -> None:
+    mix = rollout_mix()
+    assert mean_rate(mix) == pytest.approx(2 * (1 + 1.5 * 8 / 60))  # 2.4 req/s on average
+    assert pool_shares(mix) == pytest.approx({"tiny-small": 0.75, "tiny-large": 0.25})
+
+
+def test_the_pool_that_fills_first_sets_the_rate_and_each_pool_gets_its_own_slo() -> None:
+    mix = rollout_mix()
+    # in 17 counted seconds the small pool finished 34 requests (2/s), the large one 4 (0.24/s):
+    # the mix sends a quarter of its requests to the large pool, so it fills at 0.94 req/s
+    probes = [Probe("tiny-small", True, 0.1 + 0.01 * i, 3.0 + i * 0.5) for i in range(34)]
+    probes += [Probe("tiny-large", True, 1.2, 3.5 + i * 5.0) for i in range(4)]
+    probes += [Probe("tiny-large", True, 2.9, 1.0)]  # before the loops filled: its TTFT counts, its finish does not
+    probes += [Probe("tiny-small", False, None, 5.0)]  # a failure is not a finished request
+    cal = derive(probes, mix, probe_s=20.0, warm_s=3.0)
+    assert cal.pool_rps == pytest.approx({"tiny-small": 34 / 17, "tiny-large": 4 / 17})
+    assert cal.sustained_rps == pytest.approx((4 / 17) / 0.25)  # ~0.94 req/s: the large pool decides
+    assert cal.planned_rps == pytest.approx(0.4 * (4 / 17) / 0.25)
+    assert cal.rate_scale == pytest.approx(0.4 * (4 / 17) / 0.25 / 2.4)
+    # p99 TTFT under full load: 0.43 s (small), 2.9 s (large); x1.5, rounded up to half a second
+    assert cal.slo_ttft_s == {"tiny-small": 1.0, "tiny-large": 4.5}
+    line = cal.line()
+    assert line.startswith(
+        "calibrated: engines sustain ~0.94 req/s of the steady mix here; playing at 0.38 req/s (40% of it"
+    )
+    assert "SLO p99 TTFT <= tiny-large 4.5s, tiny-small 1s" in line
+
+
+def test_too_few_finished_requests_is_said_not_guessed() -> None:
+    probes = [Probe("tiny-small", True, 0.2, 4.0 + i) for i in range(12)]
+    probes += [Probe("tiny-large", True, 0.5, 4.0), Probe("tiny-large", False, None, 6.0)]
+    with pytest.raises(CalibrationError, match=r"tiny-large engines finished 1 probe request\(s\) in 17s \(1 failed\)"):
+        derive(probes, rollout_mix())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_probe_over_http_finds_the_slower_pool() -> None:
+    data = load_scenario("steady").model_dump()
+    data["mix"]["models"] = {"fast": 0.5, "slow": 0.5}
+    data["mix"]["tenants"] = [dict(t, models=None) for t in data["mix"]["tenants"]]
+    mix = Scenario.model_validate(data).mix
+
+    async def go() -> list[Probe]:
+        # the slow model's engine runs at a quarter of the fast one's speed; both hold few sequences at once
+        replicas = [
+            SimReplica("fast-0", "fast", free_port(), EngineConfig(max_model_len=4096, max_num_seqs=2)),
+            SimReplica("slow-0", "slow", free_port(), EngineConfig(max_model_len=4096, max_num_seqs=2, speed=0.25)),
+        ]
+        fleet = SimFleet(replicas)
+        await fleet.start()
+        try:
+            pools = {r.model: [f"http://127.0.0.1:{r.port}"] for r in replicas}
+            return await probe(pools, mix, probe_s=4.0, per_replica=3)
+        finally:
+            await fleet.stop()
+
+    probes = asyncio.run(go())
+    assert all(p.ok for p in probes), [p for p in probes if not p.ok][:3]
+    cal = derive(probes, mix, probe_s=4.0, warm_s=0.5)
+    assert cal.pool_rps["fast"] > 2 * cal.pool_rps["slow"]
+    assert cal.sustained_rps == pytest.approx(cal.pool_rps["slow"] / 0.5)
+    assert cal.slo_ttft_s["slow"] >= cal.slo_ttft_s["fast"]
