@@ -8,9 +8,11 @@ Out: ``calibrate(...)`` (``probe`` then ``derive``) -> ``Calibration``: each mod
      machine during the demo), giving the requests/s each pool completes and its p99 time to
      first token under that load. From them: ``sustained_rps`` (the steady mix's requests/s the
      fleet sustains: the pool that fills first decides), ``rate_scale`` (the scenario's rate
-     times it puts the steady phase's mean load, bursts included, at ``utilisation`` of that)
-     and ``slo_ttft_s`` per model (``margin`` x the loaded p99, rounded up to half a second).
-     ``Calibration.line()`` says it in one line.
+     times it puts the steady phase's peak load, its bursts, at ``utilisation`` of that)
+     and ``slo_ttft_s`` per model: the steady mix is then played open loop at that rate for
+     ``play_s`` seconds, and each target is ``PLAYED_MARGIN`` x the p99 TTFT played, rounded up to
+     half a second (``with_played_slos``; without enough timed requests, ``margin`` x the fully
+     busy p99). ``Calibration.line()`` says it in one line.
      ``derive(...)`` is the arithmetic alone, on finished probe requests.
 
 The probe goes to the engines directly, not through the gateway: the gateway's request log is
@@ -25,21 +27,39 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 
 from fleet.loadgen import send_request
 from fleet.traffic import TrafficMix, plan_request
 
-__all__ = ["Calibration", "CalibrationError", "Probe", "calibrate", "derive", "mean_rate", "pool_shares", "probe"]
+__all__ = [
+    "Calibration",
+    "CalibrationError",
+    "Probe",
+    "calibrate",
+    "derive",
+    "mean_rate",
+    "peak_rate",
+    "play",
+    "pool_shares",
+    "probe",
+    "with_played_slos",
+]
 
-UTILISATION = 0.4  # the steady phase's mean load, bursts included, as a share of what the engines sustain
+# the steady phase's peak load (its bursts) as a share of what the engines sustain: the probe runs
+# before the collector, the evaluator and the dashboard share the cores with the engines, and a
+# burst near capacity fills a queue whose tail the 5-minute p99 keeps for minutes
+UTILISATION = 0.6
 MARGIN = 1.5  # SLO p99 TTFT = this x the p99 measured with the engines fully busy
 PROBE_S = 20.0
 WARM_S = 3.0  # the probe's first seconds: the loops fill up, not counted
 PER_REPLICA = 4  # requests in flight per replica during the probe
 MIN_FINISHED = 3  # fewer finished requests of a pool than this: nothing to tell
+PLAY_S = 30.0  # then the steady mix played at the calibrated rate: its p99 TTFT sets the SLO targets
+PLAYED_MARGIN = 2.0  # SLO p99 TTFT = this x the p99 played at the calibrated rate
+MIN_PLAYED = 5
 
 
 class CalibrationError(Exception):
@@ -62,11 +82,13 @@ class Calibration:
     pool_rps: dict[str, float]  # requests/s each pool completed while all were busy
     loaded_p99_s: dict[str, float]  # p99 TTFT per pool under that load
     planned_rps: float  # the steady phase's mean request rate, bursts included, as played
+    peak_rps: float  # its rate during a burst, as played
     scenario_rps: float  # the same, as the scenario states it
     utilisation: float
     margin: float
     slo_ttft_s: dict[str, float] = field(default_factory=dict)
     requests: int = 0
+    slo_basis: str = ""  # how the targets were set, in words
 
     @property
     def rate_scale(self) -> float:
@@ -76,9 +98,15 @@ class Calibration:
         slo = ", ".join(f"{m} {s:g}s" for m, s in sorted(self.slo_ttft_s.items()))
         return (
             f"calibrated: engines sustain ~{self.sustained_rps:.2g} req/s of the steady mix here; playing at "
-            f"{self.planned_rps:.2g} req/s ({self.utilisation:.0%} of it, x{self.rate_scale:.2g} the scenario's "
-            f"rate); SLO p99 TTFT <= {slo} ({self.margin:g}x the p99 with the engines fully busy)"
+            f"{self.planned_rps:.2g} req/s, bursts to {self.peak_rps:.2g} ({self.utilisation:.0%} of it; "
+            f"x{self.rate_scale:.2g} the scenario's rate); SLO p99 TTFT <= {slo} ({self.slo_basis})"
         )
+
+
+def peak_rate(mix: TrafficMix) -> float:
+    """The mix's highest request rate: its rate in a burst, at the diurnal peak."""
+    rate = mix.rate * (1 + mix.diurnal.amplitude if mix.diurnal is not None else 1)
+    return rate * (mix.burst.factor if mix.burst is not None else 1)
 
 
 def mean_rate(mix: TrafficMix) -> float:
@@ -136,19 +164,44 @@ def derive(
         loaded[model] = _p99(ttfts)
     # the mix sends `share` of its requests to each pool: the pool that fills first decides
     sustained = min(pool_rps[m] / shares[m] for m in shares)
-    planned = utilisation * sustained
+    # the peak at `utilisation` of what the engines sustain; the mean follows from the mix's shape
+    peak = utilisation * sustained
+    planned = peak * mean_rate(mix) / peak_rate(mix)
     slo = {m: max(0.5, math.ceil(2 * margin * loaded[m]) / 2) for m in shares}
     return Calibration(
         sustained_rps=sustained,
         pool_rps=pool_rps,
         loaded_p99_s=loaded,
         planned_rps=planned,
+        peak_rps=peak,
         scenario_rps=mean_rate(mix),
         utilisation=utilisation,
         margin=margin,
         slo_ttft_s=slo,
         requests=len(probes),
+        slo_basis=f"{margin:g}x the p99 with the engines fully busy",
     )
+
+
+def with_played_slos(
+    cal: Calibration, played: list[Probe], *, seconds: float, margin: float = PLAYED_MARGIN
+) -> Calibration:
+    """``cal`` with each pool's SLO p99 TTFT set from requests played at the calibrated rate:
+    ``margin`` x their p99, rounded up to half a second (at least 1 s). A pool with fewer than
+    ``MIN_PLAYED`` timed requests keeps the target from the fully busy probe."""
+    slo = dict(cal.slo_ttft_s)
+    measured = []
+    for model in slo:
+        ttfts = [p.ttft_s for p in played if p.model == model and p.ok and p.ttft_s is not None]
+        if len(ttfts) >= MIN_PLAYED:
+            slo[model] = max(1.0, math.ceil(2 * margin * _p99(ttfts)) / 2)
+            measured.append(model)
+    if not measured:
+        return cal
+    basis = f"{margin:g}x the p99 of {seconds:g}s played at that rate"
+    if len(measured) < len(slo):
+        basis += f"; {', '.join(sorted(set(slo) - set(measured)))}: {cal.slo_basis}"
+    return replace(cal, slo_ttft_s=slo, slo_basis=basis)
 
 
 async def probe(
@@ -187,6 +240,23 @@ async def probe(
     return out
 
 
+async def play(pools: dict[str, list[str]], mix: TrafficMix, rate_scale: float, seconds: float) -> list[Probe]:
+    """The steady mix played open loop (Poisson arrivals, its bursts) at ``rate_scale`` times its
+    rate for ``seconds``, straight to the engines: each finished request as a ``Probe``."""
+    from fleet.loadgen import RequestResult, Targets, run_scenario
+    from fleet.traffic import Scenario
+
+    start = time.perf_counter()
+    out: list[Probe] = []
+
+    def done(result: RequestResult) -> None:
+        out.append(Probe(result.model, result.ok, result.ttft_s, time.perf_counter() - start))
+
+    steady = Scenario(name="calibration", duration_s=seconds, mix=mix.model_copy(update={"stream_share": 1.0}))
+    await run_scenario(steady, Targets(by_model=pools), rate_scale=rate_scale, duration_s=seconds, on_result=done)
+    return out
+
+
 def calibrate(
     pools: dict[str, list[str]],
     mix: TrafficMix,
@@ -196,6 +266,7 @@ def calibrate(
     per_replica: int = PER_REPLICA,
     utilisation: float = UTILISATION,
     margin: float = MARGIN,
+    play_s: float = PLAY_S,
     seed: int = 7,
     progress: Callable[[str], None] | None = None,
 ) -> Calibration:
@@ -212,4 +283,10 @@ def calibrate(
             f"on each of {replicas} engine(s)"
         )
     probes = asyncio.run(probe({m: pools[m] for m in wanted}, mix, probe_s=probe_s, per_replica=per_replica, seed=seed))
-    return derive(probes, mix, probe_s=probe_s, warm_s=warm_s, utilisation=utilisation, margin=margin)
+    cal = derive(probes, mix, probe_s=probe_s, warm_s=warm_s, utilisation=utilisation, margin=margin)
+    if play_s <= 0:
+        return cal
+    if progress:
+        progress(f"calibrating: {play_s:g}s of the steady mix at {cal.planned_rps:.2g} req/s (its SLO targets)")
+    played = asyncio.run(play({m: pools[m] for m in wanted}, mix, cal.rate_scale, play_s))
+    return with_played_slos(cal, played, seconds=play_s)

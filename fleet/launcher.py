@@ -146,6 +146,22 @@ def _set_parent_death_signal() -> None:  # runs in the child between fork and ex
         pass
 
 
+def _child_setup(attach: bool, nice: int) -> Callable[[], None] | None:
+    """What a child runs between fork and exec: the parent-death signal (``attach``) and a lower
+    CPU priority (``nice`` > 0)."""
+    if not attach and nice <= 0:
+        return None
+
+    def setup() -> None:
+        if attach:
+            _set_parent_death_signal()
+        if nice > 0:
+            with contextlib.suppress(OSError):  # a priority we may not lower: run as is
+                os.nice(nice)
+
+    return setup
+
+
 class Launcher:
     """Start, watch and stop the replicas of one fleet."""
 
@@ -247,10 +263,12 @@ class Launcher:
         attach: bool = True,
         progress: Callable[[str], None] = lambda _m: None,
         make_models: Callable[[FleetSpec, list[ReplicaSpec]], None] | None = None,
+        cpu_nice: int = 0,
     ) -> list[ReplicaRecord]:
         """Start replicas and wait until every one answers ``/health``.
 
-        ``attach``: replicas get SIGTERM if this process dies (foreground use). On a replica
+        ``attach``: replicas get SIGTERM if this process dies (foreground use). ``cpu_nice``: CPU
+        engines run at that lower priority (``fleetscope up`` shares the cores with them). On a replica
         that exits or misses the health timeout, its log tail is shown and all replicas
         started by this call are stopped.
         """
@@ -301,7 +319,7 @@ class Launcher:
                     stderr=subprocess.STDOUT,
                     env={**os.environ, **extra_env},
                     start_new_session=True,
-                    preexec_fn=_set_parent_death_signal if attach else None,  # noqa: PLW1509
+                    preexec_fn=_child_setup(attach, cpu_nice if self.engine.device == "cpu" else 0),  # noqa: PLW1509
                 )
             self._children[replica.name] = proc
             record = ReplicaRecord(

@@ -38,6 +38,7 @@ from fleetscope.settings import Settings
 __all__ = ["UpError", "UpOptions", "derived_spec", "record_slos", "seed_slos", "status_line", "up"]
 
 ROOT = Path(__file__).resolve().parent.parent
+ENGINE_NICE = 10  # CPU engines' lower priority under `up`: the product's own processes come first
 
 
 class UpError(Exception):
@@ -397,6 +398,9 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
                 attach=True,
                 progress=lambda line: echo(f"  {line}"),
                 make_models=lambda spec_, replicas_: _make_models(spec_, replicas_, echo),
+                # CPU engines share the cores with the collector and the dashboard: they get what
+                # is left (a page rendered during the incident took 19 s on 2 cores beside them)
+                cpu_nice=ENGINE_NICE,
             )
             warm_up(spec, echo)
             if calibrating:

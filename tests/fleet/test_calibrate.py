@@ -12,7 +12,17 @@ import socket
 
 import pytest
 
-from fleet.calibrate import CalibrationError, Probe, derive, mean_rate, pool_shares, probe
+from fleet.calibrate import (
+    CalibrationError,
+    Probe,
+    derive,
+    mean_rate,
+    peak_rate,
+    play,
+    pool_shares,
+    probe,
+    with_played_slos,
+)
 from fleet.sim.engine import EngineConfig
 from fleet.sim.server import SimFleet, SimReplica
 from fleet.traffic import Scenario, load_scenario
@@ -25,6 +35,7 @@ def rollout_mix():
 def test_the_scenarios_mean_rate_counts_its_bursts_and_its_pools_shares() -> None:
     mix = rollout_mix()
     assert mean_rate(mix) == pytest.approx(2 * (1 + 1.5 * 8 / 60))  # 2.4 req/s on average
+    assert peak_rate(mix) == pytest.approx(5.0)  # 2 x 2.5 in a burst
     assert pool_shares(mix) == pytest.approx({"tiny-small": 0.75, "tiny-large": 0.25})
 
 
@@ -39,15 +50,36 @@ def test_the_pool_that_fills_first_sets_the_rate_and_each_pool_gets_its_own_slo(
     cal = derive(probes, mix, probe_s=20.0, warm_s=3.0)
     assert cal.pool_rps == pytest.approx({"tiny-small": 34 / 17, "tiny-large": 4 / 17})
     assert cal.sustained_rps == pytest.approx((4 / 17) / 0.25)  # ~0.94 req/s: the large pool decides
-    assert cal.planned_rps == pytest.approx(0.4 * (4 / 17) / 0.25)
-    assert cal.rate_scale == pytest.approx(0.4 * (4 / 17) / 0.25 / 2.4)
+    # its bursts (x2.5: 5 req/s in the scenario's terms) at 60 % of that, the mean (2.4) in proportion
+    assert cal.peak_rps == pytest.approx(0.6 * (4 / 17) / 0.25)
+    assert cal.planned_rps == pytest.approx(0.6 * (4 / 17) / 0.25 * 2.4 / 5)
+    assert cal.rate_scale == pytest.approx(0.6 * (4 / 17) / 0.25 / 5)
     # p99 TTFT under full load: 0.43 s (small), 2.9 s (large); x1.5, rounded up to half a second
     assert cal.slo_ttft_s == {"tiny-small": 1.0, "tiny-large": 4.5}
     line = cal.line()
     assert line.startswith(
-        "calibrated: engines sustain ~0.94 req/s of the steady mix here; playing at 0.38 req/s (40% of it"
+        "calibrated: engines sustain ~0.94 req/s of the steady mix here; playing at 0.27 req/s, bursts to 0.56 "
+        "(60% of it; x0.11 the scenario's rate)"
     )
     assert "SLO p99 TTFT <= tiny-large 4.5s, tiny-small 1s" in line
+
+
+def test_the_slo_targets_come_from_the_steady_mix_played_at_the_calibrated_rate() -> None:
+    mix = rollout_mix()
+    busy = [Probe("tiny-small", True, 6.0, 4.0 + i * 0.5) for i in range(20)]  # a saturated probe: 6 s
+    busy += [Probe("tiny-large", True, 0.8, 4.0 + i) for i in range(5)]
+    cal = derive(busy, mix)
+    assert cal.slo_ttft_s == {"tiny-small": 9.0, "tiny-large": 1.5}
+    # played at the calibrated rate: small requests start in 0.3-1.2 s; the large pool timed only 2
+    played = [Probe("tiny-small", True, 0.3 + 0.05 * i, 1.0 + i) for i in range(19)]
+    played += [Probe("tiny-large", True, 0.4, 2.0), Probe("tiny-large", True, 0.5, 9.0)]
+    again = with_played_slos(cal, played, seconds=30)
+    assert again.slo_ttft_s == {"tiny-small": 2.5, "tiny-large": 1.5}  # 2 x 1.2 s, rounded up; large kept
+    assert again.line().endswith(
+        "SLO p99 TTFT <= tiny-large 1.5s, tiny-small 2.5s (2x the p99 of 30s played at that rate; "
+        "tiny-large: 1.5x the p99 with the engines fully busy)"
+    )
+    assert again.rate_scale == cal.rate_scale
 
 
 def test_too_few_finished_requests_is_said_not_guessed() -> None:
@@ -79,13 +111,18 @@ def test_the_probe_over_http_finds_the_slower_pool() -> None:
         await fleet.start()
         try:
             pools = {r.model: [f"http://127.0.0.1:{r.port}"] for r in replicas}
-            return await probe(pools, mix, probe_s=4.0, per_replica=3)
+            busy = await probe(pools, mix, probe_s=4.0, per_replica=3)
+            played = await play(pools, mix, rate_scale=1.0, seconds=4.0)
+            return busy, played
         finally:
             await fleet.stop()
 
-    probes = asyncio.run(go())
+    probes, played = asyncio.run(go())
     assert all(p.ok for p in probes), [p for p in probes if not p.ok][:3]
     cal = derive(probes, mix, probe_s=4.0, warm_s=0.5)
     assert cal.pool_rps["fast"] > 2 * cal.pool_rps["slow"]
     assert cal.sustained_rps == pytest.approx(cal.pool_rps["slow"] / 0.5)
     assert cal.slo_ttft_s["slow"] >= cal.slo_ttft_s["fast"]
+    # the steady mix played open loop reaches both pools, every request timed from its stream
+    assert {p.model for p in played} == {"fast", "slow"} and all(p.ok and p.ttft_s is not None for p in played)
+    assert with_played_slos(cal, played, seconds=4).slo_basis.startswith("2x the p99 of 4s played")
