@@ -51,7 +51,7 @@ def receiver() -> Iterator[ScriptedReceiver]:
     server.stop()
 
 
-def test_ttft_fires_within_for_plus_two_intervals_kv_saturation_within_the_rollout_and_both_resolve(
+def test_ttft_pages_within_for_plus_two_intervals_and_resolves_while_kv_waves_do_not_page(
     rollout: Any, sqlite_url: str, receiver: ScriptedReceiver
 ) -> None:
     client, report = rollout
@@ -85,15 +85,17 @@ def test_ttft_fires_within_for_plus_two_intervals_kv_saturation_within_the_rollo
         deliverer.run_once(at)
         at += timedelta(seconds=EVERY)
 
-    for name in ("KVCacheSaturated", "TTFTOverSLO"):
-        assert name in fired, f"{name} never fired; fired: {sorted(fired)}"
-        late = (fired[name] - switch).total_seconds()
-        # the tail pages within its for: and two evaluations; the small caches (one long prompt fills
-        # 13 of their 16 blocks) saturate in waves, so KVCacheSaturated fires within the rollout
-        within = rules[name].for_s + 2 * EVERY if name == "TTFTOverSLO" else (back - switch).total_seconds()
-        assert 0 < late <= within, f"{name} fired {late:.0f}s after the rollout"
-        assert name in resolved and resolved[name] > back, f"{name} did not resolve after the rollback"
-        assert resolved[name] > fired[name]
+    # the tail pages within its for: and two evaluations
+    assert "TTFTOverSLO" in fired, f"TTFTOverSLO never fired; fired: {sorted(fired)}"
+    late = (fired["TTFTOverSLO"] - switch).total_seconds()
+    assert 0 < late <= rules["TTFTOverSLO"].for_s + 2 * EVERY, f"TTFTOverSLO fired {late:.0f}s after the rollout"
+    assert "TTFTOverSLO" in resolved and back < resolved["TTFTOverSLO"], (
+        "TTFTOverSLO did not resolve after the rollback"
+    )
+    # the small caches (one long prompt fills 13 of their 16 blocks) fill in waves and drain between
+    # them: busy, not saturated by each minute's mean, so KVCacheSaturated does not page, before the
+    # rollout least of all (the waves are explain's evidence: KV-cache saturation's share of steps)
+    assert "KVCacheSaturated" not in fired, fired
 
     still = {
         (name, i.labels.get("replica", i.labels.get("model")))
@@ -105,22 +107,21 @@ def test_ttft_fires_within_for_plus_two_intervals_kv_saturation_within_the_rollo
 
     # what the on-call receiver got: Alertmanager payloads, firing then resolved, with links that explain
     posts = [json.loads(r.body) for r in receiver.requests]
-    kv = [p for p in posts if p["groupLabels"] == {"alertname": "KVCacheSaturated"}]
-    assert kv[0]["status"] == "firing" and {a["labels"]["replica"] for a in kv[0]["alerts"]} <= {"small-0", "small-1"}
-    assert kv[0]["alerts"][0]["generatorURL"].startswith("http://dash.example:8501/investigate?")
-    assert kv[-1]["status"] == "resolved"
+    assert not [p for p in posts if p["groupLabels"] == {"alertname": "KVCacheSaturated"}]
     ttft = [p for p in posts if p["groupLabels"] == {"alertname": "TTFTOverSLO"}]
-    assert ttft[0]["alerts"][0]["labels"]["model"] == "tiny-small" and ttft[-1]["status"] == "resolved"
+    assert ttft[0]["status"] == "firing" and ttft[0]["alerts"][0]["labels"]["model"] == "tiny-small"
+    assert ttft[0]["alerts"][0]["generatorURL"].startswith("http://dash.example:8501/investigate?")
+    assert ttft[-1]["status"] == "resolved"
     assert "x its SLO" in ttft[0]["alerts"][0]["annotations"]["summary"]
     assert len({r.key for r in receiver.requests}) == len(receiver.requests)  # nothing delivered twice
 
     # the history in ClickHouse tells the same story
     events = history(client, report.start, report.end + timedelta(minutes=1))
-    states = [(e["rule"], e["state"]) for e in reversed(events) if e["rule"] == "KVCacheSaturated"]
+    states = [(e["rule"], e["state"]) for e in reversed(events) if e["rule"] == "TTFTOverSLO"]
     assert (
-        states.index(("KVCacheSaturated", "pending"))
-        < states.index(("KVCacheSaturated", "firing"))
-        < states.index(("KVCacheSaturated", "resolved"))
+        states.index(("TTFTOverSLO", "pending"))
+        < states.index(("TTFTOverSLO", "firing"))
+        < states.index(("TTFTOverSLO", "resolved"))
     )
 
 
