@@ -361,8 +361,9 @@ class Writer:
             {"table": table, "token": uuid.uuid4().hex, "columns": _combine(chunks)} for table, chunks in taken
         ]
         payload = _pieces({"batches": batches})
+        size = _size(payload)
         _count, used = self.spool_size()
-        if used + _size(payload) > self.config.spool_max_bytes:
+        if used + size > self.config.spool_max_bytes:
             for batch in batches:
                 rows = _rows(batch["columns"])
                 self.metrics.dropped.labels(batch["table"]).inc(rows)
@@ -380,9 +381,9 @@ class Writer:
                     self._buffer_since.setdefault(table, time.monotonic())
             raise
         with self._lock:
-            if self._fresh_bytes + _size(payload) <= FRESH_MAX_BYTES:
-                self._fresh[path.name] = (batches, _size(payload))
-                self._fresh_bytes += _size(payload)
+            if self._fresh_bytes + size <= FRESH_MAX_BYTES:
+                self._fresh[path.name] = (batches, size)
+                self._fresh_bytes += size
         self._update_spool_metrics()
 
     def _read(self, path: Path) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 import httpx
 
-from fleet.loadgen import send_request
+from fleet.loadgen import percentile, send_request
 from fleet.traffic import TrafficMix, plan_request
 
 __all__ = [
@@ -131,8 +131,9 @@ def pool_shares(mix: TrafficMix) -> dict[str, float]:
 
 
 def _p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+    found = percentile(values, 0.99)
+    assert found is not None  # callers count their values first
+    return found
 
 
 def derive(

@@ -28,7 +28,15 @@ import httpx
 
 from fleet.traffic import RequestPlan, Scenario, next_gap, plan_request
 
-__all__ = ["LoadStats", "RequestResult", "Targets", "discover_max_model_len", "run_scenario", "send_request"]
+__all__ = [
+    "LoadStats",
+    "RequestResult",
+    "Targets",
+    "discover_max_model_len",
+    "percentile",
+    "run_scenario",
+    "send_request",
+]
 
 
 @dataclass(frozen=True)
@@ -51,7 +59,8 @@ class RequestResult:
     phase: str
 
 
-def _pct(values: list[float], q: float) -> float | None:
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile of ``values`` by nearest rank; None for none."""
     if not values:
         return None
     ordered = sorted(values)
@@ -84,7 +93,7 @@ class LoadStats:
 
     def line(self, elapsed: float, phase: str, in_flight: int) -> str:
         ttft = list(self.ttft)[-200:]
-        p50, p99 = _pct(ttft, 0.5), _pct(ttft, 0.99)
+        p50, p99 = percentile(ttft, 0.5), percentile(ttft, 0.99)
         lat = f"TTFT p50 {p50:.3f}s p99 {p99:.3f}s" if p50 is not None and p99 is not None else "TTFT n/a"
         shed = f" shed {self.shed}" if self.shed else ""
         return (
@@ -100,10 +109,10 @@ class LoadStats:
             "failed": self.failed,
             "shed": self.shed,
             "errors": dict(self.errors),
-            "ttft_p50_s": _pct(ttft, 0.5),
-            "ttft_p99_s": _pct(ttft, 0.99),
-            "e2e_p50_s": _pct(e2e, 0.5),
-            "e2e_p99_s": _pct(e2e, 0.99),
+            "ttft_p50_s": percentile(ttft, 0.5),
+            "ttft_p99_s": percentile(ttft, 0.99),
+            "e2e_p50_s": percentile(e2e, 0.5),
+            "e2e_p99_s": percentile(e2e, 0.99),
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
         }
