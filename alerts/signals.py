@@ -300,6 +300,11 @@ def _targets(ctx: Context, metric: str | None = None) -> list:
     return [t for t in ctx.cache[key] if metric is None or t.metric == metric]
 
 
+def min_requests_for(q: float) -> int:
+    """The fewest requests whose ``q`` quantile is more than their largest value alone."""
+    return 1 if q >= 1 else max(1, math.ceil(1 / (1 - q) - 1e-9))
+
+
 def _over_slo(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
     from analytics.slo import slo_attainment
 
@@ -310,7 +315,10 @@ def _over_slo(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
     df = slo_attainment(ctx.client, targets, start, end, buckets=lambda f, s, e: _buckets(ctx, f, s, e))
     out = []
     for t, row in zip(targets, df.itertuples(index=False), strict=True):
-        if row.requests and not pd.isna(row.observed):
+        # the p99 of 30 requests is the slowest of them, not a p99: a window answers once it holds
+        # enough requests for its percentile (1 / (1 - p): 100 for a p99), or min_requests
+        need = p["min_requests"] or min_requests_for(t.percentile or t.objective)
+        if row.requests and row.requests >= need and not pd.isna(row.observed):
             out.append(
                 Sample(
                     {"model": t.model, "metric": t.metric, "slo": t.label}, float(row.observed) / t.threshold_seconds
@@ -540,8 +548,17 @@ SIGNALS: dict[str, Signal] = {
         ),
         Signal(
             "latency_over_slo",
-            "observed percentile / SLO threshold per model (> 1: over the SLO)",
-            {"window": W5, "metric": Param("ttft", "choice", ("ttft", "itl", "tpot", "e2e"))},
+            "observed percentile / SLO threshold per model (> 1: over the SLO); none until the window "
+            "holds enough requests for the percentile",
+            {
+                "window": W5,
+                "metric": Param("ttft", "choice", ("ttft", "itl", "tpot", "e2e")),
+                "min_requests": Param(
+                    "0",
+                    "number",
+                    help="requests the window must hold; 0: 1 / (1 - percentile), 100 for a p99",
+                ),
+            },
             _over_slo,
             ("model", "metric", "slo"),
         ),

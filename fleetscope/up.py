@@ -4,11 +4,14 @@ In:  settings (``fleetscope.yaml``), ``UpOptions`` (which fleet, scenario, repli
 Out: until Ctrl-C or SIGTERM, in this process: the collector (its own asyncio loop in a thread),
      the alert evaluator (APScheduler's thread), a webhook sink when no receiver is configured
      (``alerts.sink``), a status line every ``status_every_s`` and the Streamlit dashboard (in the
-     main thread, its pages handed the same ClickHouse client: chDB allows one process per data
-     directory); as children: the bundled fleet (real vLLM engines, or simulated ones with
-     ``fleet="sim"``) with its gateway, and the traffic generator playing ``scenario``. On the
-     way out the traffic stops, then the evaluator, the collector's scrapes, the fleet, and last
-     the collector's receiver (the fleet's last request logs arrive), which flushes what it holds
+     main thread: chDB allows one process per data directory), the collector, the evaluator and
+     the dashboard each on a ClickHouse handle of its own (a handle serialises its calls; separate
+     ones query in parallel); as children: the bundled fleet (real vLLM engines, or simulated
+     ones with ``fleet="sim"``; CPU engines at a lower priority) with its gateway, and the traffic
+     generator playing ``scenario`` (started once the dashboard answers and every rule group was
+     evaluated once: the steady phase does not share the cores with `up`'s start). On the way
+     out the traffic stops, then the evaluator, the collector's scrapes, the fleet, and last the
+     collector's receiver (the fleet's last request logs arrive), which flushes what it holds
      (what ClickHouse does not take stays in the spool).
 """
 
@@ -39,6 +42,7 @@ __all__ = ["UpError", "UpOptions", "derived_spec", "record_slos", "seed_slos", "
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE_NICE = 10  # CPU engines' lower priority under `up`: the product's own processes come first
+FIRST_PASS_WAIT_S = 60.0  # the traffic waits for the rules' first evaluation at most this long
 
 
 class UpError(Exception):
@@ -340,7 +344,11 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
         echo(f"engine: {engine.distribution} {engine.version} ({engine.device})")
     echo("migrations ...")
     migrate_all(settings, progress=lambda line: echo(f"  {line}"))
-    client = open_clickhouse(settings)
+    client = open_clickhouse(settings)  # the collector's
+    # one chDB handle serialises its calls: the evaluator (with the status line) and the dashboard
+    # get handles of their own, so a page does not wait behind a rule's query or an insert
+    evaluator_client = open_clickhouse(settings)
+    dashboard_client = open_clickhouse(settings)
     sessions = make_sessionmaker(make_engine(settings.metadata.url))
     ledger = work / "slo-recorded.json"  # the targets `up` recorded (not a person): a calibration may renew them
     calibrating = (
@@ -379,8 +387,11 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
     settings = settings.model_copy(update={"alerts": alerts})
 
     collector = _CollectorThread(build_collector(settings, client))
-    evaluator = Evaluator(rule_groups(alerts), Context(client, sessions, settings.cost.weights()), sessions, alerts)
+    evaluator = Evaluator(
+        rule_groups(alerts), Context(evaluator_client, sessions, settings.cost.weights()), sessions, alerts
+    )
     traffic: subprocess.Popen[bytes] | None = None
+    traffic_lock = threading.Lock()  # started from the announcing thread, stopped from this one
     stop_status = threading.Event()
     started_fleet = False
     flushed = False
@@ -425,7 +436,28 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
         echo(
             f"collector: {len(collector.collector.targets())} target(s), OTLP and request logs on http://{c.host}:{c.http_port}"
         )
-        if not opts.no_fleet and opts.scenario:
+        evaluator.start()
+        echo(
+            f"alerts: {sum(len(g.rules) for g in rule_groups(alerts))} rule(s) evaluated; notifications to "
+            + ", ".join(r.name for r in alerts.receivers)
+        )
+
+        def report() -> None:
+            while not stop_status.wait(opts.status_every_s):
+                try:
+                    echo(status_line(evaluator_client, sessions))
+                except Exception as exc:  # noqa: BLE001 - a status line must not stop the product
+                    echo(f"status unavailable: {exc}")
+
+        threading.Thread(target=report, name="status", daemon=True).start()
+        use_stores(dashboard_client, sessions, settings)
+
+        def start_traffic() -> None:
+            """The scenario, once everything that watches it runs: its first seconds are the steady
+            phase, not `up`'s own start-up (the dashboard's server, the rules' first pass) taking
+            the cores from the engines."""
+            nonlocal traffic
+            assert opts.scenario is not None
             log = work / "traffic.log"
             cmd = [
                 sys.executable,
@@ -442,32 +474,20 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
                 "--rate-scale",
                 f"{rate_scale:.4g}",
             ]
-            with log.open("w") as out:
-                traffic = subprocess.Popen(
-                    cmd,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                )
+            with traffic_lock:
+                if stop_status.is_set():
+                    return
+                with log.open("w") as out:
+                    traffic = subprocess.Popen(
+                        cmd,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                    )
             echo(f"traffic: scenario {opts.scenario} (speed x{opts.speed:g}, rate x{rate_scale:.3g}; its log: {log})")
-        evaluator.start()
-        echo(
-            f"alerts: {sum(len(g.rules) for g in rule_groups(alerts))} rule(s) evaluated; notifications to "
-            + ", ".join(r.name for r in alerts.receivers)
-        )
 
-        def report() -> None:
-            while not stop_status.wait(opts.status_every_s):
-                try:
-                    echo(status_line(client, sessions))
-                except Exception as exc:  # noqa: BLE001 - a status line must not stop the product
-                    echo(f"status unavailable: {exc}")
-
-        threading.Thread(target=report, name="status", daemon=True).start()
-        use_stores(client, sessions, settings)
-
-        def announce() -> None:  # once it answers, not before
+        def announce() -> None:  # once it answers, not before; then the traffic
             local = f"http://{'127.0.0.1' if opts.host in ('0.0.0.0', '::') else opts.host}:{opts.port}"
             for _ in range(600):
                 if stop_status.is_set():
@@ -475,10 +495,18 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
                 try:
                     if httpx.get(f"{local}/_stcore/health", timeout=2).text == "ok":
                         echo(f"dashboard at {url} (Ctrl-C stops everything)")
-                        return
+                        break
                 except httpx.HTTPError:
                     pass
                 stop_status.wait(0.2)
+            if opts.no_fleet or not opts.scenario:
+                return
+            groups = {g.name for g in evaluator.groups}
+            for _ in range(int(FIRST_PASS_WAIT_S / 0.2)):  # each rule group evaluated once (or a minute gone)
+                if stop_status.is_set() or groups <= set(evaluator.last):
+                    break
+                stop_status.wait(0.2)
+            start_traffic()
 
         threading.Thread(target=announce, name="announce", daemon=True).start()
         try:
@@ -487,7 +515,8 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
         except KeyboardInterrupt:
             pass
     finally:
-        stop_status.set()
+        with traffic_lock:
+            stop_status.set()
         echo("stopping ...")
         if traffic is not None and traffic.poll() is None:
             os.killpg(traffic.pid, signal.SIGINT)
@@ -505,7 +534,8 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
             flushed = collector.stop()
         if sink is not None:
             sink.stop()
-        client.close()
+        for handle in (dashboard_client, evaluator_client, client):
+            handle.close()
     count, size = collector.collector.writer.spool_size()
     echo(
         "stopped; everything written"

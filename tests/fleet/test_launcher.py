@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,26 @@ def test_bad_spec_exits_2_before_anything_starts(tmp_path: Path, monkeypatch: py
     assert result.exit_code == 2
     assert "replicas.2.gpu_count" in result.output
     assert not (tmp_path / "fleet").exists()
+
+
+def test_a_niced_engine_in_a_session_of_its_own_yields_the_cpu_to_other_sessions() -> None:
+    """Linux shares the CPU between sessions (autogroups) before it looks at nice: an engine in a
+    session of its own must lower its session's priority too, or `up`'s dashboard waits behind it."""
+    import subprocess
+
+    autogroup = Path("/proc/self/autogroup")
+    if not autogroup.exists():
+        pytest.skip("this kernel has no autogroups: the process nice is the whole priority")
+    child = subprocess.Popen(
+        ["sleep", "5"],
+        start_new_session=True,
+        preexec_fn=launcher_mod._child_setup(False, 10),  # noqa: PLW1509
+    )
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == 10
+        group = Path(f"/proc/{child.pid}/autogroup").read_text()
+        assert group != autogroup.read_text(), "the engine leads a session (and an autogroup) of its own"
+        assert group.strip().endswith("nice 10"), group
+    finally:
+        child.kill()
+        child.wait()

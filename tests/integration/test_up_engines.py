@@ -116,9 +116,9 @@ def test_up_on_real_engines_tells_the_long_context_rollout(tmp_path: Path, small
         up.until(r"fleet: 2 replica\(s\) healthy", 30)
         engines = fleet_pids(tmp_path / "data")
         assert len(engines) == 3  # two engines and the gateway
-        up.until(r"traffic: scenario", 60)
+        up.until(r"dashboard at http://127\.0\.0\.1:\d+", 120)  # the traffic starts once it answers
+        up.until(r"traffic: scenario", 90)
         traffic_at, began = time.monotonic(), datetime.now(UTC)  # the explanation reads from here on
-        up.until(r"dashboard at http://127\.0\.0\.1:\d+", 120)
         fired = up.until(r"webhook ← \S+ FIRING\s+(KVCacheSaturated|TTFTOverSLO) \[page\] — ", DURATION_S + 60)
         assert f"http://127.0.0.1:{port}/investigate?" in fired  # the notification links to Investigate
         sent = [

@@ -77,6 +77,9 @@ def test_up_with_a_simulated_fleet_collects_alerts_serves_and_stops_clean(tmp_pa
     try:
         up.until(r"dashboard at http://127\.0\.0\.1:\d+", 120)
         assert httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=5).text == "ok"
+        up.until(r"traffic: scenario long-context-rollout", 90)
+        said = "".join(up.seen)  # the steady phase does not share the cores with up's own start
+        assert said.index("dashboard at") < said.index("traffic: scenario"), said
         children = fleet_pids(tmp_path / "data")
         assert len(children) >= 2  # the simulated engines' process and the gateway
         up.until(r"webhook ← \S+ FIRING\s+KVCacheInUse \[page\] — .*replica=", 90)  # the alert reached the sink
