@@ -18,12 +18,15 @@ Defence in depth: every query passes ``adhoc.guard.check`` first. Then:
   ``sql.server_enforces_readonly`` stops sending ``readonly``, which such a profile fixes).
 
 Rows beyond the limit are not read (``result_overflow_mode = 'break'``); the result says it
-was cut.
+was cut. ``Float32`` values come out as ClickHouse prints them: the shortest decimal that reads
+back as the same 32-bit float (``0.016``, not the ``0.01600000075995922`` of its 64-bit widening).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -36,6 +39,32 @@ from storage.clickhouse import connect, parse_url
 __all__ = ["Limits", "QueryFailed", "ReadOnlyRunner", "Refused", "Result", "TableInfo"]
 
 MAX_SESSIONS = 8  # sessions kept per runner, one per limit set in use
+_FLOAT32 = re.compile(r"^(?:(?:Nullable|LowCardinality|Array)\()*Float32\)*$")
+
+
+def _short32(value: Any) -> Any:
+    """A Float32 cell (or an array of them) as the float64 nearest its shortest decimal."""
+    if isinstance(value, float):
+        import numpy as np
+
+        return float(str(np.float32(value))) if math.isfinite(value) else value
+    if isinstance(value, list | tuple):
+        return type(value)(_short32(v) for v in value)
+    return value
+
+
+def shortest_floats(types: list[str], rows: list[tuple]) -> list[tuple]:
+    """``rows`` with their ``Float32`` columns read as ClickHouse prints them."""
+    narrow = [i for i, t in enumerate(types) if _FLOAT32.match(t)]
+    if not narrow or not rows:
+        return rows
+    out = []
+    for row in rows:
+        cells = list(row)
+        for i in narrow:
+            cells[i] = _short32(cells[i])
+        out.append(tuple(cells))
+    return out
 
 
 class QueryFailed(RuntimeError):
@@ -164,10 +193,11 @@ class ReadOnlyRunner:
         elapsed = time.perf_counter() - began
         rows = [tuple(r) for r in answer.result_rows]
         truncated = len(rows) > limits.max_rows
+        types = [t.name for t in answer.column_types]
         return Result(
             list(answer.column_names),
-            [t.name for t in answer.column_types],
-            rows[: limits.max_rows],
+            types,
+            shortest_floats(types, rows[: limits.max_rows]),
             truncated,
             elapsed,
             kind,

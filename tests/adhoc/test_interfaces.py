@@ -81,6 +81,26 @@ def test_the_table_says_how_many_rows_and_when_the_limit_cut_it(incident) -> Non
     assert text.splitlines()[0].strip() == "number" and "(7 rows" in text and "cut at the row limit" in text
 
 
+def test_float32_columns_print_as_clickhouse_prints_them_in_every_format(incident) -> None:
+    """A Float32 stored 0.016 reads 0.016 (ClickHouse's own text), not its float64 widening; Float64 stays exact."""
+    query = (
+        "SELECT toFloat32(0.016) AS f32, [toFloat32(0.1), toFloat32(2.5)] AS arr, CAST(NULL, 'Nullable(Float32)') AS "
+        "none, toFloat64(0.1) + toFloat64(0.2) AS f64, ttft_seconds FROM requests WHERE ttft_seconds > 0 ORDER BY ts, request_id LIMIT 50"
+    )
+    got = incident.runner().run(query)
+    clickhouse = incident.client.query(
+        "SELECT toString(ttft_seconds) FROM requests WHERE ttft_seconds > 0 ORDER BY ts, request_id LIMIT 50"
+    ).result_rows
+    table = render(got, "table").decode()
+    assert "0.016 " in table and "[0.1, 2.5]" in table and "0.0160000" not in table, table
+    assert "0.30000000000000004" in table  # a Float64 keeps every digit it has, as ClickHouse prints it
+    # stored latencies, each as ClickHouse writes it
+    assert [repr(row[4]) for row in got.rows] == [text for (text,) in clickhouse]
+    rows = json.loads(render(got, "json"))["rows"]
+    assert rows[0]["f32"] == 0.016 and rows[0]["arr"] == [0.1, 2.5] and rows[0]["none"] is None
+    assert next(csv.reader(io.StringIO(render(got, "csv").decode().splitlines()[1])))[0] == "0.016"
+
+
 @pytest.fixture
 def serve(incident):
     """Serve the endpoint on a real aiohttp server on a free port: ``serve(token) -> base URL``."""
