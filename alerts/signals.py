@@ -316,8 +316,11 @@ def _over_slo(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
     out = []
     for t, row in zip(targets, df.itertuples(index=False), strict=True):
         # the p99 of 30 requests is the slowest of them, not a p99: a window answers once it holds
-        # enough requests for its percentile (1 / (1 - p): 100 for a p99), or min_requests
+        # enough observations for its percentile (1 / (1 - p): 100 for a p99), or min_requests
+        # (the histogram's count: requests for TTFT and e2e, tokens for ITL and TPOT)
         need = p["min_requests"] or min_requests_for(t.percentile or t.objective)
+        if need < 0:
+            raise SignalError(f"min_requests must be 0 (the percentile's own) or more, not {p['min_requests']:g}")
         if row.requests and row.requests >= need and not pd.isna(row.observed):
             out.append(
                 Sample(

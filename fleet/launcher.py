@@ -158,18 +158,31 @@ def _child_setup(attach: bool, nice: int) -> Callable[[], None] | None:
         if nice > 0:
             with contextlib.suppress(OSError):  # a priority we may not lower: run as is
                 os.nice(nice)
-            # the child leads a session of its own, and Linux's autogroup scheduler shares the CPU
-            # between sessions first: a niced process in its own session gets as much as any other
-            # session (measured: three engines at nice 10 left `up` 13 % of a core). The session's
-            # own nice is what ranks it against the others.
-            with contextlib.suppress(OSError):  # no autogroups (a kernel without them): the nice above is all
-                fd = os.open("/proc/self/autogroup", os.O_WRONLY)
-                try:
-                    os.write(fd, str(nice).encode())
-                finally:
-                    os.close(fd)
 
     return setup
+
+
+def lower_session_priority(pid: int, nice: int, tries: int = 10) -> bool:
+    """Give the session ``pid`` leads the CPU priority ``nice`` (Linux autogroups); True when set.
+
+    A child started with ``start_new_session`` leads a session of its own, and Linux's autogroup
+    scheduler shares the CPU between sessions before it reads a process's nice: a niced process
+    in its own session gets as much as any other session (measured: three engines at nice 10
+    left `up` 13 % of a core). The session's own nice is what ranks it against the others. The
+    kernel lets an unprivileged user set one such nice per 100 ms (EAGAIN before): engines
+    started back to back wait their turn. False where there are no autogroups (the process's
+    nice is then all there is) or the kernel refuses."""
+    path = f"/proc/{pid}/autogroup"
+    for _ in range(tries):
+        try:
+            with open(path, "w") as f:
+                f.write(str(nice))
+            return True
+        except BlockingIOError:  # EAGAIN: another session's nice was set less than 100 ms ago
+            time.sleep(0.11)
+        except OSError:
+            return False
+    return False
 
 
 class Launcher:
@@ -332,6 +345,8 @@ class Launcher:
                     preexec_fn=_child_setup(attach, cpu_nice if self.engine.device == "cpu" else 0),  # noqa: PLW1509
                 )
             self._children[replica.name] = proc
+            if cpu_nice > 0 and self.engine.device == "cpu" and not lower_session_priority(proc.pid, cpu_nice):
+                progress(f"{replica.name}: its session's CPU priority could not be lowered (no autogroups here)")
             record = ReplicaRecord(
                 replica.name, replica.model, replica.port, proc.pid, time.time(), str(log_path), cmd, extra_env
             )

@@ -9,7 +9,7 @@ Out: until Ctrl-C or SIGTERM, in this process: the collector (its own asyncio lo
      ones query in parallel); as children: the bundled fleet (real vLLM engines, or simulated
      ones with ``fleet="sim"``; CPU engines at a lower priority) with its gateway, and the traffic
      generator playing ``scenario`` (started once the dashboard answers and every rule group was
-     evaluated once: the steady phase does not share the cores with `up`'s start). On the way
+     evaluated once, or a minute passed: the steady phase does not share the cores with `up`'s start). On the way
      out the traffic stops, then the evaluator, the collector's scrapes, the fleet, and last the
      collector's receiver (the fleet's last request logs arrive), which flushes what it holds
      (what ClickHouse does not take stays in the spool).
@@ -18,6 +18,7 @@ Out: until Ctrl-C or SIGTERM, in this process: the collector (its own asyncio lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -344,11 +345,6 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
         echo(f"engine: {engine.distribution} {engine.version} ({engine.device})")
     echo("migrations ...")
     migrate_all(settings, progress=lambda line: echo(f"  {line}"))
-    client = open_clickhouse(settings)  # the collector's
-    # one chDB handle serialises its calls: the evaluator (with the status line) and the dashboard
-    # get handles of their own, so a page does not wait behind a rule's query or an insert
-    evaluator_client = open_clickhouse(settings)
-    dashboard_client = open_clickhouse(settings)
     sessions = make_sessionmaker(make_engine(settings.metadata.url))
     ledger = work / "slo-recorded.json"  # the targets `up` recorded (not a person): a calibration may renew them
     calibrating = (
@@ -386,10 +382,22 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
         echo(f"no alert receiver configured: notifications go to a local webhook sink at {sink.url} (printed here)")
     settings = settings.model_copy(update={"alerts": alerts})
 
-    collector = _CollectorThread(build_collector(settings, client))
-    evaluator = Evaluator(
-        rule_groups(alerts), Context(evaluator_client, sessions, settings.cost.weights()), sessions, alerts
-    )
+    handles = contextlib.ExitStack()  # closed last on the way out, or at once if the set-up fails
+    try:
+        # one chDB handle serialises its calls: the collector, the evaluator (with the status line)
+        # and the dashboard get one each, so a page does not wait behind a rule's query or an insert
+        client = handles.enter_context(contextlib.closing(open_clickhouse(settings)))
+        evaluator_client = handles.enter_context(contextlib.closing(open_clickhouse(settings)))
+        dashboard_client = handles.enter_context(contextlib.closing(open_clickhouse(settings)))
+        collector = _CollectorThread(build_collector(settings, client))
+        evaluator = Evaluator(
+            rule_groups(alerts), Context(evaluator_client, sessions, settings.cost.weights()), sessions, alerts
+        )
+    except BaseException:
+        handles.close()
+        if sink is not None:
+            sink.stop()
+        raise
     traffic: subprocess.Popen[bytes] | None = None
     traffic_lock = threading.Lock()  # started from the announcing thread, stopped from this one
     stop_status = threading.Event()
@@ -534,8 +542,7 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
             flushed = collector.stop()
         if sink is not None:
             sink.stop()
-        for handle in (dashboard_client, evaluator_client, client):
-            handle.close()
+        handles.close()
     count, size = collector.collector.writer.spool_size()
     echo(
         "stopped; everything written"
