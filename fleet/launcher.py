@@ -162,6 +162,13 @@ def _child_setup(attach: bool, nice: int) -> Callable[[], None] | None:
     return setup
 
 
+def lower_priority(pid: int, nice: int) -> bool:
+    """``pid`` and the session it leads at CPU priority ``nice`` (``lower_session_priority``)."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, pid, nice)
+    return lower_session_priority(pid, nice)
+
+
 def lower_session_priority(pid: int, nice: int, tries: int = 10) -> bool:
     """Give the session ``pid`` leads the CPU priority ``nice`` (Linux autogroups); True when set.
 
@@ -357,7 +364,10 @@ class Launcher:
         try:
             self._wait_healthy(started, progress)
             if with_gateway:
-                started.append(self._start_gateway(attach, progress))
+                gateway = self._start_gateway(attach, progress)
+                started.append(gateway)
+                if cpu_nice > 0 and self.engine.device == "cpu":  # it shares the cores with the engines, on their terms
+                    lower_priority(gateway.pid, cpu_nice)
         except BaseException:
             self.stop([r.name for r in started], progress=progress)
             raise

@@ -325,7 +325,7 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
     from alerts.signals import Context
     from alerts.sink import Sink
     from dashboard.context import use_stores
-    from fleet.launcher import FleetError, Launcher
+    from fleet.launcher import FleetError, Launcher, lower_priority
     from fleet.spec import load_spec
     from fleetscope.collect import build_collector
     from fleetscope.stores import migrate_all, open_clickhouse
@@ -399,6 +399,10 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
             sink.stop()
         raise
     traffic: subprocess.Popen[bytes] | None = None
+    # CPU engines, their gateway and their traffic run below the product's own processes
+    niced_fleet = (
+        not opts.no_fleet and any(r.engine == "vllm" for r in spec.replicas) and launcher.engine.device == "cpu"
+    )
     traffic_lock = threading.Lock()  # started from the announcing thread, stopped from this one
     stop_status = threading.Event()
     started_fleet = False
@@ -493,6 +497,8 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
                         start_new_session=True,
                         env={**os.environ, "PYTHONUNBUFFERED": "1"},
                     )
+                if niced_fleet:  # the fleet's users share the cores with its engines, on their terms
+                    lower_priority(traffic.pid, ENGINE_NICE)
             echo(f"traffic: scenario {opts.scenario} (speed x{opts.speed:g}, rate x{rate_scale:.3g}; its log: {log})")
 
         def announce() -> None:  # once it answers, not before; then the traffic
