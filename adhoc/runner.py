@@ -42,14 +42,12 @@ MAX_SESSIONS = 8  # sessions kept per runner, one per limit set in use
 _FLOAT32 = re.compile(r"^(?:(?:Nullable|LowCardinality|Array)\()*Float32\)*$")
 
 
-def _short32(value: Any) -> Any:
+def _short32(value: Any, f32: Any) -> Any:
     """A Float32 cell (or an array of them) as the float64 nearest its shortest decimal."""
     if isinstance(value, float):
-        import numpy as np
-
-        return float(str(np.float32(value))) if math.isfinite(value) else value
+        return float(str(f32(value))) if math.isfinite(value) else value
     if isinstance(value, list | tuple):
-        return type(value)(_short32(v) for v in value)
+        return type(value)(_short32(v, f32) for v in value)
     return value
 
 
@@ -58,11 +56,13 @@ def shortest_floats(types: list[str], rows: list[tuple]) -> list[tuple]:
     narrow = [i for i, t in enumerate(types) if _FLOAT32.match(t)]
     if not narrow or not rows:
         return rows
+    from numpy import float32  # once per result, not per cell
+
     out = []
     for row in rows:
         cells = list(row)
         for i in narrow:
-            cells[i] = _short32(cells[i])
+            cells[i] = _short32(cells[i], float32)
         out.append(tuple(cells))
     return out
 
