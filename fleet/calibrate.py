@@ -10,9 +10,12 @@ Out: ``calibrate(...)`` (``probe`` then ``derive``) -> ``Calibration``: each mod
      fleet sustains: the pool that fills first decides), ``rate_scale`` (the scenario's rate
      times it puts the steady phase's peak load, its bursts, at ``utilisation`` of that)
      and ``slo_ttft_s`` per model: the steady mix is then played open loop at that rate for
-     ``play_s`` seconds, and each target is ``PLAYED_MARGIN`` x the p99 TTFT played, rounded up to
-     half a second (``with_played_slos``; without enough timed requests, ``margin`` x the fully
-     busy p99). ``Calibration.line()`` says it in one line.
+     ``play_s`` seconds, and each target is ``PLAYED_MARGIN`` x the p99 TTFT played, raised to the
+     next bucket bound of the engines' own TTFT histogram (``with_played_slos``; without enough
+     timed requests, ``margin`` x the fully busy p99). The rules read the p99 from that histogram,
+     interpolated inside a bucket: a target inside a wide bucket (2 s in (1, 2.5]) is crossed by
+     interpolation alone while every request is well under it; at a bound, the p99 is above the
+     target only when more than 1 % of the requests were. ``Calibration.line()`` says it in one line.
      ``derive(...)`` is the arithmetic alone, on finished probe requests.
 
 The probe goes to the engines directly, not through the gateway: the gateway's request log is
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -35,6 +39,7 @@ from fleet.loadgen import percentile, send_request
 from fleet.traffic import TrafficMix, plan_request
 
 __all__ = [
+    "TEMPLATE_TTFT_BOUNDS",
     "Calibration",
     "CalibrationError",
     "Probe",
@@ -45,6 +50,8 @@ __all__ = [
     "play",
     "pool_shares",
     "probe",
+    "target_at_bound",
+    "ttft_bounds",
     "with_played_slos",
 ]
 
@@ -60,6 +67,21 @@ MIN_FINISHED = 3  # fewer finished requests of a pool than this: nothing to tell
 PLAY_S = 30.0  # then the steady mix played at the calibrated rate: its p99 TTFT sets the SLO targets
 PLAYED_MARGIN = 2.0  # SLO p99 TTFT = this x the p99 played at the calibrated rate
 MIN_PLAYED = 5
+
+
+_TTFT_BUCKET = re.compile(r'^vllm:time_to_first_token_seconds_bucket\{[^}]*\ble="([^"]+)"', re.M)
+
+
+def _template_bounds() -> tuple[float, ...]:
+    from fleet.sim.metrics import TEMPLATE
+
+    family = next(f for f in TEMPLATE["families"] if f["name"] == "vllm:time_to_first_token_seconds")
+    les = {dict(labels)["le"] for name, labels, _ in family["samples"] if name.endswith("_bucket")}
+    return tuple(sorted(float(le) for le in les if le != "+Inf"))
+
+
+# vLLM 0.32's TTFT buckets (0.001 ... 2560 s), as captured from a real engine
+TEMPLATE_TTFT_BOUNDS = _template_bounds()
 
 
 class CalibrationError(Exception):
@@ -144,8 +166,10 @@ def derive(
     warm_s: float = WARM_S,
     utilisation: float = UTILISATION,
     margin: float = MARGIN,
+    bounds: tuple[float, ...] = (),
 ) -> Calibration:
-    """The calibration from finished probe requests (see the module docstring)."""
+    """The calibration from finished probe requests (see the module docstring); ``bounds``, the
+    engines' TTFT bucket bounds, which the SLO targets are raised to (none: half seconds)."""
     shares = pool_shares(mix)
     span = probe_s - warm_s
     pool_rps: dict[str, float] = {}
@@ -168,7 +192,7 @@ def derive(
     # the peak at `utilisation` of what the engines sustain; the mean follows from the mix's shape
     peak = utilisation * sustained
     planned = peak * mean_rate(mix) / peak_rate(mix)
-    slo = {m: max(0.5, math.ceil(2 * margin * loaded[m]) / 2) for m in shares}
+    slo = {m: target_at_bound(max(0.5, margin * loaded[m]), bounds) for m in shares}
     return Calibration(
         sustained_rps=sustained,
         pool_rps=pool_rps,
@@ -180,29 +204,69 @@ def derive(
         margin=margin,
         slo_ttft_s=slo,
         requests=len(probes),
-        slo_basis=f"{margin:g}x the p99 with the engines fully busy",
+        slo_basis=f"{margin:g}x the p99 with the engines fully busy" + _basis_tail(bounds),
     )
 
 
+def _basis_tail(bounds: tuple[float, ...]) -> str:
+    return ", up to a TTFT bucket bound" if bounds else ""
+
+
+def target_at_bound(seconds: float, bounds: tuple[float, ...]) -> float:
+    """``seconds`` raised to the smallest of ``bounds`` at or above it; above them all or without
+    any, rounded up to half a second."""
+    for bound in sorted(bounds):
+        if bound >= seconds - 1e-9:
+            return bound
+    return math.ceil(2 * seconds - 1e-9) / 2
+
+
 def with_played_slos(
-    cal: Calibration, played: list[Probe], *, seconds: float, margin: float = PLAYED_MARGIN
+    cal: Calibration,
+    played: list[Probe],
+    *,
+    seconds: float,
+    margin: float = PLAYED_MARGIN,
+    bounds: tuple[float, ...] = (),
 ) -> Calibration:
     """``cal`` with each pool's SLO p99 TTFT set from requests played at the calibrated rate:
-    ``margin`` x their p99, rounded up to half a second (at least 1 s). A pool with fewer than
-    ``MIN_PLAYED`` timed requests keeps the target from the fully busy probe."""
+    ``margin`` x their p99 (at least 1 s), raised to the next of ``bounds`` (none: half a
+    second). A pool with fewer than ``MIN_PLAYED`` timed requests keeps the target from the fully
+    busy probe."""
     slo = dict(cal.slo_ttft_s)
     measured = []
     for model in slo:
         ttfts = [p.ttft_s for p in played if p.model == model and p.ok and p.ttft_s is not None]
         if len(ttfts) >= MIN_PLAYED:
-            slo[model] = max(1.0, math.ceil(2 * margin * _p99(ttfts)) / 2)
+            slo[model] = target_at_bound(max(1.0, margin * _p99(ttfts)), bounds)
             measured.append(model)
     if not measured:
         return cal
-    basis = f"{margin:g}x the p99 of {seconds:g}s played at that rate"
+    basis = f"{margin:g}x the p99 of {seconds:g}s played at that rate" + _basis_tail(bounds)
     if len(measured) < len(slo):
         basis += f"; {', '.join(sorted(set(slo) - set(measured)))}: {cal.slo_basis}"
     return replace(cal, slo_ttft_s=slo, slo_basis=basis)
+
+
+def ttft_bounds(urls: list[str], *, timeout: float = 5.0) -> tuple[float, ...] | None:
+    """The finite bucket bounds of the TTFT histogram on the first of ``urls`` whose ``/metrics``
+    has one; None when none has (the caller falls back to ``TEMPLATE_TTFT_BOUNDS``)."""
+    for url in urls:
+        try:
+            text = httpx.get(f"{url.rstrip('/')}/metrics", timeout=timeout).text
+        except httpx.HTTPError:
+            continue
+        found = set()
+        for le in _TTFT_BUCKET.findall(text):
+            try:
+                value = float(le)
+            except ValueError:
+                continue
+            if math.isfinite(value):
+                found.add(value)
+        if found:
+            return tuple(sorted(found))
+    return None
 
 
 async def probe(
@@ -284,10 +348,11 @@ def calibrate(
             f"on each of {replicas} engine(s)"
         )
     probes = asyncio.run(probe({m: pools[m] for m in wanted}, mix, probe_s=probe_s, per_replica=per_replica, seed=seed))
-    cal = derive(probes, mix, probe_s=probe_s, warm_s=warm_s, utilisation=utilisation, margin=margin)
+    bounds = ttft_bounds([u for m in sorted(wanted) for u in pools[m]]) or TEMPLATE_TTFT_BOUNDS
+    cal = derive(probes, mix, probe_s=probe_s, warm_s=warm_s, utilisation=utilisation, margin=margin, bounds=bounds)
     if play_s <= 0:
         return cal
     if progress:
         progress(f"calibrating: {play_s:g}s of the steady mix at {cal.planned_rps:.2g} req/s (its SLO targets)")
     played = asyncio.run(play({m: pools[m] for m in wanted}, mix, cal.rate_scale, play_s))
-    return with_played_slos(cal, played, seconds=play_s)
+    return with_played_slos(cal, played, seconds=play_s, bounds=bounds)

@@ -13,6 +13,7 @@ import socket
 import pytest
 
 from fleet.calibrate import (
+    TEMPLATE_TTFT_BOUNDS,
     CalibrationError,
     Probe,
     derive,
@@ -21,6 +22,8 @@ from fleet.calibrate import (
     play,
     pool_shares,
     probe,
+    target_at_bound,
+    ttft_bounds,
     with_played_slos,
 )
 from fleet.sim.engine import EngineConfig
@@ -82,6 +85,28 @@ def test_the_slo_targets_come_from_the_steady_mix_played_at_the_calibrated_rate(
     assert again.rate_scale == cal.rate_scale
 
 
+def test_targets_sit_on_the_engines_ttft_bucket_bounds() -> None:
+    # the rules interpolate the p99 inside a histogram bucket: with every request at 1.2 s, the
+    # (1, 2.5] bucket reads a p99 of 1 + 0.99 x 1.5 = 2.485 s, over a target of 2 x 1.2 = 2.4 s.
+    # At the bound (2.5 s), it is crossed only when more than 1 % of the requests took longer.
+    assert TEMPLATE_TTFT_BOUNDS[:3] == (0.001, 0.005, 0.01) and 2.5 in TEMPLATE_TTFT_BOUNDS
+    assert target_at_bound(2.4, TEMPLATE_TTFT_BOUNDS) == 2.5
+    assert target_at_bound(2.6, TEMPLATE_TTFT_BOUNDS) == 5.0
+    assert target_at_bound(5.0, TEMPLATE_TTFT_BOUNDS) == 5.0
+    assert target_at_bound(3000.2, TEMPLATE_TTFT_BOUNDS) == 3000.5  # above the last bound: half seconds
+    assert target_at_bound(2.4, ()) == 2.5 and target_at_bound(2.6, ()) == 3.0
+    mix = rollout_mix()
+    busy = [Probe("tiny-small", True, 6.0, 4.0 + i * 0.5) for i in range(20)]
+    busy += [Probe("tiny-large", True, 0.8, 4.0 + i) for i in range(5)]
+    cal = derive(busy, mix, bounds=TEMPLATE_TTFT_BOUNDS)
+    assert cal.slo_ttft_s == {"tiny-small": 10.0, "tiny-large": 2.5}  # 9 s and 1.2 s, raised to bounds
+    played = [Probe("tiny-small", True, 0.3 + 0.05 * i, 1.0 + i) for i in range(19)]  # p99 1.2 s
+    played += [Probe("tiny-large", True, 0.4 + 0.01 * i, 1.0 + i) for i in range(6)]  # p99 0.45 s
+    again = with_played_slos(cal, played, seconds=30, bounds=TEMPLATE_TTFT_BOUNDS)
+    assert again.slo_ttft_s == {"tiny-small": 2.5, "tiny-large": 1.0}  # 2.4 s -> 2.5; 0.9 s -> at least 1 s
+    assert again.line().endswith("(2x the p99 of 30s played at that rate, up to a TTFT bucket bound)")
+
+
 def test_too_few_finished_requests_is_said_not_guessed() -> None:
     probes = [Probe("tiny-small", True, 0.2, 4.0 + i) for i in range(12)]
     probes += [Probe("tiny-large", True, 0.5, 4.0), Probe("tiny-large", False, None, 6.0)]
@@ -113,6 +138,10 @@ def test_the_probe_over_http_finds_the_slower_pool() -> None:
             pools = {r.model: [f"http://127.0.0.1:{r.port}"] for r in replicas}
             busy = await probe(pools, mix, probe_s=4.0, per_replica=3)
             played = await play(pools, mix, rate_scale=1.0, seconds=4.0)
+            # the engine's own TTFT buckets, read from its /metrics; a dead URL first is skipped
+            bounds = await asyncio.to_thread(ttft_bounds, [f"http://127.0.0.1:{free_port()}", pools["fast"][0]])
+            assert bounds == TEMPLATE_TTFT_BOUNDS
+            assert await asyncio.to_thread(ttft_bounds, [f"http://127.0.0.1:{free_port()}"]) is None
             return busy, played
         finally:
             await fleet.stop()
