@@ -10,7 +10,8 @@ Out: ``calibrate(...)`` (``probe`` then ``derive``) -> ``Calibration``: each mod
      fleet sustains: the pool that fills first decides), ``rate_scale`` (the scenario's rate
      times it puts the steady phase's peak load, its bursts, at ``utilisation`` of that)
      and ``slo_ttft_s`` per model: the steady mix is then played open loop at that rate for
-     ``play_s`` seconds, and each target is ``PLAYED_MARGIN`` x the p99 TTFT played, raised to the
+     ``play_s`` seconds, and each target is ``PLAYED_MARGIN`` x the p99 TTFT played (at most
+     ``TAIL_RATIO`` x its p90: a few dozen requests' p99 is their slowest), raised to the
      next bucket bound of the engines' own TTFT histogram (``with_played_slos``; without enough
      timed requests, ``margin`` x the fully busy p99). The rules read the p99 from that histogram,
      interpolated inside a bucket: a target inside a wide bucket (2 s in (1, 2.5]) is crossed by
@@ -42,6 +43,7 @@ __all__ = [
     "TEMPLATE_TTFT_BOUNDS",
     "Calibration",
     "CalibrationError",
+    "Played",
     "Probe",
     "calibrate",
     "derive",
@@ -67,6 +69,10 @@ MIN_FINISHED = 3  # fewer finished requests of a pool than this: nothing to tell
 PLAY_S = 30.0  # then the steady mix played at the calibrated rate: its p99 TTFT sets the SLO targets
 PLAYED_MARGIN = 2.0  # SLO p99 TTFT = this x the p99 played at the calibrated rate
 MIN_PLAYED = 5
+# 30 s played is a few dozen requests per pool: their p99 is the slowest one or two, and one long
+# prompt queued behind a burst set a 40 s target once (the steady phase's own p99 was 3 s). The
+# p99 taken is at most this x their p90 (the steady phase's p99/p90 in a logged run: 2.9 and 1.4)
+TAIL_RATIO = 3.0
 
 
 _TTFT_BUCKET = re.compile(r'^vllm:time_to_first_token_seconds_bucket\{[^}]*\ble="([^"]+)"', re.M)
@@ -99,6 +105,18 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class Played:
+    """A pool's requests played at the calibrated rate: how many were timed, their p90 and p99 TTFT."""
+
+    requests: int
+    p90_s: float
+    p99_s: float
+
+    def __str__(self) -> str:
+        return f"{self.requests} requests, p90 {self.p90_s:.2g}s, p99 {self.p99_s:.2g}s"
+
+
+@dataclass(frozen=True)
 class Calibration:
     sustained_rps: float  # requests/s of the steady mix the engines sustain
     pool_rps: dict[str, float]  # requests/s each pool completed while all were busy
@@ -111,6 +129,7 @@ class Calibration:
     slo_ttft_s: dict[str, float] = field(default_factory=dict)
     requests: int = 0
     slo_basis: str = ""  # how the targets were set, in words
+    played_ttft: dict[str, Played] = field(default_factory=dict)  # per pool, what the targets came from
 
     @property
     def rate_scale(self) -> float:
@@ -230,22 +249,27 @@ def with_played_slos(
     bounds: tuple[float, ...] = (),
 ) -> Calibration:
     """``cal`` with each pool's SLO p99 TTFT set from requests played at the calibrated rate:
-    ``margin`` x their p99 (at least 1 s), raised to the next of ``bounds`` (none: half a
-    second). A pool with fewer than ``MIN_PLAYED`` timed requests keeps the target from the fully
-    busy probe."""
+    ``margin`` x their p99 (at most ``TAIL_RATIO`` x their p90; at least 1 s), raised to the next
+    of ``bounds`` (none: half a second). A pool with fewer than ``MIN_PLAYED`` timed requests
+    keeps the target from the fully busy probe. ``played_ttft`` keeps what was played, per pool."""
     slo = dict(cal.slo_ttft_s)
     measured = []
+    seen = {}
     for model in slo:
         ttfts = [p.ttft_s for p in played if p.model == model and p.ok and p.ttft_s is not None]
         if len(ttfts) >= MIN_PLAYED:
-            slo[model] = target_at_bound(max(1.0, margin * _p99(ttfts)), bounds)
+            p90, p99 = percentile(ttfts, 0.9) or 0.0, _p99(ttfts)
+            seen[model] = Played(len(ttfts), p90, p99)
+            slo[model] = target_at_bound(max(1.0, margin * min(p99, TAIL_RATIO * p90)), bounds)
             measured.append(model)
     if not measured:
         return cal
-    basis = f"{margin:g}x the p99 of {seconds:g}s played at that rate" + _basis_tail(bounds)
+    basis = f"{margin:g}x the p99 of {seconds:g}s played at that rate (at most {TAIL_RATIO:g}x its p90)" + _basis_tail(
+        bounds
+    )
     if len(measured) < len(slo):
         basis += f"; {', '.join(sorted(set(slo) - set(measured)))}: {cal.slo_basis}"
-    return replace(cal, slo_ttft_s=slo, slo_basis=basis)
+    return replace(cal, slo_ttft_s=slo, slo_basis=basis, played_ttft=seen)
 
 
 def ttft_bounds(urls: list[str], *, timeout: float = 5.0) -> tuple[float, ...] | None:
@@ -355,4 +379,7 @@ def calibrate(
     if progress:
         progress(f"calibrating: {play_s:g}s of the steady mix at {cal.planned_rps:.2g} req/s (its SLO targets)")
     played = asyncio.run(play({m: pools[m] for m in wanted}, mix, cal.rate_scale, play_s))
-    return with_played_slos(cal, played, seconds=play_s, bounds=bounds)
+    cal = with_played_slos(cal, played, seconds=play_s, bounds=bounds)
+    if progress and cal.played_ttft:
+        progress("played: " + "; ".join(f"{m} {p}" for m, p in sorted(cal.played_ttft.items())))
+    return cal

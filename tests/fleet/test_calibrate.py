@@ -79,7 +79,7 @@ def test_the_slo_targets_come_from_the_steady_mix_played_at_the_calibrated_rate(
     again = with_played_slos(cal, played, seconds=30)
     assert again.slo_ttft_s == {"tiny-small": 2.5, "tiny-large": 1.5}  # 2 x 1.2 s, rounded up; large kept
     assert again.line().endswith(
-        "SLO p99 TTFT <= tiny-large 1.5s, tiny-small 2.5s (2x the p99 of 30s played at that rate; "
+        "SLO p99 TTFT <= tiny-large 1.5s, tiny-small 2.5s (2x the p99 of 30s played at that rate (at most 3x its p90); "
         "tiny-large: 1.5x the p99 with the engines fully busy)"
     )
     assert again.rate_scale == cal.rate_scale
@@ -104,7 +104,26 @@ def test_targets_sit_on_the_engines_ttft_bucket_bounds() -> None:
     played += [Probe("tiny-large", True, 0.4 + 0.01 * i, 1.0 + i) for i in range(6)]  # p99 0.45 s
     again = with_played_slos(cal, played, seconds=30, bounds=TEMPLATE_TTFT_BOUNDS)
     assert again.slo_ttft_s == {"tiny-small": 2.5, "tiny-large": 1.0}  # 2.4 s -> 2.5; 0.9 s -> at least 1 s
-    assert again.line().endswith("(2x the p99 of 30s played at that rate, up to a TTFT bucket bound)")
+    assert again.line().endswith(
+        "(2x the p99 of 30s played at that rate (at most 3x its p90), up to a TTFT bucket bound)"
+    )
+
+
+def test_one_slow_request_among_a_few_dozen_does_not_set_the_target() -> None:
+    # 30 s played: 33 small requests started in 0.2-0.52 s, and one long prompt queued behind a
+    # burst for 20 s. The p99 of 34 (by nearest rank: the slowest) is that one request; the target
+    # is set from at most 3x the p90 (0.5 s): 2 x 1.5 s, raised to the 5 s bucket bound, not to 40 s.
+    mix = rollout_mix()
+    cal = derive([Probe(m, True, 0.5, 4.0 + i) for m in ("tiny-small", "tiny-large") for i in range(5)], mix)
+    played = [Probe("tiny-small", True, 0.2 + 0.01 * i, 1.0 + i) for i in range(33)]
+    played += [Probe("tiny-small", True, 20.0, 25.0)]
+    played += [Probe("tiny-large", True, 0.6 + 0.1 * i, 1.0 + i) for i in range(8)]  # p90 1.2 s, p99 1.3 s
+    again = with_played_slos(cal, played, seconds=30, bounds=TEMPLATE_TTFT_BOUNDS)
+    assert again.played_ttft["tiny-small"].p99_s == 20.0
+    assert again.played_ttft["tiny-small"].p90_s == pytest.approx(0.5)
+    # tiny-large's tail is within 3x its p90: 2 x its p99, 2.6 s, raised to 5 s
+    assert again.slo_ttft_s == {"tiny-small": 5.0, "tiny-large": 5.0}
+    assert str(again.played_ttft["tiny-large"]) == "8 requests, p90 1.2s, p99 1.3s"
 
 
 def test_too_few_finished_requests_is_said_not_guessed() -> None:
