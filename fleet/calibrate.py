@@ -70,7 +70,7 @@ PLAY_S = 30.0  # then the steady mix played at the calibrated rate: its p99 TTFT
 PLAYED_MARGIN = 2.0  # SLO p99 TTFT = this x the p99 played at the calibrated rate
 MIN_PLAYED = 5
 # 30 s played is a few dozen requests per pool: their p99 is the slowest one or two, and one long
-# prompt queued behind a burst set a 40 s target once (the steady phase's own p99 was 3 s). The
+# prompt queued behind a burst set a 40 s target once (the steady phase's own p99 was 1.2 s). The
 # p99 taken is at most this x their p90 (the steady phase's p99/p90 in a logged run: 2.9 and 1.4)
 TAIL_RATIO = 3.0
 
