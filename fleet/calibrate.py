@@ -11,7 +11,8 @@ Out: ``calibrate(...)`` (``probe`` then ``derive``) -> ``Calibration``: each mod
      times it puts the steady phase's peak load, its bursts, at ``utilisation`` of that)
      and ``slo_ttft_s`` per model: the steady mix is then played open loop at that rate for
      ``play_s`` seconds, and each target is ``PLAYED_MARGIN`` x the p99 TTFT played (at most
-     ``TAIL_RATIO`` x its p90: a few dozen requests' p99 is their slowest), raised to the
+     ``TAIL_RATIO`` x its p90: a few dozen requests' p99 is their slowest; at least the fully
+     busy p99, which the steady phase meets when two long prompts share a replica), raised to the
      next bucket bound of the engines' own TTFT histogram (``with_played_slos``; without enough
      timed requests, ``margin`` x the fully busy p99). The rules read the p99 from that histogram,
      interpolated inside a bucket: a target inside a wide bucket (2 s in (1, 2.5]) is crossed by
@@ -249,9 +250,11 @@ def with_played_slos(
     bounds: tuple[float, ...] = (),
 ) -> Calibration:
     """``cal`` with each pool's SLO p99 TTFT set from requests played at the calibrated rate:
-    ``margin`` x their p99 (at most ``TAIL_RATIO`` x their p90; at least 1 s), raised to the next
-    of ``bounds`` (none: half a second). A pool with fewer than ``MIN_PLAYED`` timed requests
-    keeps the target from the fully busy probe. ``played_ttft`` keeps what was played, per pool."""
+    ``margin`` x their p99 (at most ``TAIL_RATIO`` x their p90; at least 1 s and at least the p99
+    the probe measured with the engines fully busy, ``cal.loaded_p99_s``: the steady phase meets
+    such moments), raised to the next of ``bounds`` (none: half a second). A pool with fewer than
+    ``MIN_PLAYED`` timed requests keeps the target from the fully busy probe. ``played_ttft``
+    keeps what was played, per pool."""
     slo = dict(cal.slo_ttft_s)
     measured = []
     seen = {}
@@ -260,12 +263,16 @@ def with_played_slos(
         if len(ttfts) >= MIN_PLAYED:
             p90, p99 = percentile(ttfts, 0.9) or 0.0, _p99(ttfts)
             seen[model] = Played(len(ttfts), p90, p99)
-            slo[model] = target_at_bound(max(1.0, margin * min(p99, TAIL_RATIO * p90)), bounds)
+            # never under the p99 with the engines fully busy: the steady phase meets such moments
+            # (two long prompts at once fill a small replica's cache, and the requests behind wait)
+            floor = cal.loaded_p99_s.get(model, 0.0)
+            slo[model] = target_at_bound(max(1.0, margin * min(p99, TAIL_RATIO * p90), floor), bounds)
             measured.append(model)
     if not measured:
         return cal
-    basis = f"{margin:g}x the p99 of {seconds:g}s played at that rate (at most {TAIL_RATIO:g}x its p90)" + _basis_tail(
-        bounds
+    basis = (
+        f"{margin:g}x the p99 of {seconds:g}s played at that rate (at most {TAIL_RATIO:g}x its p90), "
+        "at least the p99 with the engines fully busy" + _basis_tail(bounds)
     )
     if len(measured) < len(slo):
         basis += f"; {', '.join(sorted(set(slo) - set(measured)))}: {cal.slo_basis}"
@@ -381,5 +388,10 @@ def calibrate(
     played = asyncio.run(play({m: pools[m] for m in wanted}, mix, cal.rate_scale, play_s))
     cal = with_played_slos(cal, played, seconds=play_s, bounds=bounds)
     if progress and cal.played_ttft:
-        progress("played: " + "; ".join(f"{m} {p}" for m, p in sorted(cal.played_ttft.items())))
+        progress(
+            "played: "
+            + "; ".join(
+                f"{m} {p} (fully busy: p99 {cal.loaded_p99_s[m]:.2g}s)" for m, p in sorted(cal.played_ttft.items())
+            )
+        )
     return cal

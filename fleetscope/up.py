@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import math
 import os
 import signal
 import subprocess
@@ -106,14 +107,15 @@ def derived_spec(spec_path: Path, out: Path, *, fleet: str, replicas: int | None
 
 
 def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
-    """Replicas up, requests/s and p99 TTFT over the last minutes, the fullest KV cache, alerts firing
-    (and pending, when any are)."""
+    """Replicas up, requests/s, each model's p99 TTFT over the last 5 minutes beside its SLO target
+    (where it has one), the fullest KV cache, alerts firing (and pending, when any are)."""
     from alerts.store import load_states
     from analytics.health import scrape_health
     from analytics.metrics import histogram_quantile
     from analytics.requests import prefer_source, request_totals
     from analytics.saturation import saturation
     from analytics.vllm import TTFT
+    from storage.catalog import slo_targets
 
     end = now or datetime.now(UTC)
     health = scrape_health(client, end - timedelta(seconds=30), end)  # the targets scraped now (not a past run's)
@@ -123,20 +125,21 @@ def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
     per_source = dict(zip(totals["source"], totals["requests"], strict=True)) if len(totals) else {}
     chosen = prefer_source(s for s, n in per_source.items() if n)
     rate = float(per_source[chosen]) / 60 if chosen else 0.0
-    ttft = histogram_quantile(client, TTFT, 0.99, end - timedelta(minutes=5), end, "fleet")
-    p99 = float(ttft["quantile"].iloc[0]) if len(ttft) else float("nan")
+    ttft = histogram_quantile(client, TTFT, 0.99, end - timedelta(minutes=5), end, "model")
+    targets = {t.model: t.threshold_seconds for t in slo_targets(sessions) if t.metric == "ttft"}
+    p99 = ", ".join(
+        f"{model} {q:.2f}s" + (f" (SLO {targets[model]:g}s)" if model in targets else "")
+        for model, q in sorted(zip(ttft["model"], ttft["quantile"], strict=True))
+        if not math.isnan(q)  # a model with no request in the 5 minutes is left out
+    )
     sat = saturation(client, end - timedelta(minutes=1), end, "replica")
     kv = float(sat["kv_max"].max()) if len(sat) else float("nan")
     states = [i.state for found in load_states(sessions).values() for i in found.values()]
     firing, pending = states.count("firing"), states.count("pending")
     return (
-        (
-            f"replicas up {up}/{len(health)} · {rate:.1f} req/s · p99 TTFT {p99:.2f}s (5 min) · KV max {kv:.0%} "
-            f"(1 min) · firing alerts {firing}" + (f" (pending {pending})" if pending else "")
-        )
-        .replace("nan%", "–")
-        .replace("nans", "–")
-    )
+        f"replicas up {up}/{len(health)} · {rate:.1f} req/s · p99 TTFT (5 min) {p99 or '–'} · KV max {kv:.0%} "
+        f"(1 min) · firing alerts {firing}" + (f" (pending {pending})" if pending else "")
+    ).replace("nan%", "–")
 
 
 class _CollectorThread:

@@ -30,7 +30,7 @@ def test_a_request_seen_by_the_gateway_and_its_engine_counts_once(ch, sessions) 
     line = status_line(ch, sessions, now=now)
     assert "replicas up 1/2" in line  # small-1 answered, small-0 did not
     assert "0.5 req/s" in line  # 30 requests in the last minute, not 60
-    assert line.endswith("firing alerts 0") and "p99 TTFT – " in line  # no histograms yet: a dash, not "nan"
+    assert line.endswith("firing alerts 0") and "p99 TTFT (5 min) – " in line  # no histograms yet: a dash, not "nan"
     ch.command("TRUNCATE TABLE requests")
     ch.insert(
         "requests",
@@ -38,6 +38,23 @@ def test_a_request_seen_by_the_gateway_and_its_engine_counts_once(ch, sessions) 
         column_names=["ts", "model", "source"],
     )
     assert "0.2 req/s" in status_line(ch, sessions, now=now)  # no gateway: the engines' spans alone
+
+
+def test_each_models_p99_stands_beside_its_slo_target(chdb_dir, sessions) -> None:
+    # the demo's steady phase is healthy when each model is under its own target: the line shows both
+    from analytics.metrics import histogram_quantile
+    from storage.catalog import SloTarget, set_slo
+    from tests.analytics.scenario_data import play
+
+    run = play(chdb_dir, "long-context-rollout", seed=1)
+    set_slo(sessions, SloTarget("tiny-small", "ttft", 5.0))
+    p99 = histogram_quantile(
+        run.client, "vllm:time_to_first_token_seconds", 0.99, run.end - timedelta(minutes=5), run.end, "model"
+    ).set_index("model")["quantile"]
+    line = status_line(run.client, sessions, now=run.end)
+    assert (
+        f"p99 TTFT (5 min) tiny-large {p99['tiny-large']:.2f}s, tiny-small {p99['tiny-small']:.2f}s (SLO 5s) · " in line
+    ), line
 
 
 def test_alerts_on_their_way_to_firing_are_counted_beside_the_firing_ones(ch, sessions) -> None:
