@@ -108,7 +108,9 @@ def derived_spec(spec_path: Path, out: Path, *, fleet: str, replicas: int | None
 
 def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
     """Replicas up, requests/s, each model's p99 TTFT over the last 5 minutes beside its SLO target
-    (where it has one), the fullest KV cache, alerts firing (and pending, when any are)."""
+    (where it has one; with fewer than 100 requests in the 5 minutes, "too few to judge": the
+    rules do not compare such a p99 either), the fullest KV cache, alerts firing (and pending)."""
+    from alerts.signals import min_requests_for
     from alerts.store import load_states
     from analytics.health import scrape_health
     from analytics.metrics import histogram_quantile
@@ -127,9 +129,17 @@ def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
     rate = float(per_source[chosen]) / 60 if chosen else 0.0
     ttft = histogram_quantile(client, TTFT, 0.99, end - timedelta(minutes=5), end, "model")
     targets = {t.model: t.threshold_seconds for t in slo_targets(sessions) if t.metric == "ttft"}
+    least = min_requests_for(0.99)  # fewer: their p99 is their slowest, as the SLO rules judge it
+
+    def p99_of(model: str, q: float, n: float) -> str:
+        slo = f"SLO {targets[model]:g}s" if model in targets else ""
+        if n < least:
+            return f"{model} too few to judge ({n:.0f} of {least} requests" + (f"; {slo})" if slo else ")")
+        return f"{model} {q:.2f}s" + (f" ({slo})" if slo else "")
+
     p99 = ", ".join(
-        f"{model} {q:.2f}s" + (f" (SLO {targets[model]:g}s)" if model in targets else "")
-        for model, q in sorted(zip(ttft["model"], ttft["quantile"], strict=True))
+        p99_of(model, q, n)
+        for model, q, n in sorted(zip(ttft["model"], ttft["quantile"], ttft["count"], strict=True))
         if not math.isnan(q)  # a model with no request in the 5 minutes is left out
     )
     sat = saturation(client, end - timedelta(minutes=1), end, "replica")
