@@ -74,6 +74,7 @@ class Burst(_Strict):
     every_s: float = Field(gt=0)
     length_s: float = Field(gt=0)
     factor: float = Field(gt=0, description="rate multiplier during a burst")
+    offset_s: float = Field(default=0, ge=0, description="when the first burst begins (0: with the traffic)")
 
 
 class Diurnal(_Strict):
@@ -210,7 +211,11 @@ def rate_at(mix: TrafficMix, t: float) -> float:
     if mix.diurnal is not None:
         d = mix.diurnal
         rate *= 1 + d.amplitude * math.cos(2 * math.pi * (t - d.peak_at_s) / d.period_s)
-    if mix.burst is not None and (t % mix.burst.every_s) < mix.burst.length_s:
+    if (
+        mix.burst is not None
+        and t >= mix.burst.offset_s
+        and (t - mix.burst.offset_s) % mix.burst.every_s < mix.burst.length_s
+    ):
         rate *= mix.burst.factor
     return max(rate, 1e-9)
 

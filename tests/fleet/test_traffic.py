@@ -98,10 +98,13 @@ def test_poisson_arrivals_match_the_rate_and_bursts() -> None:
     scenario = load_scenario("long-context-rollout")
     mix = scenario.mix
     rng = random.Random(6)
-    gaps = [next_gap(mix, 30.0, rng) for _ in range(20_000)]  # outside a burst
+    gaps = [next_gap(mix, 50.0, rng) for _ in range(20_000)]  # outside a burst
     assert 1 / statistics.mean(gaps) == pytest.approx(mix.rate, rel=0.03)
     assert mix.burst is not None
-    assert rate_at(mix, 61.0) == pytest.approx(mix.rate * mix.burst.factor)
+    # the first burst 30 s in (not with the first requests), then every minute, for 8 s
+    assert [rate_at(mix, t) / mix.rate for t in (0.0, 5.0, 29.9, 30.0, 37.9, 38.0, 89.0, 91.0)] == pytest.approx(
+        [1, 1, 1, 2.5, 2.5, 1, 1, 2.5]
+    )
 
 
 def test_bad_phase_names_the_phase(tmp_path: Path) -> None:
