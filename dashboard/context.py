@@ -25,7 +25,6 @@ import streamlit as st
 from dashboard.view import FILTER_KEYS, RANGES, REFRESH, View, read_view, view_params
 
 __all__ = [
-    "PERCENT",
     "Context",
     "Provider",
     "current_params",
@@ -38,32 +37,6 @@ __all__ = [
 ]
 
 _INJECTED: dict[str, Any] = {}
-# columns that analytics returns as fractions, shown as percentages wherever a table has them
-_FRACTIONS = (
-    "attainment",
-    "objective",
-    "idle_share",
-    "share",
-    "up_share",
-    "headroom",
-    "kv_avg",
-    "kv_max",
-    "kv_recent",
-    "kv_max_recent",
-    "prefix_hit_rate",
-    "prefix hits",
-    "KV avg",
-    "KV max",
-    "baseline_share",
-    "slow_share",
-    "after_share",
-    "share_before",
-    "share_after",
-    "budget",
-    "consumed",
-    "remaining",
-)
-PERCENT = {name: st.column_config.NumberColumn(name, format="percent") for name in _FRACTIONS}
 VIEW_KEYS = {"range", "from", "to", "refresh", *FILTER_KEYS}
 _LAST_VIEW = "fleetscope_view"
 

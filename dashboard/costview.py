@@ -22,7 +22,8 @@ import streamlit as st
 from analytics.cost_explain import CostExplanation, explain_cost
 from analytics.cost_series import cost_breaks, cost_over_time
 from dashboard.cache import cached
-from dashboard.context import PERCENT, Context, plain
+from dashboard.context import Context, plain
+from dashboard.format import table
 from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
 from storage.catalog import gpu_prices
 
@@ -168,51 +169,16 @@ def render_cost_investigation(ctx: Context, start: datetime) -> None:
             )
     st.subheader("Evidence")
     st.dataframe(
-        plain(ex.evidence),
+        table(ex.evidence, {"share": "Share of the change"}),
         hide_index=True,
         width="stretch",
-        column_config={
-            "usd_per_million": st.column_config.NumberColumn("$ per 1M", format="%+.4g"),
-            "share": st.column_config.NumberColumn("share of the change", format="percent"),
-        },
     )
     if len(ex.movers):
         st.subheader("Requests that changed pool")
-        st.dataframe(
-            plain(ex.movers),
-            hide_index=True,
-            width="stretch",
-            column_config=PERCENT
-            | ROUTE_COLUMNS
-            | {
-                "to_pool": st.column_config.TextColumn("to pool"),
-                "share_before": st.column_config.NumberColumn("share before", format="percent"),
-                "share_after": st.column_config.NumberColumn("share after", format="percent"),
-                "moved": st.column_config.NumberColumn("moved", format="percent"),
-                "tokens_after": st.column_config.NumberColumn("tokens after", format="localized"),
-            },
-        )
+        st.dataframe(table(ex.movers), hide_index=True, width="stretch")
     if len(ex.routes):
         with st.expander("Routing decisions before and after (the gateway's log)"):
-            st.dataframe(
-                plain(ex.routes),
-                hide_index=True,
-                width="stretch",
-                column_config=ROUTE_COLUMNS
-                | {
-                    "model": st.column_config.TextColumn("pool"),
-                    "requests_before": st.column_config.NumberColumn("requests before", format="localized"),
-                    "requests_after": st.column_config.NumberColumn("requests after", format="localized"),
-                },
-            )
-
-
-# the router's columns, as the movers and the routing tables both show them
-ROUTE_COLUMNS = {
-    "example": st.column_config.TextColumn("reason, as logged"),
-    "prompt_before": st.column_config.NumberColumn("median prompt before", format="%d tokens"),
-    "prompt_after": st.column_config.NumberColumn("median prompt after", format="%d tokens"),
-}
+            st.dataframe(table(ex.routes, {"model": "Pool"}), hide_index=True, width="stretch")
 
 
 def render_cost_series(ctx: Context) -> None:

@@ -12,7 +12,8 @@ import streamlit as st
 from analytics.saturation import Targets, headroom, kv_over_time, recommend, saturation_over_time
 from analytics.stalls import stalls
 from dashboard.cache import cached
-from dashboard.context import PERCENT, page_context, plain
+from dashboard.context import page_context, plain
+from dashboard.format import table
 from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
 
 MAX_LINES = 12
@@ -176,16 +177,4 @@ for row in plan.itertuples():
         else st.info
     )
     box(f"**{row.model}**: {row.replicas} → {row.recommended} replicas ({verb}). " + "; ".join(row.reasons) + ".")
-st.dataframe(
-    plain(room.drop(columns=["saturated", "stalled"])),
-    hide_index=True,
-    width="stretch",
-    column_config=PERCENT
-    | {
-        "kv_recent": st.column_config.NumberColumn("KV avg", format="percent"),
-        "kv_max_recent": st.column_config.NumberColumn("KV max", format="percent"),
-        "headroom": st.column_config.NumberColumn("headroom", format="percent"),
-        "ttft_p99_recent": st.column_config.NumberColumn("p99 TTFT now (s)", format="%.3f"),
-        "ttft_p99_before": st.column_config.NumberColumn("p99 TTFT before (s)", format="%.3f"),
-    },
-)
+st.dataframe(table(room.drop(columns=["saturated", "stalled"])), hide_index=True, width="stretch")

@@ -10,8 +10,9 @@ import streamlit as st
 
 from analytics.cost import compare_reference, cost_by_tenant, cost_per_token, gpu_spend
 from dashboard.cache import cached
-from dashboard.context import PERCENT, page_context, plain, shown
+from dashboard.context import page_context, plain, shown
 from dashboard.costview import render_cost_series
+from dashboard.format import table
 from storage.catalog import gpu_prices
 
 MAX_BARS = 30
@@ -76,14 +77,20 @@ st.altair_chart(
     width="stretch",
 )
 st.subheader("By model")
-st.dataframe(plain(per_model), hide_index=True, width="stretch", column_config=PERCENT)
+st.dataframe(table(per_model), hide_index=True, width="stretch")
 st.subheader("Showback by tenant")
 tenants = cached(cost_by_tenant, client, v.start, v.end, prices, weights=weights, filters=v.filters)
 if tenants.empty:
     st.caption("No request-log rows in this window: tenants cannot be told apart.")
 else:
-    st.dataframe(plain(tenants), hide_index=True, width="stretch", column_config=PERCENT)
+    st.dataframe(table(tenants), hide_index=True, width="stretch")
+    st.caption(
+        "Cached prompt tokens differ between the two tables: By model counts the engines' prefix-cache hits "
+        "(`vllm:prompt_tokens_cached_total`); the showback counts what each response reported in "
+        "`usage.prompt_tokens_details.cached_tokens` (the gateway's log), which vLLM fills only when started with "
+        "`--enable-prompt-tokens-details` (0 without it). Each table weighs its tokens by its own count."
+    )
     st.download_button("Download CSV", tenants.to_csv(index=False), file_name="showback.csv", mime="text/csv")
 if ctx.settings is not None:
     st.subheader("Self-hosted vs API list prices")
-    st.dataframe(plain(compare_reference(fleet, ctx.settings.cost.references())), hide_index=True, width="stretch")
+    st.dataframe(table(compare_reference(fleet, ctx.settings.cost.references())), hide_index=True, width="stretch")

@@ -18,6 +18,7 @@ from analytics.saturation import Targets
 from analytics.stalls import stalls
 from dashboard.cache import cached
 from dashboard.context import page_context, plain
+from dashboard.format import table
 from storage.catalog import (
     METRICS,
     SloTarget,
@@ -58,12 +59,14 @@ else:
             + f" ({row.seconds / 60:.1f} min): it answers /metrics but held {row.requests} request(s) and "
             "generated no token"
         )
-    table = health.merge(hours[["replica", "model", "gpu_type", "gpu_count", "up_seconds"]], on="replica", how="outer")
+    targets = health.merge(
+        hours[["replica", "model", "gpu_type", "gpu_count", "up_seconds"]], on="replica", how="outer"
+    )
     worst = wedged.groupby("replica")["seconds"].max() if len(wedged) else pd.Series(dtype=float)
     ongoing = set(wedged.loc[wedged["ongoing"], "replica"]) if len(wedged) else set()
-    table["stalled"] = [
+    targets["stalled"] = [
         ("now, " if r in ongoing else "") + f"{worst[r] / 60:.1f} min" if r in worst.index else ""
-        for r in table["replica"]
+        for r in targets["replica"]
     ]
     if len(hours):
         st.altair_chart(
@@ -83,16 +86,7 @@ else:
             ),
             width="stretch",
         )
-    st.dataframe(
-        plain(table),
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "up_share": st.column_config.NumberColumn("scrapes ok", format="percent"),
-            "scrape_seconds_avg": st.column_config.NumberColumn("scrape (s)", format="%.3f"),
-            "up_seconds": st.column_config.NumberColumn("up (s) in window", format="%.0f"),
-        },
-    )
+    st.dataframe(table(targets), hide_index=True, width="stretch")
 
 if sessions is None:
     st.caption("No metadata DB configured: prices, SLOs and annotations cannot be edited here.")

@@ -16,8 +16,9 @@ from analytics.explain import Explanation, cost_around, explain, quantile_series
 from analytics.latency import LATENCIES
 from analytics.requests import request_totals
 from dashboard.cache import cached
-from dashboard.context import PERCENT, page_context, plain
+from dashboard.context import page_context, plain
 from dashboard.costview import render_cost_investigation
+from dashboard.format import table
 from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
 from storage.catalog import gpu_prices
 
@@ -111,14 +112,12 @@ with summary:
     st.subheader("Evidence")
     evidence = ex.evidence.drop(columns=["resolution_s"], errors="ignore")
     st.dataframe(
-        plain(evidence),
+        table(evidence, {"lead_s": "Lead"}),
         hide_index=True,
         width="stretch",
         column_config={
-            "score": st.column_config.ProgressColumn("score", min_value=0.0, max_value=1.0, format="%.2f"),
-            "lead_s": st.column_config.NumberColumn(
-                "lead (s)", help="how long before the break the signal moved", format="%.0f"
-            ),
+            "Score": st.column_config.ProgressColumn("Score", min_value=0.0, max_value=1.0, format="%.2f"),
+            "Lead": st.column_config.Column(help="how long before the break the signal moved"),
         },
     )
     st.subheader("Aligned on the break")
@@ -232,7 +231,11 @@ if len(ex.dimensions):
     )
 if len(ex.strata):
     st.subheader("By prompt length")
-    st.dataframe(plain(ex.strata), hide_index=True, width="stretch", column_config=PERCENT)
+    st.dataframe(
+        table(ex.strata, {"q_before": f"{ex.metric} before", "q_after": f"{ex.metric} after"}),
+        hide_index=True,
+        width="stretch",
+    )
 st.subheader("Cost before and after")
 # on request: the spend of both periods is four more queries, and the page answers "why" first
 if st.toggle("Compare the cost of the baseline and of the regression", key="inv_cost"):
@@ -242,4 +245,4 @@ if st.toggle("Compare the cost of the baseline and of the regression", key="inv_
     except KeyError as exc:  # a replica on a GPU type without a price
         st.caption(f"No cost: {exc.args[0]}. GPU prices: `fleetscope prices list`.")
     else:
-        st.dataframe(plain(cost), hide_index=True, width="stretch", column_config=PERCENT)
+        st.dataframe(table(cost), hide_index=True, width="stretch")

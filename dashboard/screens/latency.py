@@ -12,7 +12,8 @@ import streamlit as st
 from analytics.latency import LATENCIES, LEVELS, latency_over_time
 from analytics.slo import goodput, slo_attainment
 from dashboard.cache import cached
-from dashboard.context import PERCENT, page_context, plain
+from dashboard.context import page_context, plain
+from dashboard.format import table
 from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
 from storage.catalog import slo_targets
 
@@ -78,10 +79,9 @@ if not targets:
 else:
     att = cached(slo_attainment, client, tuple(targets), v.start, v.end, filters=v.filters)
     st.dataframe(
-        plain(att[["label", "requests", "attainment", "objective", "observed", "met"]]),
+        table(att[["label", "requests", "attainment", "objective", "observed", "met"]]),
         hide_index=True,
         width="stretch",
-        column_config=PERCENT,
     )
     good = cached(goodput, client, tuple(targets), v.start, v.end, filters=v.filters)
-    st.dataframe(plain(good), hide_index=True, width="stretch", column_config=PERCENT)
+    st.dataframe(table(good), hide_index=True, width="stretch")

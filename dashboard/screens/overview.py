@@ -22,7 +22,8 @@ from analytics.slo import slo_attainment
 from analytics.timeseries import gauge_over_time, histograms
 from analytics.vllm import ITL, TTFT
 from dashboard.cache import cached
-from dashboard.context import PERCENT, page_context, plain, shown
+from dashboard.context import page_context, plain, shown
+from dashboard.format import table
 from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
 from storage.catalog import gpu_prices, slo_targets
 
@@ -157,20 +158,4 @@ if targets:
             help=f"objective {row.objective:.2%}",
         )
 st.subheader("Replicas")
-st.dataframe(
-    plain(
-        sat.rename(
-            columns={
-                "kv_avg": "KV avg",
-                "kv_max": "KV max",
-                "waiting_avg": "waiting",
-                "running_avg": "running",
-                "preemptions_per_s": "preemptions/s",
-                "prefix_hit_rate": "prefix hits",
-            }
-        )
-    ),
-    hide_index=True,
-    width="stretch",
-    column_config=PERCENT,
-)
+st.dataframe(table(sat.drop(columns=["replicas"])), hide_index=True, width="stretch")

@@ -12,6 +12,7 @@ from analytics.requests import request_totals
 from analytics.timeseries import auto_step
 from dashboard.cache import cached
 from dashboard.context import page_context, plain
+from dashboard.format import table
 from dashboard.marks import TS_TIP, time_x, with_annotations, with_gaps
 
 REFERENCES = {"trailing-day": "the 24 hours before", "last-week": "the same hours a week earlier"}
@@ -88,25 +89,23 @@ for column, feature, label in ((left, "prompt_tokens", "Prompt length"), (right,
 
 st.subheader("Drift")
 try:
-    table = cached(drift, client, current, reference, filters=v.filters)
+    features = cached(drift, client, current, reference, filters=v.filters)
 except ValueError as exc:
     st.caption(f"No drift test: {exc}.")
 else:
-    share = table.attrs.get("share_drifted", 0.0)
-    verdict = "the traffic has drifted" if table.attrs.get("dataset_drift") else "no dataset drift"
+    share = features.attrs.get("share_drifted", 0.0)
+    verdict = "the traffic has drifted" if features.attrs.get("dataset_drift") else "no dataset drift"
     st.metric(
         "Features drifted",
-        f"{int(table['drifted'].sum())} of {len(table)}",
+        f"{int(features['drifted'].sum())} of {len(features)}",
         help=f"{share:.0%}: {verdict} (Evidently's rule: half the features or more)",
     )
     st.dataframe(
-        plain(table),
+        table(features),
         hide_index=True,
         width="stretch",
         column_config={
-            "score": st.column_config.NumberColumn(
-                "score", format="%.4f", help="distance (drift at >= threshold) or p-value (drift below it)"
-            ),
-            "drifted": st.column_config.CheckboxColumn("drifted"),
+            "Score": st.column_config.Column(help="distance (drift at >= threshold) or p-value (drift below it)"),
+            "Drifted": st.column_config.CheckboxColumn("Drifted"),
         },
     )

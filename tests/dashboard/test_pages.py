@@ -20,7 +20,7 @@ from alerts import outbox
 from alerts.model import fingerprint, parse_matchers
 from alerts.state import Instance, Transition
 from alerts.store import add_silence, save_evaluation, save_states, silences, write_events
-from analytics.cost import cost_per_token, gpu_spend
+from analytics.cost import cost_by_tenant, cost_per_token, gpu_spend
 from analytics.cost_explain import explain_cost
 from analytics.cost_series import cost_breaks, cost_over_time
 from analytics.drift import drift
@@ -137,8 +137,14 @@ def test_cost_page_offers_the_showback_as_csv(shift, sessions) -> None:
     at = run("cost", **window(shift))
     assert not at.exception
     tables = [t.value for t in at.dataframe]
-    showback = next(t for t in tables if "tenant" in t.columns)
-    assert "bigcorp" in set(showback["tenant"])
+    showback = next(t for t in tables if "Tenant" in t.columns)
+    assert "bigcorp" in set(showback["Tenant"])
+    # the showback's dollars, as analytics computes them, to 4 significant digits
+    view = read_view(window(shift))
+    want = cost_by_tenant(shift.client, view.start, view.end, gpu_prices(sessions)).set_index("tenant")["spend"]
+    shown = showback.set_index("Tenant")["Spend ($)"]
+    assert shown.to_dict() == pytest.approx(want.loc[shown.index].to_dict(), rel=5e-4)
+    assert "cached" in " ".join(c.value for c in at.caption)  # why the two tables count cached tokens apart
     assert any(b.label == "Download CSV" for b in at.get("download_button"))
 
 
@@ -176,8 +182,8 @@ def test_capacity_and_fleet_pages_name_a_stalled_replica(chdb_dir, sessions) -> 
     at = run("fleet", **during)
     assert not at.exception
     assert any(e.value.startswith("replica small-1 is stalled since") for e in at.error)
-    table = at.dataframe[0].value.set_index("replica")
-    assert table.loc["small-1", "stalled"].startswith("now, ") and table.loc["small-0", "stalled"] == ""
+    table = at.dataframe[0].value.set_index("Replica")
+    assert table.loc["small-1", "Stalled"].startswith("now, ") and table.loc["small-0", "Stalled"] == ""
 
 
 def chart_frames(at: AppTest) -> list:
@@ -272,8 +278,8 @@ def test_traffic_page_counts_the_drifted_features_as_analytics_does(shift, sessi
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Features drifted"] == f"{int(table['drifted'].sum())} of {len(table)}"
     assert table.set_index("feature").loc["tenant", "drifted"]  # bigcorp arrived
-    shown = next(t.value for t in at.dataframe if "feature" in t.value.columns)
-    assert list(shown["feature"]) == list(table["feature"])
+    shown = next(t.value for t in at.dataframe if "Feature" in t.value.columns)
+    assert list(shown["Feature"]) == list(table["feature"])
 
 
 def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions) -> None:
@@ -283,8 +289,8 @@ def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions)
     view = read_view(window(shift))
     ex = explain(shift.client, view.start, view.end, latency="ttft", q=0.99, prices=gpu_prices(sessions))
     assert at.success[0].value == ex.sentence and ex.break_at is not None
-    evidence = next(t.value for t in at.dataframe if "signal" in t.value.columns)
-    assert list(evidence["signal"]) == list(ex.evidence["signal"])
+    evidence = next(t.value for t in at.dataframe if "Signal" in t.value.columns)
+    assert list(evidence["Signal"]) == list(ex.evidence["signal"])
     # the quantile line, drawn before the explanation was worked out, was redrawn with the break marked
     charts = at.get("vega_lite_chart")
     assert any(b"latency break" in d.data.data for d in charts[0].proto.datasets)
@@ -302,11 +308,11 @@ def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions)
     want = ex.capacity["kv_avg"].dropna()
     assert len(want) > 10 and drawn.to_numpy() == pytest.approx(want.to_numpy())
     # the cost of the two periods, on request
-    assert not [t for t in at.dataframe if "period" in t.value.columns]
+    assert not [t for t in at.dataframe if "Period" in t.value.columns]
     at.toggle(key="inv_cost").set_value(True).run()
-    cost = next(t.value for t in at.dataframe if "period" in t.value.columns)
-    assert list(cost["period"]) == list(ex.cost["period"]) and set(cost["period"]) == {"before", "after"}
-    assert cost["spend"].to_numpy() == pytest.approx(ex.cost["spend"].to_numpy())
+    cost = next(t.value for t in at.dataframe if "Period" in t.value.columns)
+    assert list(cost["Period"]) == list(ex.cost["period"]) and set(cost["Period"]) == {"before", "after"}
+    assert cost["Spend ($)"].to_numpy() == pytest.approx(ex.cost["spend"].to_numpy(), rel=5e-4)  # 4 digits
 
 
 @pytest.fixture(scope="module")
@@ -335,10 +341,10 @@ def test_investigate_explains_a_tenants_cost_rise_with_a_waterfall_that_adds_up(
     assert steps["end"].iloc[-1] == pytest.approx(ex.after, rel=1e-9)
     assert steps["start"].iloc[1:].to_numpy() == pytest.approx(steps["end"].iloc[:-1].to_numpy())
     assert "volume: tiny-small" in set(steps["label"])
-    evidence = next(t.value for t in at.dataframe if "usd_per_million" in t.value.columns)
-    assert list(evidence["pool"]) == list(ex.evidence["pool"])
-    movers = next(t.value for t in at.dataframe if "to_pool" in t.value.columns)
-    assert movers.iloc[0]["tenant"] == "acme" and movers.iloc[0]["to_pool"] == "tiny-large"
+    evidence = next(t.value for t in at.dataframe if "Change per 1M tokens ($)" in t.value.columns)
+    assert list(evidence["Pool"]) == list(ex.evidence["pool"])
+    movers = next(t.value for t in at.dataframe if "To pool" in t.value.columns)
+    assert movers.iloc[0]["Tenant"] == "acme" and movers.iloc[0]["To pool"] == "tiny-large"
     # the selectbox offers the cost with the latencies, and knows it came from the link
     assert at.selectbox(key="inv_latency").value == "cost"
 
