@@ -11,10 +11,11 @@ Out: ``calibrate(...)`` (``probe`` then ``derive``) -> ``Calibration``: each mod
      times it puts the steady phase's peak load, its bursts, at ``utilisation`` of that)
      and ``slo_ttft_s`` per model: the steady mix is then played open loop at that rate for
      ``play_s`` seconds, and each target is ``PLAYED_MARGIN`` x the p99 TTFT played (at most
-     ``TAIL_RATIO`` x its p90: a few dozen requests' p99 is their slowest; at least the fully
-     busy p99, which the steady phase meets when two long prompts share a replica), raised to the
-     next bucket bound of the engines' own TTFT histogram (``with_played_slos``; without enough
-     timed requests, ``margin`` x the fully busy p99). The rules read the p99 from that histogram,
+     ``TAIL_RATIO`` x its p90: a few dozen requests' p99 is their slowest; kept between the fully
+     busy p99, which the steady phase meets when two long prompts share a replica, and
+     ``BUSY_CEILING`` x it, the better measured of the two), raised to the next bucket bound of
+     the engines' own TTFT histogram (``with_played_slos``; without enough timed requests,
+     ``margin`` x the fully busy p99). The rules read the p99 from that histogram,
      interpolated inside a bucket: a target inside a wide bucket (2 s in (1, 2.5]) is crossed by
      interpolation alone while every request is well under it; at a bound, the p99 is above the
      target only when more than 1 % of the requests were. ``Calibration.line()`` says it in one line.
@@ -74,6 +75,11 @@ MIN_PLAYED = 5
 # prompt queued behind a burst set a 40 s target once (the steady phase's own p99 was 1.2 s). The
 # p99 taken is at most this x their p90 (the steady phase's p99/p90 in a logged run: 2.9 and 1.4)
 TAIL_RATIO = 3.0
+# ... and the target stays between the fully busy p99 and this x it (the probe keeps the engines
+# busy for 17 s with a known load; the play is a few dozen requests: in one run the start of the
+# play met two long prompts at once, its p90 was 9.5 s and the target 40 s, which the incident
+# crossed 4 minutes late; on a slower day it would not have crossed at all)
+BUSY_CEILING = 2.0
 
 
 _TTFT_BUCKET = re.compile(r'^vllm:time_to_first_token_seconds_bucket\{[^}]*\ble="([^"]+)"', re.M)
@@ -250,9 +256,10 @@ def with_played_slos(
     bounds: tuple[float, ...] = (),
 ) -> Calibration:
     """``cal`` with each pool's SLO p99 TTFT set from requests played at the calibrated rate:
-    ``margin`` x their p99 (at most ``TAIL_RATIO`` x their p90; at least 1 s and at least the p99
-    the probe measured with the engines fully busy, ``cal.loaded_p99_s``: the steady phase meets
-    such moments), raised to the next of ``bounds`` (none: half a second). A pool with fewer than
+    ``margin`` x their p99 (at most ``TAIL_RATIO`` x their p90), kept between the p99 the probe
+    measured with the engines fully busy (``cal.loaded_p99_s``: the steady phase meets such
+    moments) and ``BUSY_CEILING`` x it, at least 1 s, raised to the next of ``bounds`` (none:
+    half a second). A pool with fewer than
     ``MIN_PLAYED`` timed requests keeps the target from the fully busy probe. ``played_ttft``
     keeps what was played, per pool."""
     slo = dict(cal.slo_ttft_s)
@@ -263,16 +270,19 @@ def with_played_slos(
         if len(ttfts) >= MIN_PLAYED:
             p90, p99 = percentile(ttfts, 0.9) or 0.0, _p99(ttfts)
             seen[model] = Played(len(ttfts), p90, p99)
-            # never under the p99 with the engines fully busy: the steady phase meets such moments
-            # (two long prompts at once fill a small replica's cache, and the requests behind wait)
-            floor = cal.loaded_p99_s.get(model, 0.0)
-            slo[model] = target_at_bound(max(1.0, margin * min(p99, TAIL_RATIO * p90), floor), bounds)
+            # between the p99 with the engines fully busy and twice it: the steady phase meets such
+            # moments (two long prompts at once fill a small replica's cache, the requests behind
+            # wait), and a few dozen played requests that met one tell less than the busy probe
+            busy = cal.loaded_p99_s.get(model, 0.0)
+            played_target = margin * min(p99, TAIL_RATIO * p90)
+            wanted = min(max(played_target, busy), BUSY_CEILING * busy) if busy > 0 else played_target
+            slo[model] = target_at_bound(max(1.0, wanted), bounds)
             measured.append(model)
     if not measured:
         return cal
     basis = (
         f"{margin:g}x the p99 of {seconds:g}s played at that rate (at most {TAIL_RATIO:g}x its p90), "
-        "at least the p99 with the engines fully busy" + _basis_tail(bounds)
+        f"between the p99 with the engines fully busy and {BUSY_CEILING:g}x it" + _basis_tail(bounds)
     )
     if len(measured) < len(slo):
         basis += f"; {', '.join(sorted(set(slo) - set(measured)))}: {cal.slo_basis}"
