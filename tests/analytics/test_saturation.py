@@ -31,7 +31,8 @@ def test_the_rollout_saturates_the_small_replicas(run) -> None:
     assert small_d["kv_avg"] > 2 * small_b["kv_avg"] and small_d["kv_max"] == pytest.approx(1.0)
     assert small_d["waiting_avg"] > small_b["waiting_avg"]
     # a cache that holds one long request: a rare long one preempts in the steady phase too, the rollout many
-    assert small_d["preemptions_per_s"] > 5 * small_b["preemptions_per_s"]
+    # (3.6x as many in the seeded run; 5x before the first burst moved a minute in)
+    assert small_d["preemptions_per_s"] > 3 * small_b["preemptions_per_s"]
     assert (small_d["replicas"], during.loc["tiny-large", "replicas"]) == (2, 1)
     per_replica = saturation(run.client, *incident, "replica", filters=Filters(model="tiny-small"))
     assert list(per_replica["replica"]) == ["small-0", "small-1"]
