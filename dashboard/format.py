@@ -197,12 +197,14 @@ def sig(value: Any, digits: int = DIGITS) -> Any:
     return round(x, digits - 1 - math.floor(math.log10(abs(x))))
 
 
-def _sig_text(x: float, digits: int = 3) -> str:
-    """``x`` with ``digits`` significant digits, no exponent, thousands separated."""
+def _sig_text(x: float, digits: int = 3, *, trim: bool = False) -> str:
+    """``x`` with ``digits`` significant digits, no exponent, thousands separated; ``trim``: without
+    trailing zeros (a count of requests waiting reads 9, not 9.00)."""
     if x == 0:
         return "0"
     decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
-    return f"{round(x, decimals):,.{decimals}f}"
+    text = f"{round(x, decimals):,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if trim and "." in text else text
 
 
 def _usd(x: float) -> str:
@@ -238,8 +240,8 @@ _PRINT: dict[str, Callable[[Any], str]] = {
     USD: _usd,
     SIGNED_USD: lambda x: ("+" if x > 0 else "") + _usd(x),
     COUNT: lambda x: f"{round(x):,}",
-    NUM: _sig_text,
-    RATE: lambda x: f"{_sig_text(x)}/s",
+    NUM: lambda x: _sig_text(x, trim=True),
+    RATE: lambda x: f"{_sig_text(x, trim=True)}/s",
     SECONDS: _seconds,
     TIME: _time,
     BOOL: lambda x: "yes" if x else "no",

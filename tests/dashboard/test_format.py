@@ -1,0 +1,59 @@
+"""``dashboard.format``: each kind of cell as a person reads it, and a table's headers and values."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from dashboard.format import cell, label, sig, table
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "shown"),
+    [
+        (0.38091, "percent", "38.1%"),
+        (1.0, "percent", "100%"),
+        (1234.567, "usd", "$1,235"),
+        (12.345, "usd", "$12.35"),
+        (0.053312, "usd", "$0.0533"),
+        (-0.2, "signed_usd", "-$0.200"),
+        (0.2, "signed_usd", "+$0.200"),
+        (1857424.0, "count", "1,857,424"),
+        (9.0, "number", "9"),
+        (0.79634, "number", "0.796"),
+        (0.01234, "seconds", "12.3 ms"),
+        (2.0991, "seconds", "2.10 s"),
+        (600.0, "seconds", "10.0 min"),
+        (0.0122, "rate", "0.0122/s"),
+        (True, "yes/no", "yes"),
+        (pd.Timestamp("2026-12-01 07:30:05", tz="UTC"), "time", "07:30:05"),
+        (float("nan"), "usd", "–"),
+        (None, "percent", "–"),
+    ],
+)
+def test_each_kind_prints_as_a_person_reads_it(value, kind, shown) -> None:
+    assert cell(value, kind) == shown
+
+
+def test_a_table_heads_columns_with_labels_and_holds_four_significant_digits() -> None:
+    df = pd.DataFrame(
+        {
+            "model": ["tiny-small", "(fleet)"],
+            "cost_per_million_tokens": [0.26323601742551994, float("nan")],
+            "prompt_tokens": [101790.0, 20095.0],
+            "busy_spend": [0.009990333333333334, 1234.5678],
+            "some_new_share": [0.5348837209302325, 0.1],
+        }
+    )
+    styled = table(df)
+    out = styled.data
+    assert list(out.columns) == ["Model", "Cost per 1M tokens ($)", "Prompt tokens", "Busy spend ($)", "Some new share"]
+    assert out["Cost per 1M tokens ($)"].iloc[0] == 0.2632 and math.isnan(out["Cost per 1M tokens ($)"].iloc[1])
+    assert list(out["Prompt tokens"]) == [101790, 20095] and str(out["Prompt tokens"].dtype) == "Int64"
+    assert list(out["Busy spend ($)"]) == [0.00999, 1235.0]
+    html = styled.to_html()
+    assert "$1,235" in html and "53.5%" in html and "–" in html and "101,790" in html  # by its name's suffix
+    assert label("kv_avg") == "KV cache used (avg)" and label("q_before") == "Quantile before"
+    assert sig(0.01600000075995922) == 0.016 and sig(0) == 0 and sig("x") == "x"
