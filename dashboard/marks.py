@@ -18,7 +18,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-__all__ = ["GAP_STEPS", "LINE", "TS_TIP", "marks_frame", "time_x", "with_annotations", "with_gaps"]
+__all__ = ["GAP_STEPS", "LINE", "TS_TIP", "marks_frame", "tick_minutes", "time_x", "with_annotations", "with_gaps"]
 
 GAP_STEPS = 3  # a series silent for more than this many steps draws a gap
 LINE = {"invalid": "break-paths-show-domains"}  # path marks break at empty values (Vega-Lite's default, said here)
@@ -27,15 +27,25 @@ LINE = {"invalid": "break-paths-show-domains"}  # path marks break at empty valu
 TS_TIP = alt.Tooltip("utcyearmonthdatehoursminutesseconds(ts):T", title="time (UTC)")
 
 
+# minutes between ticks, by the window: about 6-15 ticks, never closer than the labels' minute
+TICK_MINUTES = (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720)
+
+
+def tick_minutes(seconds: float) -> int:
+    """Minutes between two ticks of a time axis over ``seconds``: the first step that gives at most
+    15 ticks (a label reads HH:MM, so ticks under a minute apart printed 07:27 07:27 07:28)."""
+    return next((m for m in TICK_MINUTES if seconds / (60 * m) <= 15), TICK_MINUTES[-1])
+
+
 def time_x(view: Any = None, title: str | None = "time (UTC)", field: str = "ts") -> alt.X:
-    """The x encoding of a time chart: a UTC scale, 24-hour labels (with the date past a day)."""
-    long = view is not None and view.span.total_seconds() > 86400
-    return alt.X(
-        f"{field}:T",
-        title=title,
-        scale=alt.Scale(type="utc"),
-        axis=alt.Axis(format="%m-%d %H:%M" if long else "%H:%M", labelOverlap=True),
-    )
+    """The x encoding of a time chart: a UTC scale, 24-hour labels (with the date past a day), a
+    tick every whole number of minutes up to a day (``tick_minutes``)."""
+    seconds = view.span.total_seconds() if view is not None else None
+    long = seconds is not None and seconds > 86400
+    axis = {"format": "%m-%d %H:%M" if long else "%H:%M", "labelOverlap": True}
+    if seconds is not None and not long:
+        axis["tickCount"] = alt.TimeIntervalStep(interval="minute", step=tick_minutes(seconds))  # UTC on a utc scale
+    return alt.X(f"{field}:T", title=title, scale=alt.Scale(type="utc"), axis=alt.Axis(**axis))
 
 
 def with_gaps(

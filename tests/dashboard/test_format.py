@@ -57,3 +57,18 @@ def test_a_table_heads_columns_with_labels_and_holds_four_significant_digits() -
     assert "$1,235" in html and "53.5%" in html and "–" in html and "101,790" in html  # by its name's suffix
     assert label("kv_avg") == "KV cache used (avg)" and label("q_before") == "Quantile before"
     assert sig(0.01600000075995922) == 0.016 and sig(0) == 0 and sig("x") == "x"
+
+
+def test_a_time_axis_ticks_whole_minutes_so_no_label_repeats() -> None:
+    # a 15-minute window ticked every 30 s printed 07:27 07:27 07:28 (labels read HH:MM)
+    from datetime import UTC, datetime, timedelta
+
+    from dashboard.marks import tick_minutes, time_x
+    from dashboard.view import read_view
+
+    assert [tick_minutes(s) for s in (900, 3600, 6 * 3600, 86400)] == [1, 5, 30, 120]
+    end = datetime(2026, 12, 1, 8, tzinfo=UTC)
+    axis = time_x(read_view({"from": (end - timedelta(minutes=15)).isoformat(), "to": end.isoformat()})).to_dict()
+    assert axis["axis"]["tickCount"] == {"interval": "minute", "step": 1} and axis["axis"]["format"] == "%H:%M"
+    week = time_x(read_view({"range": "7d"})).to_dict()["axis"]
+    assert "tickCount" not in week and week["format"] == "%m-%d %H:%M"  # past a day: the date, Vega's ticks
