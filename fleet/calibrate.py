@@ -259,12 +259,10 @@ def with_played_slos(
     ``margin`` x their p99 (at most ``TAIL_RATIO`` x their p90), kept between the p99 the probe
     measured with the engines fully busy (``cal.loaded_p99_s``: the steady phase meets such
     moments) and ``BUSY_CEILING`` x it, at least 1 s, raised to the next of ``bounds`` (none:
-    half a second). A pool with fewer than
-    ``MIN_PLAYED`` timed requests keeps the target from the fully busy probe. ``played_ttft``
-    keeps what was played, per pool."""
+    half a second). A pool with fewer than ``MIN_PLAYED`` timed requests keeps the target from
+    the fully busy probe. ``played_ttft`` keeps what was played, per pool."""
     slo = dict(cal.slo_ttft_s)
-    measured = []
-    seen = {}
+    seen: dict[str, Played] = {}  # the pools whose targets the play set
     for model in slo:
         ttfts = [p.ttft_s for p in played if p.model == model and p.ok and p.ttft_s is not None]
         if len(ttfts) >= MIN_PLAYED:
@@ -277,15 +275,14 @@ def with_played_slos(
             played_target = margin * min(p99, TAIL_RATIO * p90)
             wanted = min(max(played_target, busy), BUSY_CEILING * busy) if busy > 0 else played_target
             slo[model] = target_at_bound(max(1.0, wanted), bounds)
-            measured.append(model)
-    if not measured:
+    if not seen:
         return cal
     basis = (
         f"{margin:g}x the p99 of {seconds:g}s played at that rate (at most {TAIL_RATIO:g}x its p90), "
         f"between the p99 with the engines fully busy and {BUSY_CEILING:g}x it" + _basis_tail(bounds)
     )
-    if len(measured) < len(slo):
-        basis += f"; {', '.join(sorted(set(slo) - set(measured)))}: {cal.slo_basis}"
+    if len(seen) < len(slo):
+        basis += f"; {', '.join(sorted(set(slo) - set(seen)))}: {cal.slo_basis}"
     return replace(cal, slo_ttft_s=slo, slo_basis=basis, played_ttft=seen)
 
 
