@@ -8,14 +8,17 @@ Out: ``calibrate(...)`` (``probe`` then ``derive``) -> ``Calibration``: each mod
      machine during the demo), giving the requests/s each pool completes and its p99 time to
      first token under that load. From them: ``sustained_rps`` (the steady mix's requests/s the
      fleet sustains: the pool that fills first decides), ``rate_scale`` (the scenario's rate
-     times it puts the steady phase's peak load, its bursts, at ``utilisation`` of that)
-     and ``slo_ttft_s`` per model: the steady mix is then played open loop at that rate for
-     ``play_s`` seconds, and each target is ``PLAYED_MARGIN`` x the p99 TTFT played (at most
-     ``TAIL_RATIO`` x its p90: a few dozen requests' p99 is their slowest; kept between the fully
-     busy p99, which the steady phase meets when two long prompts share a replica, and
+     times it puts the steady phase's peak load, its bursts, at ``utilisation`` of that and its
+     mean at most ``mean_utilisation``) and ``slo_ttft_s`` per model: the steady mix is then
+     played open loop at that rate for ``play_s`` seconds, and each target is ``PLAYED_MARGIN``
+     x the p99 TTFT played (at most ``TAIL_RATIO`` x its p90: a few dozen requests' p99 is their
+     slowest; kept between the fully busy p99, which the steady phase meets when two long prompts share a replica, and
      ``BUSY_CEILING`` x it, the better measured of the two), raised to the next bucket bound of
      the engines' own TTFT histogram (``with_played_slos``; without enough timed requests,
-     ``margin`` x the fully busy p99). The rules read the p99 from that histogram,
+     ``margin`` x the fully busy p99). On a pool whose KV cache (read from the engines'
+     ``/metrics``) holds fewer than two of the mix's long-context requests, a request queues
+     behind one of them in a healthy phase: its target is at least ``QUEUE_MARGIN`` x the longest
+     one the probe timed (``queue_waits``). The rules read the p99 from that histogram,
      interpolated inside a bucket: a target inside a wide bucket (2 s in (1, 2.5]) is crossed by
      interpolation alone while every request is well under it; at a bound, the p99 is above the
      target only when more than 1 % of the requests were. ``Calibration.line()`` says it in one line.
@@ -49,11 +52,15 @@ __all__ = [
     "Probe",
     "calibrate",
     "derive",
+    "kv_cache_tokens",
+    "long_request_tokens",
     "mean_rate",
     "peak_rate",
     "play",
+    "pool_kv_tokens",
     "pool_shares",
     "probe",
+    "queue_waits",
     "target_at_bound",
     "ttft_bounds",
     "with_played_slos",
@@ -63,6 +70,19 @@ __all__ = [
 # before the collector, the evaluator and the dashboard share the cores with the engines, and a
 # burst near capacity fills a queue whose tail the 5-minute p99 keeps for minutes
 UTILISATION = 0.6
+# ... and its mean at most this share: requests of widely different lengths queue behind each other far
+# below the closed loop's throughput (two tiny-small replicas here, the steady mix open loop for 40 s at
+# 16 / 33 / 49 % of what the probe measured: p99 TTFT 2.0 / 4.3 / 8.1 s). The shipped scenario's bursts
+# (2.5x its rate) put its mean at 29 %; a mix without bursts would otherwise play at 60 %
+MEAN_UTILISATION = 0.3
+# a request queues behind a long-context request on a replica whose KV cache holds one of them and not
+# two (vLLM admits its waiting requests in order), for as long as that request takes. A pool whose cache
+# holds fewer than two typical long-context requests (median prompt + median output) gets an SLO target
+# of at least this x the time one such request takes alone on one of its replicas: two of them queued
+# in a row, and the cores shared with the collector, the dashboard and the rules during the demo (here:
+# 2.4 s alone; the second of two sent together began 2.0 s late; the steady mix open loop at a third of
+# what the probe measured, 40 s: p99 TTFT 4.3 s, its slowest 5.2 s)
+QUEUE_MARGIN = 3.0
 MARGIN = 1.5  # SLO p99 TTFT = this x the p99 measured with the engines fully busy
 PROBE_S = 20.0
 WARM_S = 3.0  # the probe's first seconds: the loops fill up, not counted
@@ -83,6 +103,8 @@ BUSY_CEILING = 2.0
 
 
 _TTFT_BUCKET = re.compile(r'^vllm:time_to_first_token_seconds_bucket\{[^}]*\ble="([^"]+)"', re.M)
+_CACHE_CONFIG = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def _template_bounds() -> tuple[float, ...]:
@@ -103,12 +125,17 @@ class CalibrationError(Exception):
 
 @dataclass(frozen=True)
 class Probe:
-    """One finished probe request: its pool, whether it succeeded, its TTFT, when it ended (s)."""
+    """One finished probe request: its pool, whether it succeeded, its TTFT, when it ended (s,
+    from the start of the loops), whether it was one of the mix's long-context requests, how long
+    it took in all, and whether it ran alone (the long-context request timed before the loops)."""
 
     model: str
     ok: bool
     ttft_s: float | None
     finished_s: float
+    long_context: bool = False
+    e2e_s: float | None = None
+    alone: bool = False  # sent before the loops, on an otherwise idle replica
 
 
 @dataclass(frozen=True)
@@ -137,6 +164,9 @@ class Calibration:
     requests: int = 0
     slo_basis: str = ""  # how the targets were set, in words
     played_ttft: dict[str, Played] = field(default_factory=dict)  # per pool, what the targets came from
+    # per pool whose KV cache holds fewer than two long-context requests: how long one takes alone (a
+    # request behind it on its replica waits that long); the target is at least QUEUE_MARGIN x it
+    queue_wait_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def rate_scale(self) -> float:
@@ -144,10 +174,15 @@ class Calibration:
 
     def line(self) -> str:
         slo = ", ".join(f"{m} {s:g}s" for m, s in sorted(self.slo_ttft_s.items()))
+        bursts = (
+            f", bursts to {self.peak_rps:.2g} ({self.peak_rps / self.sustained_rps:.0%})"
+            if self.peak_rps > self.planned_rps * 1.001
+            else ""
+        )
         return (
             f"calibrated: engines sustain ~{self.sustained_rps:.2g} req/s of the steady mix here; playing at "
-            f"{self.planned_rps:.2g} req/s, bursts to {self.peak_rps:.2g} ({self.utilisation:.0%} of it; "
-            f"x{self.rate_scale:.2g} the scenario's rate); SLO p99 TTFT <= {slo} ({self.slo_basis})"
+            f"{self.planned_rps:.2g} req/s ({self.planned_rps / self.sustained_rps:.0%} of it){bursts}; "
+            f"x{self.rate_scale:.2g} the scenario's rate; SLO p99 TTFT <= {slo} ({self.slo_basis})"
         )
 
 
@@ -184,6 +219,33 @@ def _p99(values: list[float]) -> float:
     return found
 
 
+def long_request_tokens(mix: TrafficMix) -> int:
+    """A typical long-context request of ``mix`` in the KV cache: its median prompt and output; 0 when
+    the mix sends none."""
+    if mix.long_context_share <= 0 and not any((t.long_context_share or 0) > 0 for t in mix.tenants):
+        return 0
+    output = mix.long_output_tokens or mix.output_tokens
+    return int(mix.long_prompt_tokens.median + output.median)
+
+
+def queue_waits(probes: list[Probe], mix: TrafficMix, kv_tokens: dict[str, int]) -> dict[str, float]:
+    """Per pool whose KV cache (``kv_tokens``, the smallest replica's; a pool missing from it is taken
+    to hold one) has room for fewer than two of the mix's typical long-context requests: how long
+    the long-context request the probe sent alone took (the longest, if several). A request behind
+    one on its replica waits that long."""
+    need = long_request_tokens(mix)
+    if not need:
+        return {}
+    out: dict[str, float] = {}
+    for model in pool_shares(mix):
+        if kv_tokens.get(model, 0) >= 2 * need:
+            continue
+        took = [p.e2e_s for p in probes if p.model == model and p.ok and p.alone and p.e2e_s is not None]
+        if took:
+            out[model] = max(took)
+    return out
+
+
 def derive(
     probes: list[Probe],
     mix: TrafficMix,
@@ -191,17 +253,21 @@ def derive(
     probe_s: float = PROBE_S,
     warm_s: float = WARM_S,
     utilisation: float = UTILISATION,
+    mean_utilisation: float = MEAN_UTILISATION,
     margin: float = MARGIN,
     bounds: tuple[float, ...] = (),
+    kv_tokens: dict[str, int] | None = None,
 ) -> Calibration:
     """The calibration from finished probe requests (see the module docstring); ``bounds``, the
-    engines' TTFT bucket bounds, which the SLO targets are raised to (none: half seconds)."""
+    engines' TTFT bucket bounds, which the SLO targets are raised to (none: half seconds);
+    ``kv_tokens``, each pool's KV cache in tokens (its smallest replica's; unknown: it may hold one
+    long-context request and not two)."""
     shares = pool_shares(mix)
     span = probe_s - warm_s
     pool_rps: dict[str, float] = {}
     loaded: dict[str, float] = {}
     for model in shares:
-        mine = [p for p in probes if p.model == model]
+        mine = [p for p in probes if p.model == model and not p.alone]
         counted = [p for p in mine if p.ok and warm_s <= p.finished_s <= probe_s]
         ttfts = [p.ttft_s for p in mine if p.ok and p.ttft_s is not None]
         failed = [p for p in mine if not p.ok]
@@ -215,10 +281,12 @@ def derive(
         loaded[model] = _p99(ttfts)
     # the mix sends `share` of its requests to each pool: the pool that fills first decides
     sustained = min(pool_rps[m] / shares[m] for m in shares)
-    # the peak at `utilisation` of what the engines sustain; the mean follows from the mix's shape
-    peak = utilisation * sustained
-    planned = peak * mean_rate(mix) / peak_rate(mix)
-    slo = {m: target_at_bound(max(0.5, margin * loaded[m]), bounds) for m in shares}
+    # the peak at `utilisation` of what the engines sustain, the mean in proportion to the mix's
+    # shape, and the mean at most `mean_utilisation` of it
+    planned = min(utilisation * sustained * mean_rate(mix) / peak_rate(mix), mean_utilisation * sustained)
+    peak = planned * peak_rate(mix) / mean_rate(mix)
+    waits = queue_waits(probes, mix, kv_tokens or {})
+    slo = {m: target_at_bound(max(0.5, margin * loaded[m], QUEUE_MARGIN * waits.get(m, 0.0)), bounds) for m in shares}
     return Calibration(
         sustained_rps=sustained,
         pool_rps=pool_rps,
@@ -230,8 +298,16 @@ def derive(
         margin=margin,
         slo_ttft_s=slo,
         requests=len(probes),
-        slo_basis=f"{margin:g}x the p99 with the engines fully busy" + _basis_tail(bounds),
+        slo_basis=f"{margin:g}x the p99 with the engines fully busy" + _queue_tail(waits) + _basis_tail(bounds),
+        queue_wait_s=waits,
     )
+
+
+def _queue_tail(waits: dict[str, float]) -> str:
+    if not waits:
+        return ""
+    took = ", ".join(f"{m} {s:.2g}s" for m, s in sorted(waits.items()))
+    return f"; at least {QUEUE_MARGIN:g}x a long-context request alone, which fills the cache ({took})"
 
 
 def _basis_tail(bounds: tuple[float, ...]) -> str:
@@ -258,7 +334,8 @@ def with_played_slos(
     """``cal`` with each pool's SLO p99 TTFT set from requests played at the calibrated rate:
     ``margin`` x their p99 (at most ``TAIL_RATIO`` x their p90), kept between the p99 the probe
     measured with the engines fully busy (``cal.loaded_p99_s``: the steady phase meets such
-    moments) and ``BUSY_CEILING`` x it, at least 1 s, raised to the next of ``bounds`` (none:
+    moments) and ``BUSY_CEILING`` x it, at least 1 s and ``QUEUE_MARGIN`` x ``cal.queue_wait_s``
+    (a request behind a long-context request that fills the cache), raised to the next of ``bounds`` (none:
     half a second). A pool with fewer than ``MIN_PLAYED`` timed requests keeps the target from
     the fully busy probe. ``played_ttft`` keeps what was played, per pool."""
     slo = dict(cal.slo_ttft_s)
@@ -274,15 +351,19 @@ def with_played_slos(
             busy = cal.loaded_p99_s.get(model, 0.0)
             played_target = margin * min(p99, TAIL_RATIO * p90)
             wanted = min(max(played_target, busy), BUSY_CEILING * busy) if busy > 0 else played_target
+            # and never under the wait behind one long-context request where the cache holds one
+            wanted = max(wanted, QUEUE_MARGIN * cal.queue_wait_s.get(model, 0.0))
             slo[model] = target_at_bound(max(1.0, wanted), bounds)
     if not seen:
         return cal
     basis = (
         f"{margin:g}x the p99 of {seconds:g}s played at that rate (at most {TAIL_RATIO:g}x its p90), "
-        f"between the p99 with the engines fully busy and {BUSY_CEILING:g}x it" + _basis_tail(bounds)
+        f"between the p99 with the engines fully busy and {BUSY_CEILING:g}x it"
+        + _queue_tail(cal.queue_wait_s)
+        + _basis_tail(bounds)
     )
     if len(seen) < len(slo):
-        basis += f"; {', '.join(sorted(set(slo) - set(seen)))}: {cal.slo_basis}"
+        basis += f"; {', '.join(sorted(set(slo) - set(seen)))}: {cal.margin:g}x the p99 with the engines fully busy"
     return replace(cal, slo_ttft_s=slo, slo_basis=basis, played_ttft=seen)
 
 
@@ -307,6 +388,38 @@ def ttft_bounds(urls: list[str], *, timeout: float = 5.0) -> tuple[float, ...] |
     return None
 
 
+def kv_cache_tokens(url: str, *, timeout: float = 5.0) -> int | None:
+    """The tokens the KV cache of the engine at ``url`` holds, from its ``vllm:cache_config_info``
+    (``kv_cache_size_tokens``, or ``num_gpu_blocks`` x ``block_size``); None when it does not say."""
+    try:
+        text = httpx.get(f"{url.rstrip('/')}/metrics", timeout=timeout).text
+    except httpx.HTTPError:
+        return None
+    found = _CACHE_CONFIG.search(text)
+    if found is None:
+        return None
+    labels = dict(_LABEL.findall(found.group(1)))
+    if labels.get("kv_cache_size_tokens", "").isdigit():  # vLLM 0.32
+        return int(labels["kv_cache_size_tokens"])
+    blocks, size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+    return int(blocks) * int(size) if blocks.isdigit() and size.isdigit() else None
+
+
+def pool_kv_tokens(pools: dict[str, list[str]]) -> dict[str, int]:
+    """Each pool's KV cache in tokens: its smallest replica's, where every replica says."""
+    out: dict[str, int] = {}
+    for model, urls in pools.items():
+        sizes = [kv_cache_tokens(u) for u in urls]
+        if sizes and all(s is not None for s in sizes):
+            out[model] = min(s for s in sizes if s is not None)
+    return out
+
+
+def _longs_only(mix: TrafficMix) -> TrafficMix:
+    tenants = [t.model_copy(update={"long_context_share": None}) for t in mix.tenants]
+    return mix.model_copy(update={"long_context_share": 1.0, "tenants": tenants})
+
+
 async def probe(
     pools: dict[str, list[str]],
     mix: TrafficMix,
@@ -316,7 +429,9 @@ async def probe(
     seed: int = 7,
 ) -> list[Probe]:
     """Keep every pool busy with its share of ``mix``'s request shapes for ``probe_s`` seconds:
-    ``per_replica`` loops per replica URL, each sending the next request when one finishes."""
+    ``per_replica`` loops per replica URL, each sending the next request when one finishes. Before
+    the loops, where the mix has long-context requests, one of them is timed alone on each pool's
+    first replica (every pool at once; ``queue_waits``)."""
     rng = random.Random(seed)
     ids = random.Random()
     out: list[Probe] = []
@@ -324,22 +439,28 @@ async def probe(
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(probe_s * 3, connect=5.0)) as client:
         start = time.perf_counter()
 
-        async def loop(model: str, url: str, own: TrafficMix) -> None:
-            while time.perf_counter() - start < probe_s:
-                plan = plan_request(own, rng)
-                trace = f"{ids.getrandbits(128):032x}"
-                result = await send_request(
-                    client, url, plan, trace, f"00-{trace}-{ids.getrandbits(64):016x}-01", "calibration"
-                )
-                out.append(Probe(model, result.ok, result.ttft_s, time.perf_counter() - start))
+        async def one(model: str, url: str, mix: TrafficMix, *, alone: bool = False) -> None:
+            plan = plan_request(mix, rng)
+            trace = f"{ids.getrandbits(128):032x}"
+            traceparent = f"00-{trace}-{ids.getrandbits(64):016x}-01"
+            result = await send_request(client, url, plan, trace, traceparent, "calibration")
+            finished = time.perf_counter() - start
+            out.append(Probe(model, result.ok, result.ttft_s, finished, plan.long_context, result.e2e_s, alone))
 
-        loops = []
-        for model, urls in pools.items():
-            # the pool's own requests: this model only, streamed (the TTFT is read from the stream)
-            tenants = [t.model_copy(update={"models": None}) for t in mix.tenants]
-            own = mix.model_copy(update={"models": {model: 1.0}, "tenants": tenants, "stream_share": 1.0})
-            loops += [loop(model, url, own) for url in urls for _ in range(per_replica)]
-        await asyncio.gather(*loops)
+        async def loop(model: str, url: str, mix: TrafficMix) -> None:
+            while time.perf_counter() - start < probe_s:
+                await one(model, url, mix)
+
+        # the pool's own requests: this model only, streamed (the TTFT is read from the stream)
+        tenants = [t.model_copy(update={"models": None}) for t in mix.tenants]
+        own = {m: mix.model_copy(update={"models": {m: 1.0}, "tenants": tenants, "stream_share": 1.0}) for m in pools}
+        if long_request_tokens(mix):
+            await asyncio.gather(*(one(m, urls[0], _longs_only(own[m]), alone=True) for m, urls in pools.items()))
+        began, start = start, time.perf_counter()  # the loops' time: what ran alone ended before it
+        out[:] = [replace(p, finished_s=p.finished_s - (start - began)) for p in out]
+        await asyncio.gather(
+            *(loop(m, url, own[m]) for m, urls in pools.items() for url in urls for _ in range(per_replica))
+        )
     return out
 
 
@@ -387,7 +508,16 @@ def calibrate(
         )
     probes = asyncio.run(probe({m: pools[m] for m in wanted}, mix, probe_s=probe_s, per_replica=per_replica, seed=seed))
     bounds = ttft_bounds([u for m in sorted(wanted) for u in pools[m]]) or TEMPLATE_TTFT_BOUNDS
-    cal = derive(probes, mix, probe_s=probe_s, warm_s=warm_s, utilisation=utilisation, margin=margin, bounds=bounds)
+    cal = derive(
+        probes,
+        mix,
+        probe_s=probe_s,
+        warm_s=warm_s,
+        utilisation=utilisation,
+        margin=margin,
+        bounds=bounds,
+        kv_tokens=pool_kv_tokens({m: pools[m] for m in wanted}),
+    )
     if play_s <= 0:
         return cal
     if progress:
@@ -398,7 +528,10 @@ def calibrate(
         progress(
             "played: "
             + "; ".join(
-                f"{m} {p} (fully busy: p99 {cal.loaded_p99_s[m]:.2g}s)" for m, p in sorted(cal.played_ttft.items())
+                f"{m} {p} (fully busy: p99 {cal.loaded_p99_s[m]:.2g}s"
+                + (f"; a long-context request alone {cal.queue_wait_s[m]:.2g}s" if m in cal.queue_wait_s else "")
+                + ")"
+                for m, p in sorted(cal.played_ttft.items())
             )
         )
     return cal

@@ -215,7 +215,8 @@ def up(
         typer.Option(
             min=0.01,
             help="Multiply the scenario's request rate. Default: on real engines, measured before the traffic "
-            "(the steady phase's bursts at 60 % of what the engines sustain here); 1 on simulated ones.",
+            "(the steady phase's bursts at 60 % of what the engines sustain here, its mean at most 30 %); "
+            "1 on simulated ones.",
             show_default=False,
         ),
     ] = None,

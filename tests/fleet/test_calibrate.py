@@ -20,6 +20,7 @@ from fleet.calibrate import (
     mean_rate,
     peak_rate,
     play,
+    pool_kv_tokens,
     pool_shares,
     probe,
     target_at_bound,
@@ -61,10 +62,55 @@ def test_the_pool_that_fills_first_sets_the_rate_and_each_pool_gets_its_own_slo(
     assert cal.slo_ttft_s == {"tiny-small": 1.0, "tiny-large": 4.5}
     line = cal.line()
     assert line.startswith(
-        "calibrated: engines sustain ~0.94 req/s of the steady mix here; playing at 0.27 req/s, bursts to 0.56 "
-        "(60% of it; x0.11 the scenario's rate)"
+        "calibrated: engines sustain ~0.94 req/s of the steady mix here; playing at 0.27 req/s (29% of it), "
+        "bursts to 0.56 (60%); x0.11 the scenario's rate"
     )
     assert "SLO p99 TTFT <= tiny-large 4.5s, tiny-small 1s" in line
+
+
+def test_a_mix_without_bursts_plays_its_mean_at_most_30_percent_of_what_the_engines_sustain() -> None:
+    # the same probe as above, the scenario without its bursts: at 60 % its mean would be 60 % of
+    # what the closed loop finished; requests of very different lengths queue long before that
+    data = load_scenario("long-context-rollout").model_dump(mode="json")
+    data["mix"]["burst"] = None
+    mix = Scenario.model_validate(data).mix
+    probes = [Probe("tiny-small", True, 0.2, 3.0 + i * 0.5) for i in range(30)]  # 30 in 17 s
+    probes += [Probe("tiny-large", True, 0.5, 3.5 + i) for i in range(10)]  # 10 in 17 s: it decides
+    cal = derive(probes, mix, probe_s=20.0, warm_s=3.0)
+    assert cal.sustained_rps == pytest.approx((10 / 17) / 0.25)
+    assert cal.planned_rps == pytest.approx(0.3 * cal.sustained_rps) == pytest.approx(cal.peak_rps)
+    assert cal.rate_scale == pytest.approx(0.3 * cal.sustained_rps / 2.0)
+    assert "playing at 0.71 req/s (30% of it); x0.35 the scenario's rate;" in cal.line()  # no bursts to speak of
+
+
+def test_a_cache_that_holds_one_long_request_gets_room_for_the_wait_behind_it() -> None:
+    # tiny-small's replicas hold 2,560 tokens: one long-context request (median 1,300 + 320) and not
+    # two, so a request behind one waits for it to finish; tiny-large's 32,768 hold many. Timed alone
+    # before the loops, a small long request took 2.4 s, a large one 5 s: tiny-small's target is at
+    # least 3 x 2.4 s (the 7.5 s bound); tiny-large's is its fully busy p99's alone
+    mix = rollout_mix()
+    busy = [Probe("tiny-small", True, 0.9, 4.0 + i * 0.5, i == 3, 3.0) for i in range(20)]
+    busy += [Probe("tiny-small", True, 0.3, -0.1, True, 2.4, alone=True)]  # before the loops: not a finished one
+    busy += [Probe("tiny-large", True, 0.8, 4.0 + i) for i in range(5)]
+    busy += [Probe("tiny-large", True, 0.6, -0.1, True, 5.0, alone=True)]
+    kv = {"tiny-small": 2560, "tiny-large": 32768}
+    cal = derive(busy, mix, bounds=TEMPLATE_TTFT_BOUNDS, kv_tokens=kv)
+    assert cal.pool_rps == pytest.approx({"tiny-small": 20 / 17, "tiny-large": 5 / 17})
+    assert cal.queue_wait_s == {"tiny-small": 2.4}
+    assert cal.slo_ttft_s == {"tiny-small": 7.5, "tiny-large": 2.5}  # 7.2 s and 1.5 x 0.8 s, at bounds
+    assert "at least 3x a long-context request alone, which fills the cache (tiny-small 2.4s)" in cal.line()
+    # the played requests, fast as they are, do not take the target under that wait
+    played = [Probe("tiny-small", True, 0.2 + 0.01 * i, 1.0 + i) for i in range(30)]
+    played += [Probe("tiny-large", True, 0.3, 1.0 + i) for i in range(10)]
+    again = with_played_slos(cal, played, seconds=30, bounds=TEMPLATE_TTFT_BOUNDS)
+    assert again.slo_ttft_s == {"tiny-small": 7.5, "tiny-large": 1.0}
+    assert "at least 3x a long-context request alone" in again.slo_basis
+    # an engine that does not say its cache's size is taken to hold one long request: the wait counts
+    assert derive(busy, mix, bounds=TEMPLATE_TTFT_BOUNDS).queue_wait_s == {"tiny-small": 2.4, "tiny-large": 5.0}
+    # and a mix without long-context requests has no such wait
+    data = load_scenario("long-context-rollout").model_dump(mode="json")
+    data["mix"]["long_context_share"] = 0.0
+    assert derive(busy, Scenario.model_validate(data).mix).queue_wait_s == {}
 
 
 def test_the_slo_targets_come_from_the_steady_mix_played_at_the_calibrated_rate() -> None:
@@ -165,6 +211,10 @@ def test_the_probe_over_http_finds_the_slower_pool() -> None:
             played = await play(pools, mix, rate_scale=1.0, seconds=4.0)
             # the engine's own TTFT buckets, read from its /metrics; a dead URL first is skipped
             bounds = await asyncio.to_thread(ttft_bounds, [f"http://127.0.0.1:{free_port()}", pools["fast"][0]])
+            # the cache's size as the engine reports it (vllm:cache_config_info), the pool's smallest
+            kv = await asyncio.to_thread(pool_kv_tokens, pools)
+            engine = EngineConfig(max_model_len=4096)
+            assert kv == {"fast": engine.num_blocks * engine.block_size, "slow": engine.num_blocks * engine.block_size}
             assert bounds == TEMPLATE_TTFT_BOUNDS
             assert await asyncio.to_thread(ttft_bounds, [f"http://127.0.0.1:{free_port()}"]) is None
             return busy, played
@@ -173,6 +223,10 @@ def test_the_probe_over_http_finds_the_slower_pool() -> None:
 
     probes, played = asyncio.run(go())
     assert all(p.ok for p in probes), [p for p in probes if not p.ok][:3]
+    # before the loops, one long-context request per pool, timed alone; then the mix's own requests
+    alone = [p for p in probes if p.alone]
+    assert sorted(p.model for p in alone) == ["fast", "slow"] and all(p.long_context and p.e2e_s for p in alone)
+    assert all(p.finished_s < 0 for p in alone) and all(p.finished_s >= 0 for p in probes if not p.alone)
     cal = derive(probes, mix, probe_s=4.0, warm_s=0.5)
     assert cal.pool_rps["fast"] > 2 * cal.pool_rps["slow"]
     assert cal.sustained_rps == pytest.approx(cal.pool_rps["slow"] / 0.5)
