@@ -51,6 +51,7 @@ __all__ = [
     "Played",
     "Probe",
     "calibrate",
+    "cache_limited",
     "derive",
     "kv_cache_tokens",
     "long_request_tokens",
@@ -228,18 +229,19 @@ def long_request_tokens(mix: TrafficMix) -> int:
     return int(mix.long_prompt_tokens.median + output.median)
 
 
-def queue_waits(probes: list[Probe], mix: TrafficMix, kv_tokens: dict[str, int]) -> dict[str, float]:
-    """Per pool whose KV cache (``kv_tokens``, the smallest replica's; a pool missing from it is taken
-    to hold one) has room for fewer than two of the mix's typical long-context requests: how long
-    the long-context request the probe sent alone took (the longest, if several). A request behind
-    one on its replica waits that long."""
+def cache_limited(mix: TrafficMix, kv_tokens: dict[str, int]) -> list[str]:
+    """The pools of ``mix`` whose KV cache (``kv_tokens``, the smallest replica's; a pool missing from
+    it is taken to hold one) has room for fewer than two of the mix's typical long-context requests:
+    a request behind one of them waits for it. None when the mix sends no long-context request."""
     need = long_request_tokens(mix)
-    if not need:
-        return {}
+    return sorted(m for m in pool_shares(mix) if need and kv_tokens.get(m, 0) < 2 * need)
+
+
+def queue_waits(probes: list[Probe], mix: TrafficMix, kv_tokens: dict[str, int]) -> dict[str, float]:
+    """Per pool in ``cache_limited``: how long the long-context request the probe sent alone took
+    (the longest, if several). A request behind one on its replica waits that long."""
     out: dict[str, float] = {}
-    for model in pool_shares(mix):
-        if kv_tokens.get(model, 0) >= 2 * need:
-            continue
+    for model in cache_limited(mix, kv_tokens):
         took = [p.e2e_s for p in probes if p.model == model and p.ok and p.alone and p.e2e_s is not None]
         if took:
             out[model] = max(took)
@@ -427,11 +429,12 @@ async def probe(
     probe_s: float = PROBE_S,
     per_replica: int = PER_REPLICA,
     seed: int = 7,
+    alone: list[str] | tuple[str, ...] = (),
 ) -> list[Probe]:
     """Keep every pool busy with its share of ``mix``'s request shapes for ``probe_s`` seconds:
     ``per_replica`` loops per replica URL, each sending the next request when one finishes. Before
-    the loops, where the mix has long-context requests, one of them is timed alone on each pool's
-    first replica (every pool at once; ``queue_waits``)."""
+    the loops, one of the mix's long-context requests is timed on the first replica of each pool
+    in ``alone``, one pool after another, with nothing else sent (``queue_waits``)."""
     rng = random.Random(seed)
     ids = random.Random()
     out: list[Probe] = []
@@ -454,8 +457,8 @@ async def probe(
         # the pool's own requests: this model only, streamed (the TTFT is read from the stream)
         tenants = [t.model_copy(update={"models": None}) for t in mix.tenants]
         own = {m: mix.model_copy(update={"models": {m: 1.0}, "tenants": tenants, "stream_share": 1.0}) for m in pools}
-        if long_request_tokens(mix):
-            await asyncio.gather(*(one(m, urls[0], _longs_only(own[m]), alone=True) for m, urls in pools.items()))
+        for model in alone if long_request_tokens(mix) else ():
+            await one(model, pools[model][0], _longs_only(own[model]), alone=True)
         began, start = start, time.perf_counter()  # the loops' time: what ran alone ended before it
         out[:] = [replace(p, finished_s=p.finished_s - (start - began)) for p in out]
         await asyncio.gather(
@@ -500,13 +503,22 @@ def calibrate(
     missing = sorted(wanted - set(pools))
     if missing:
         raise CalibrationError(f"the steady mix sends to {', '.join(missing)}, which no real engine serves")
+    kv = pool_kv_tokens({m: pools[m] for m in wanted})
+    limited = cache_limited(mix, kv)
     if progress:
         replicas = sum(len(pools[m]) for m in wanted)
         progress(
-            f"calibrating: {probe_s:g}s of the steady mix, {per_replica} requests in flight "
-            f"on each of {replicas} engine(s)"
+            "calibrating: "
+            + (
+                f"a long-context request alone on {', '.join(limited)} (a cache that holds one), then "
+                if limited
+                else ""
+            )
+            + f"{probe_s:g}s of the steady mix, {per_replica} requests in flight on each of {replicas} engine(s)"
         )
-    probes = asyncio.run(probe({m: pools[m] for m in wanted}, mix, probe_s=probe_s, per_replica=per_replica, seed=seed))
+    probes = asyncio.run(
+        probe({m: pools[m] for m in wanted}, mix, probe_s=probe_s, per_replica=per_replica, seed=seed, alone=limited)
+    )
     bounds = ttft_bounds([u for m in sorted(wanted) for u in pools[m]]) or TEMPLATE_TTFT_BOUNDS
     cal = derive(
         probes,
@@ -516,7 +528,7 @@ def calibrate(
         utilisation=utilisation,
         margin=margin,
         bounds=bounds,
-        kv_tokens=pool_kv_tokens({m: pools[m] for m in wanted}),
+        kv_tokens=kv,
     )
     if play_s <= 0:
         return cal

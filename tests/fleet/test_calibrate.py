@@ -16,6 +16,7 @@ from fleet.calibrate import (
     TEMPLATE_TTFT_BOUNDS,
     CalibrationError,
     Probe,
+    cache_limited,
     derive,
     mean_rate,
     peak_rate,
@@ -111,6 +112,10 @@ def test_a_cache_that_holds_one_long_request_gets_room_for_the_wait_behind_it() 
     data = load_scenario("long-context-rollout").model_dump(mode="json")
     data["mix"]["long_context_share"] = 0.0
     assert derive(busy, Scenario.model_validate(data).mix).queue_wait_s == {}
+    assert cache_limited(Scenario.model_validate(data).mix, {}) == []
+    # the shipped fleet: small replicas of 17 blocks x 128 tokens (2,176) hold one, the large one's 256 many
+    assert cache_limited(mix, {"tiny-small": 17 * 128, "tiny-large": 256 * 128}) == ["tiny-small"]
+    assert cache_limited(mix, {"tiny-small": 2 * 1620, "tiny-large": 2 * 1620 - 1}) == ["tiny-large"]
 
 
 def test_the_slo_targets_come_from_the_steady_mix_played_at_the_calibrated_rate() -> None:
@@ -207,7 +212,7 @@ def test_the_probe_over_http_finds_the_slower_pool() -> None:
         await fleet.start()
         try:
             pools = {r.model: [f"http://127.0.0.1:{r.port}"] for r in replicas}
-            busy = await probe(pools, mix, probe_s=4.0, per_replica=3)
+            busy = await probe(pools, mix, probe_s=4.0, per_replica=3, alone=["slow", "fast"])
             played = await play(pools, mix, rate_scale=1.0, seconds=4.0)
             # the engine's own TTFT buckets, read from its /metrics; a dead URL first is skipped
             bounds = await asyncio.to_thread(ttft_bounds, [f"http://127.0.0.1:{free_port()}", pools["fast"][0]])
@@ -223,7 +228,7 @@ def test_the_probe_over_http_finds_the_slower_pool() -> None:
 
     probes, played = asyncio.run(go())
     assert all(p.ok for p in probes), [p for p in probes if not p.ok][:3]
-    # before the loops, one long-context request per pool, timed alone; then the mix's own requests
+    # before the loops, one long-context request per pool asked for, timed alone; then the mix's own requests
     alone = [p for p in probes if p.alone]
     assert sorted(p.model for p in alone) == ["fast", "slow"] and all(p.long_context and p.e2e_s for p in alone)
     assert all(p.finished_s < 0 for p in alone) and all(p.finished_s >= 0 for p in probes if not p.alone)
