@@ -84,6 +84,11 @@ MEAN_UTILISATION = 0.3
 # 2.4 s alone; the second of two sent together began 2.0 s late; the steady mix open loop at a third of
 # what the probe measured, 40 s: p99 TTFT 4.3 s, its slowest 5.2 s)
 QUEUE_MARGIN = 3.0
+# the rollout saturates the pools whose cache holds one long request; their TTFT page needs a p99, which the
+# rules judge only over enough requests (``pool_floor_rps``, from the caller: the rules are not the fleet's).
+# On engines too slow for that at the rate above (three engines on two cores on a slow day: 0.34 req/s,
+# 77 of tiny-small's requests in 5 minutes), the rate is raised to it, with the mean at most this share
+FLOOR_CEILING = 0.6
 MARGIN = 1.5  # SLO p99 TTFT = this x the p99 measured with the engines fully busy
 PROBE_S = 20.0
 WARM_S = 3.0  # the probe's first seconds: the loops fill up, not counted
@@ -168,6 +173,9 @@ class Calibration:
     # per pool whose KV cache holds fewer than two long-context requests: how long one takes alone (a
     # request behind it on its replica waits that long); the target is at least QUEUE_MARGIN x it
     queue_wait_s: dict[str, float] = field(default_factory=dict)
+    # the pool whose p99 needed the rate raised (``pool_floor_rps``), and whether the engines allowed it all
+    floor_pool: str = ""
+    floor_short: bool = False
 
     @property
     def rate_scale(self) -> float:
@@ -180,9 +188,16 @@ class Calibration:
             if self.peak_rps > self.planned_rps * 1.001
             else ""
         )
+        floor = ""
+        if self.floor_pool:
+            floor = f", raised so that {self.floor_pool}'s SLO window holds the requests a p99 needs" + (
+                f" (the most these engines allow: {self.floor_pool}'s p99 may stay too few to judge)"
+                if self.floor_short
+                else ""
+            )
         return (
             f"calibrated: engines sustain ~{self.sustained_rps:.2g} req/s of the steady mix here; playing at "
-            f"{self.planned_rps:.2g} req/s ({self.planned_rps / self.sustained_rps:.0%} of it){bursts}; "
+            f"{self.planned_rps:.2g} req/s ({self.planned_rps / self.sustained_rps:.0%} of it{floor}){bursts}; "
             f"x{self.rate_scale:.2g} the scenario's rate; SLO p99 TTFT <= {slo} ({self.slo_basis})"
         )
 
@@ -259,11 +274,15 @@ def derive(
     margin: float = MARGIN,
     bounds: tuple[float, ...] = (),
     kv_tokens: dict[str, int] | None = None,
+    pool_floor_rps: float = 0.0,
 ) -> Calibration:
     """The calibration from finished probe requests (see the module docstring); ``bounds``, the
     engines' TTFT bucket bounds, which the SLO targets are raised to (none: half seconds);
     ``kv_tokens``, each pool's KV cache in tokens (its smallest replica's; unknown: it may hold one
-    long-context request and not two)."""
+    long-context request and not two); ``pool_floor_rps``, the requests/s each pool in
+    ``cache_limited`` (the ones the rollout saturates) is to get at least, so that the rules can
+    judge its p99 (the rate raised to it, its mean at most ``FLOOR_CEILING`` of what the engines
+    sustain)."""
     shares = pool_shares(mix)
     span = probe_s - warm_s
     pool_rps: dict[str, float] = {}
@@ -286,6 +305,10 @@ def derive(
     # the peak at `utilisation` of what the engines sustain, the mean in proportion to the mix's
     # shape, and the mean at most `mean_utilisation` of it
     planned = min(utilisation * sustained * mean_rate(mix) / peak_rate(mix), mean_utilisation * sustained)
+    floors = {m: pool_floor_rps / shares[m] for m in cache_limited(mix, kv_tokens or {})}
+    floor_pool = max(floors, key=lambda m: floors[m]) if floors and max(floors.values()) > planned else ""
+    if floor_pool:
+        planned = min(floors[floor_pool], FLOOR_CEILING * sustained)
     peak = planned * peak_rate(mix) / mean_rate(mix)
     waits = queue_waits(probes, mix, kv_tokens or {})
     slo = {m: target_at_bound(max(0.5, margin * loaded[m], QUEUE_MARGIN * waits.get(m, 0.0)), bounds) for m in shares}
@@ -302,6 +325,8 @@ def derive(
         requests=len(probes),
         slo_basis=f"{margin:g}x the p99 with the engines fully busy" + _queue_tail(waits) + _basis_tail(bounds),
         queue_wait_s=waits,
+        floor_pool=floor_pool,
+        floor_short=bool(floor_pool) and floors[floor_pool] > planned * 1.001,
     )
 
 
@@ -495,6 +520,7 @@ def calibrate(
     margin: float = MARGIN,
     play_s: float = PLAY_S,
     seed: int = 7,
+    pool_floor_rps: float = 0.0,
     progress: Callable[[str], None] | None = None,
 ) -> Calibration:
     """Probe the engines (``pools``: model -> replica base URLs) with ``mix`` and derive the
@@ -529,6 +555,7 @@ def calibrate(
         margin=margin,
         bounds=bounds,
         kv_tokens=kv,
+        pool_floor_rps=pool_floor_rps,
     )
     if play_s <= 0:
         return cal

@@ -45,6 +45,8 @@ __all__ = ["UpError", "UpOptions", "derived_spec", "record_slos", "seed_slos", "
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE_NICE = 10  # CPU engines' lower priority under `up`: the product's own processes come first
 FIRST_PASS_WAIT_S = 60.0  # the traffic waits for the rules' first evaluation at most this long
+JUDGED_WINDOW_S = 300.0  # the built-in TTFT rules' window (TTFTOverSLO: latency_over_slo{window="5m"})
+JUDGED_MARGIN = 1.25  # the calibrated rate gives the saturating pools this x the requests their p99 needs
 
 
 class UpError(Exception):
@@ -286,6 +288,7 @@ def record_slos(sessions: Any, wanted: dict[tuple[str, str], float], ledger: Pat
 def _calibrate(spec: Any, scenario_name: str, echo: Callable[[str], None]) -> Any:
     """``fleet.calibrate`` on the spec's real engines with the scenario's first mix; None (and a
     line saying why) when it cannot tell: the scenario's own rate and the spec's targets then."""
+    from alerts.signals import min_requests_for
     from fleet.calibrate import CalibrationError, calibrate
     from fleet.traffic import load_scenario
 
@@ -294,7 +297,12 @@ def _calibrate(spec: Any, scenario_name: str, echo: Callable[[str], None]) -> An
         if replica.engine == "vllm":
             pools.setdefault(replica.model, []).append(spec.url(replica))
     try:
-        cal = calibrate(pools, load_scenario(scenario_name).mix, progress=lambda line: echo(f"  {line}"))
+        # the pools the rollout saturates get requests enough for their p99 to be judged: the TTFT
+        # rules' 5-minute window holding the 100 requests a p99 needs, a quarter to spare
+        floor = JUDGED_MARGIN * min_requests_for(0.99) / JUDGED_WINDOW_S
+        cal = calibrate(
+            pools, load_scenario(scenario_name).mix, pool_floor_rps=floor, progress=lambda line: echo(f"  {line}")
+        )
     except (CalibrationError, OSError) as exc:
         echo(f"  calibration failed ({exc}): playing the scenario's own rate, SLO targets from the spec")
         return None

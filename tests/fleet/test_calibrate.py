@@ -118,6 +118,37 @@ def test_a_cache_that_holds_one_long_request_gets_room_for_the_wait_behind_it() 
     assert cache_limited(mix, {"tiny-small": 2 * 1620, "tiny-large": 2 * 1620 - 1}) == ["tiny-large"]
 
 
+def test_engines_too_slow_for_a_judged_p99_get_the_rate_it_needs_within_a_ceiling() -> None:
+    # the shipped fleet on a slow day: the large pool finished 5 requests in 17 s (0.29/s, a quarter of
+    # the mix: 1.2 req/s sustained), so the bursts at 60 % put the mean at 0.34 req/s and tiny-small's
+    # 5-minute window would hold 0.75 x 0.34 x 300 = 76 requests, too few for its p99. Asked for
+    # 0.42 req/s on each pool the rollout saturates, the rate is raised to 0.42 / 0.75 = 0.56 req/s
+    mix = rollout_mix()
+    probes = [Probe("tiny-small", True, 0.5, 3.0 + i * 0.4) for i in range(40)]
+    probes += [Probe("tiny-large", True, 2.0, 3.5 + i * 3) for i in range(5)]
+    kv = {"tiny-small": 17 * 128, "tiny-large": 256 * 128}
+    plain = derive(probes, mix, kv_tokens=kv)
+    assert plain.planned_rps == pytest.approx(0.6 * (5 / 17) / 0.25 * 2.4 / 5) and not plain.floor_pool
+    floor = 1.25 * 100 / 300
+    cal = derive(probes, mix, kv_tokens=kv, pool_floor_rps=floor)
+    assert cal.planned_rps == pytest.approx(floor / 0.75)
+    assert cal.peak_rps == pytest.approx(floor / 0.75 * 5 / 2.4)
+    assert (cal.floor_pool, cal.floor_short) == ("tiny-small", False)
+    assert (
+        "playing at 0.56 req/s (47% of it, raised so that tiny-small's SLO window holds the requests a p99 needs)"
+        in (cal.line())
+    )
+    # on engines slower still, the mean stops at 60 % of what they sustain, and the line says what follows
+    slower = [Probe("tiny-large", True, 2.0, 3.5 + i * 5) for i in range(3)] + probes[:40]
+    short = derive(slower, mix, kv_tokens=kv, pool_floor_rps=floor)
+    assert short.planned_rps == pytest.approx(0.6 * short.sustained_rps) and short.floor_short
+    assert "the most these engines allow: tiny-small's p99 may stay too few to judge" in short.line()
+    # a fleet whose caches hold many long requests has no pool the rollout saturates: no floor
+    assert not derive(
+        probes, mix, kv_tokens={"tiny-small": 10**6, "tiny-large": 10**6}, pool_floor_rps=floor
+    ).floor_pool
+
+
 def test_the_slo_targets_come_from_the_steady_mix_played_at_the_calibrated_rate() -> None:
     mix = rollout_mix()
     busy = [Probe("tiny-small", True, 0.9, 4.0 + i * 0.5) for i in range(20)]  # fully busy: 0.9 s
