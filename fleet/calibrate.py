@@ -330,11 +330,13 @@ def derive(
     )
 
 
-def _queue_tail(waits: dict[str, float]) -> str:
-    if not waits:
-        return ""
+def _queue_words(waits: dict[str, float]) -> str:
     took = ", ".join(f"{m} {s:.2g}s" for m, s in sorted(waits.items()))
-    return f"; at least {QUEUE_MARGIN:g}x a long-context request alone, which fills the cache ({took})"
+    return f"{QUEUE_MARGIN:g}x a long-context request alone on a cache that holds one ({took})"
+
+
+def _queue_tail(waits: dict[str, float]) -> str:
+    return f"; at least {_queue_words(waits)}" if waits else ""
 
 
 def _basis_tail(bounds: tuple[float, ...]) -> str:
@@ -372,21 +374,25 @@ def with_played_slos(
         if len(ttfts) >= MIN_PLAYED:
             p90, p99 = percentile(ttfts, 0.9) or 0.0, _p99(ttfts)
             seen[model] = Played(len(ttfts), p90, p99)
-            # between the p99 with the engines fully busy and twice it: the steady phase meets such
-            # moments (two long prompts at once fill a small replica's cache, the requests behind
-            # wait), and a few dozen played requests that met one tell less than the busy probe
+            # at most twice the p99 with the engines fully busy: a few dozen played requests that met
+            # a queue tell less than the busy probe. At least the moments the steady phase meets: on a
+            # cache that holds one long-context request, the wait behind one (measured alone); on
+            # another, the fully busy p99 (on such a cache the probe's 4 requests in flight per
+            # replica queue behind its long requests as the steady phase does not: 13 s on a slow day,
+            # where a long request alone took 2.6 s and the steady phase's p99 was 1-2 s)
             busy = cal.loaded_p99_s.get(model, 0.0)
             played_target = margin * min(p99, TAIL_RATIO * p90)
-            wanted = min(max(played_target, busy), BUSY_CEILING * busy) if busy > 0 else played_target
-            # and never under the wait behind one long-context request where the cache holds one
-            wanted = max(wanted, QUEUE_MARGIN * cal.queue_wait_s.get(model, 0.0))
+            wanted = min(played_target, BUSY_CEILING * busy) if busy > 0 else played_target
+            wait = cal.queue_wait_s.get(model)
+            wanted = max(wanted, QUEUE_MARGIN * wait if wait is not None else busy)
             slo[model] = target_at_bound(max(1.0, wanted), bounds)
     if not seen:
         return cal
     basis = (
         f"{margin:g}x the p99 of {seconds:g}s played at that rate (at most {TAIL_RATIO:g}x its p90), "
-        f"between the p99 with the engines fully busy and {BUSY_CEILING:g}x it"
-        + _queue_tail(cal.queue_wait_s)
+        f"at most {BUSY_CEILING:g}x the p99 with the engines fully busy, at least "
+        + (f"{_queue_words(cal.queue_wait_s)}, elsewhere " if cal.queue_wait_s else "")
+        + "that p99"
         + _basis_tail(bounds)
     )
     if len(seen) < len(slo):
