@@ -6,16 +6,18 @@ Out: ``change_points`` -> the indices where the mean shifts (binary segmentation
      error with a penalty from the series' own noise); ``best_split`` -> the single best split
      and what it gains; ``episode`` -> the run of segments that stays raised above the last
      level before it seen for a few steps, with the largest excess (what ``analytics.explain``
-     explains).
+     explains); ``regression`` -> both at once: the segments' bounds and levels, and the episode.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["best_split", "change_points", "episode"]
+__all__ = ["Regression", "best_split", "change_points", "episode", "regression"]
 
 
 def _noise(x: np.ndarray) -> float:
@@ -122,3 +124,17 @@ def _rise_proper(
         if held is not None:
             return held, j
     return base, first
+
+
+class Regression(NamedTuple):
+    bounds: list[int]  # 0, the change points, len(values)
+    levels: list[float]  # each segment's mean
+    found: tuple[int, int, int] | None  # ``episode``'s (base, first, end), or None
+
+
+def regression(values: np.ndarray) -> Regression:
+    """``change_points`` and ``episode`` on ``values`` at once: the segments and the regression."""
+    x = np.asarray(values, dtype=float)
+    bounds = [0, *change_points(x), len(x)]
+    levels = [float(x[a:b].mean()) for a, b in itertools.pairwise(bounds)]
+    return Regression(bounds, levels, episode(levels, bounds))

@@ -39,7 +39,6 @@ log the fleet and its pools are explained from the engines' counters, with no te
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -49,7 +48,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from analytics.changepoints import change_points, episode
+from analytics.changepoints import regression
 from analytics.cost import TokenWeights, gpu_spend
 from analytics.cost_series import cost_over_time
 from analytics.filters import Filters, request_rows
@@ -506,10 +505,7 @@ def explain_cost(
         )
         return ex
     values = np.log(np.maximum(steps["value"].to_numpy(float), 1e-12))
-    idx = change_points(values)
-    bounds = [0, *idx, len(values)]
-    levels = [_f(values[a:b].mean()) for a, b in itertools.pairwise(bounds)]
-    found = episode(levels, bounds)
+    bounds, levels, found = regression(values)
     if found is None:
         ex.sentence = f"Cost per 1M tokens of {view} shows no lasting rise between {start:%H:%M} and {end:%H:%M} UTC."
         return ex

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from typing_extensions import Unpack
 
-from analytics.changepoints import change_points, episode
+from analytics.changepoints import regression
 from analytics.cost import FLEET, TokenWeights
 from analytics.counters import series_latest
 from analytics.filters import Filters
@@ -275,9 +275,7 @@ def cost_breaks(series: pd.DataFrame, by: str = "fleet", min_steps: int = 8) -> 
         if len(steps) < min_steps:
             continue
         values = np.log(np.maximum(steps["cost_per_million_tokens"].to_numpy(float), 1e-12))
-        bounds = [0, *change_points(values), len(values)]
-        levels = [float(values[a:b].mean()) for a, b in zip(bounds, bounds[1:], strict=False)]
-        found = episode(levels, bounds)
+        bounds, levels, found = regression(values)
         if found is None:
             continue
         base, first, last = found

@@ -8,10 +8,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from analytics.changepoints import change_points, episode
-from analytics.explain import explain, quantile_series
+from analytics.changepoints import change_points, episode, regression
+from analytics.explain import _full_steps, explain, quantile_series
 from tests.analytics.scenario_data import INTERVAL, PRICES, play
 
 
@@ -56,6 +57,26 @@ def test_a_steady_level_after_a_quiet_start_is_the_baseline_of_the_rise_that_fol
     assert episode([ln(1.0), ln(2.0), ln(4.0)], [0, 10, 20, 30]) == (0, 1, 3)
     # a big step after a short first one (under three steps) does not move the start: no level held
     assert episode([ln(0.2), ln(0.5), ln(15.0)], [0, 10, 12, 30]) == (0, 1, 3)
+
+
+def test_a_last_step_of_a_few_requests_does_not_hide_the_rise() -> None:
+    # a demo's p99 TTFT per minute on a slow day (3 steady minutes, the rollout, the rollback), and a
+    # window that ends 10 s into a minute: that step holds 2 requests and a p99 of 0.06 s. Left in, the
+    # one split the series allows goes to the fall at the end and no rise is found
+    p99 = [0.83, 2.52, 0.28, 4.36, 18.46, 2.16, 7.06, 9.99, 16.5, 13.42, 0.9, 0.63, 0.06]
+    n = [11, 12, 10, 10, 9, 11, 10, 12, 10, 9, 11, 10, 2]
+    series = pd.DataFrame(
+        {"ts": pd.date_range("2026-12-02 17:47", periods=13, freq="60s", tz="UTC"), "value": p99, "n": n}
+    )
+    assert regression(np.log(series["value"].to_numpy())).found is None
+    full = _full_steps(series)
+    assert len(full) == 12 and full["n"].min() >= 9
+    bounds, levels, found = regression(np.log(full["value"].to_numpy()))
+    assert found == (0, 1, 2) and bounds[1] == 3  # the rise at the fourth minute, from the steady 0.8 s
+    assert math.exp(levels[0]) == pytest.approx(0.83, abs=0.01)
+    # a window beginning inside a step loses that step too; full steps are all kept
+    assert len(_full_steps(series.assign(n=[1] + n[1:-1] + [10]))) == 12
+    assert len(_full_steps(series.assign(n=[10] * 13))) == 13
 
 
 def test_long_context_rollout_is_put_down_to_long_prompts_filling_the_kv_cache(rollout) -> None:
