@@ -7,9 +7,10 @@ In:  a client, a metric (for histograms the family name, e.g. ``vllm:time_to_fir
 Out: DataFrames, one row per group, plus ``.attrs["plan"]`` (the tier and aligned window used):
      - ``counter_increase``: ``[by, increase]``: per series, the last value in the window minus
        the last one before it (looked up to ``LOOKBACK`` back; without one, the series' first
-       value in the window), plus the values before counter resets (``samples.reset``, the
-       rollups' ``resets``): Prometheus' ``increase()`` without extrapolation. Raw rows and
-       rollups give the same numbers (the rollups keep each bucket's first and last value);
+       value in the window), plus the values before counter resets (``samples.reset``):
+       Prometheus' ``increase()`` without extrapolation. On a rollup tier, the sum of the
+       buckets' stored increases, which the collector computed the same way sample by sample
+       (``samples.increase``), so raw rows and rollups give the same numbers;
        when a drop nobody marked (the collector was away across an engine restart) would make
        the total negative, the series counts from zero at the window's end value instead (the
        part before the drop is lost; a marked reset loses nothing);
@@ -84,24 +85,21 @@ def _series_filter(filters: Filters | None, params: dict[str, object]) -> tuple[
 
 
 def series_increase(p: Plan) -> str:
-    """SQL: ``[fingerprint, increase]`` of every series of the ``{metrics}`` over the plan's window."""
+    """SQL: ``[fingerprint, increase]`` of every series of the ``{metrics}`` over the plan's window.
+
+    On a rollup tier, the sum of the window's buckets' stored increases (each from the sample
+    before the bucket to its last one: migrations/clickhouse/0011_rollup_increases.sql)."""
     if p.tier.rollup:
-        window = f"""
-            SELECT fingerprint, argMax(value_last.2, value_last.1) AS last_v,
-                   argMin(value_first.2, value_first.1) AS first_v, argMin(value_first.3, value_first.1) AS first_reset,
-                   sum(resets) AS resets
+        return f"""
+            SELECT fingerprint, sum(increase) AS increase
             FROM {p.samples} WHERE {_where("")} GROUP BY fingerprint"""
-        before = f"""
-            SELECT fingerprint, argMaxIf(value_last.2, value_last.1, NOT isNaN(value_last.2)) AS base, 1 AS has
-            FROM {p.samples} WHERE {_before("")} AND NOT isNaN(value_last.2) GROUP BY fingerprint"""
-    else:
-        window = f"""
-            SELECT fingerprint, argMax(value, ts) AS last_v, argMin(value, ts) AS first_v,
-                   argMin(reset, ts) AS first_reset, sum(reset) AS resets
-            FROM samples WHERE {_where("")} AND NOT isNaN(value) GROUP BY fingerprint"""
-        before = f"""
-            SELECT fingerprint, argMax(value, ts) AS base, 1 AS has
-            FROM samples WHERE {_before("")} AND NOT isNaN(value) GROUP BY fingerprint"""
+    window = f"""
+        SELECT fingerprint, argMax(value, ts) AS last_v, argMin(value, ts) AS first_v,
+               argMin(reset, ts) AS first_reset, sum(reset) AS resets
+        FROM samples WHERE {_where("")} AND NOT isNaN(value) GROUP BY fingerprint"""
+    before = f"""
+        SELECT fingerprint, argMax(value, ts) AS base, 1 AS has
+        FROM samples WHERE {_before("")} AND NOT isNaN(value) GROUP BY fingerprint"""
     # a negative result means a reset nobody marked (the collector was away when the engine
     # restarted and had no previous value): count it from zero, as a marked one would be
     return f"""

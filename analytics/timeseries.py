@@ -7,7 +7,8 @@ In:  a client, a metric (histograms by family name), a window ``[start, end)``, 
 Out: long DataFrames with a ``ts`` column (the step's start, UTC) and ``.attrs["plan"]``:
      - ``counter_rate_over_time``: ``[ts, by, increase, rate]``: per step, the reset-aware
        increase (``analytics.metrics`` semantics: last value - the previous step's last value
-       + the reset marks in between) summed over the group's series, and per second;
+       + the reset marks in between; on a rollup tier the sum of the buckets' stored increases)
+       summed over the group's series, and per second;
      - ``gauge_over_time``: ``[ts, by, avg, max, min, replicas, series]``: each series' mean /
        max / min in the step, then ``agg`` over the group's series ("avg": mean of the means,
        "sum": sum of the means, e.g. requests waiting in a model's pool), and how many replicas
@@ -119,29 +120,26 @@ def _params(
 def step_increase(p: Plan, step: int) -> str:
     """SQL: ``[fingerprint, ts, increase]`` of every series of the ``{metrics}`` per step of the window.
 
-    Each step's increase is its last value minus the previous step's last value (the step
-    before the window, found up to the lookback, is the first one's base) plus the reset marks
-    in the step; a series' first step without a base counts from its first value."""
+    On a rollup tier, the sum of its buckets' stored increases (each from the sample before the
+    bucket to its last one: migrations/clickhouse/0011_rollup_increases.sql). On the raw samples,
+    each step's increase is its last value minus the previous step's last value (the step before
+    the window, found up to the lookback, is the first one's base) plus the reset marks in the
+    step; a series' first step without a base counts from its first value."""
     bucket = f"toStartOfInterval(ts, INTERVAL {step} SECOND)"
     if p.tier.rollup:
-        per_step = f"""
-            SELECT fingerprint, toDateTime64({bucket}, 3, 'UTC') AS t,
-                   argMax(value_last.2, value_last.1) AS last_v, argMin(value_first.2, value_first.1) AS first_v,
-                   argMin(value_first.3, value_first.1) AS first_reset, sum(resets) AS resets
+        return f"""
+            SELECT fingerprint, toDateTime64({bucket}, 3, 'UTC') AS ts, sum(increase) AS increase
             FROM {p.samples}
-            WHERE metric IN {{metrics:Array(String)}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts <
-            {{end:DateTime64(3)}}
-                  AND NOT isNaN(value_last.2)
-            GROUP BY fingerprint, t"""
-    else:
-        per_step = f"""
-            SELECT fingerprint, toDateTime64({bucket}, 3, 'UTC') AS t, argMax(value, ts) AS last_v,
-                   argMin(value, ts) AS first_v, argMin(reset, ts) AS first_reset, sum(reset) AS resets
-            FROM samples
-            WHERE metric IN {{metrics:Array(String)}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts <
-            {{end:DateTime64(3)}}
-                  AND NOT isNaN(value)
-            GROUP BY fingerprint, t"""
+            WHERE metric IN {{metrics:Array(String)}} AND ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+            GROUP BY fingerprint, ts"""
+    per_step = f"""
+        SELECT fingerprint, toDateTime64({bucket}, 3, 'UTC') AS t, argMax(value, ts) AS last_v,
+               argMin(value, ts) AS first_v, argMin(reset, ts) AS first_reset, sum(reset) AS resets
+        FROM samples
+        WHERE metric IN {{metrics:Array(String)}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts <
+        {{end:DateTime64(3)}}
+              AND NOT isNaN(value)
+        GROUP BY fingerprint, t"""
     return f"""
         SELECT fingerprint, t AS ts, if(marked < 0, last_v + resets, marked) AS increase
         FROM (

@@ -18,8 +18,10 @@ Counter resets: every sample carries ``reset``. For cumulative series (counters,
 buckets, sums and counts) whose value went down since the previous sample of the series (the
 engine restarted and counts from zero, as Prometheus' ``increase()`` assumes), it is the
 previous value; everywhere else 0 (first samples, NaN, gauges). The increase between two
-samples is then ``v_b - v_a + sum(reset after a up to b)``: the rollups and
-``analytics.metrics`` use that (migrations/clickhouse/0006_rollups.sql). The previous value
+samples is then ``v_b - v_a + sum(reset after a up to b)``: raw-tier queries use that
+(migrations/clickhouse/0006_rollups.sql). Every sample also carries ``increase``, its series'
+increase since the previous sample (the value itself after a reset; 0 for a first sample, NaN
+and gauges), which the rollups sum per bucket (0011_rollup_increases.sql). The previous value
 comes from this converter's memory or, after a collector restart, from ``prior`` (the last
 values in the store, ``load_prior``).
 
@@ -149,7 +151,7 @@ class _Layout:
     skipped: int = 0  # duplicate samples left out per scrape
 
 
-SAMPLE_COLUMNS = ("metric", "fingerprint", "ts", "value", "reset")
+SAMPLE_COLUMNS = ("metric", "fingerprint", "ts", "value", "reset", "increase")
 SERIES_COLUMNS = ("fingerprint", "metric", "original_metric", "labels", "first_seen", "last_seen")
 SCRAPE_COLUMNS = ("ts", "job", "instance", "replica", "up", "duration_seconds", "samples_scraped", "error")
 
@@ -223,6 +225,9 @@ class SeriesConverter:
         prev = layout.last
         counted = layout.cumulative & ~np.isnan(values)
         reset = np.where(counted & (values < prev), prev, 0.0)  # NaN prev: no comparison holds
+        # since the previous sample: the difference, or after a reset the value (from zero); 0
+        # without a previous one
+        increase = np.where(counted & ~np.isnan(prev), np.where(values < prev, values, values - prev), 0.0)
         layout.last = np.where(counted, values, prev)
         batch.extend(
             "samples",
@@ -232,6 +237,7 @@ class SeriesConverter:
                 "ts": np.full(len(values), ts),
                 "value": values,
                 "reset": reset,
+                "increase": increase,
             },
         )
 
@@ -242,6 +248,7 @@ class SeriesConverter:
         samples = batch.columns("samples", SAMPLE_COLUMNS)
         metrics, fps, values, stamps = samples["metric"], samples["fingerprint"], samples["value"], samples["ts"]
         resets, last, prior, types = samples["reset"], self._last, self._prior, exposition.types
+        increases = samples["increase"]
         first_row = len(metrics)
         kept: list[int] = []
         layout_ok = True  # no explicit timestamps: later scrapes with these series take the fast path
@@ -282,18 +289,19 @@ class SeriesConverter:
                 new_series["labels"].append(known[3])
                 new_series["first_seen"].append(now)
                 new_series["last_seen"].append(now)
-            reset = 0.0
+            reset = increase = 0.0
             if known[4] and not math.isnan(value):  # cumulative and a number
                 prev = last.get(fp)
                 if prev is None:
                     prev = prior.get(fp)
-                if prev is not None and value < prev:
-                    reset = prev
+                if prev is not None:  # a drop is a reset: the counter counts from zero again
+                    reset, increase = (prev, value) if value < prev else (0.0, value - prev)
                 last[fp] = value
             metrics.append(known[1])
             fps.append(fp)
             values.append(value)
             resets.append(reset)
+            increases.append(increase)
             stamps.append(scrape_ts if ts is None else ts)
             kept.append(index)
         if len(refs) > 4 * max(len(exposition.series), 256):  # parser cache was trimmed

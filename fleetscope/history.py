@@ -300,6 +300,8 @@ def _tier_frame(
                 [first_ts, pa.array(first.ravel()), pa.array(np.zeros(buckets * n))], names=["1", "2", "3"]
             ),
             "value_last": pa.StructArray.from_arrays([last_ts, pa.array(last.ravel())], names=["1", "2"]),
+            # what the collector's samples.increase sums to per bucket (gauges: 0)
+            "increase": np.where(cumulative_mask, inc, 0.0).ravel(),
         }
     )
 
@@ -485,6 +487,7 @@ def seed(
             value[at:] = np.where(cal.integer, np.floor(after), after)
             prev[at + 1 :] = value[at:-1]
         reset = np.where(cal.cumulative & (value < prev), prev, 0.0)  # as the collector marks them
+        increase = np.where(cal.cumulative, np.where(value < prev, value, value - prev), 0.0)  # and counts them
         # gauges as an engine shows them: whole numbers stay whole, KV usage is used blocks / blocks
         gauges = gauge_s + rng.standard_normal(gauge_s.shape) * spread_s * 0.5
         gauges = np.where(cal.whole, np.round(gauges), gauges)
@@ -500,6 +503,7 @@ def seed(
                     "ts": _stamps(np.repeat(steps, len(fps))),
                     "value": value.ravel(),
                     "reset": reset.ravel(),
+                    "increase": increase.ravel(),
                 }
             )
         )

@@ -141,7 +141,7 @@ def test_cluster_rendering_parses_and_uses_replicated_and_distributed_tables(ch)
     assert keys["samples"] == keys["series"] == keys["samples_1m"] == keys["samples_6h"] == "fingerprint"
     assert keys["requests"] == "cityHash64(request_id)"
     # every DDL statement is distributed to the cluster
-    assert all("ON CLUSTER 'prod'" in s for s in statements if s.startswith(("CREATE", "ALTER")))
+    assert all("ON CLUSTER 'prod'" in s for s in statements if s.startswith(("CREATE", "ALTER", "DROP")))
     # the rollup views run on each shard: from its local raw table (the 6-hour one: from its local
     # 1-hour rollup) into its local rollup
     views = [s for s in statements if s.startswith("CREATE MATERIALIZED VIEW")]
@@ -150,7 +150,8 @@ def test_cluster_rendering_parses_and_uses_replicated_and_distributed_tables(ch)
     (otlp,) = [v for v in views if v.startswith("CREATE MATERIALIZED VIEW IF NOT EXISTS otlp_exports_mv")]
     assert " TO requests AS" in otlp
     views.remove(otlp)
-    assert len(views) == 5
+    # five rollup views, three of them made again by 0011 (with the stored increases)
+    assert len(views) == 8 and len({v.split(" TO ", 1)[0] for v in views}) == 5
     for view in views:
         target = view.split(" TO ", 1)[1].split()[0]
         assert target.endswith("_local") and target.startswith(("samples_1", "requests_1", "samples_6h"))
@@ -160,7 +161,7 @@ def test_cluster_rendering_parses_and_uses_replicated_and_distributed_tables(ch)
     assert len(ttl) == len(retention.TABLES) and all("_local ON CLUSTER 'prod' MODIFY TTL" in s for s in ttl)
     for statement in statements + ttl:  # real ClickHouse parser; no cluster needed for EXPLAIN AST
         ast = ch.query(f"EXPLAIN AST {statement}").result_rows
-        assert ast and ast[0][0].startswith(("CreateQuery", "AlterQuery", "InsertQuery", "TruncateQuery"))
+        assert ast and ast[0][0].startswith(("CreateQuery", "AlterQuery", "InsertQuery", "TruncateQuery", "DropQuery"))
 
 
 def test_engine_template_keeps_engine_arguments() -> None:
@@ -213,3 +214,81 @@ def test_the_6_hour_rollup_takes_the_history_once_and_then_follows(ch, tmp_path:
     assert totals("samples_6h") == (2, 4.0)
     write([now - timedelta(minutes=1)], 3.0)
     assert totals("samples_6h") == totals("samples_1h") == (3, 7.0)
+
+
+def test_the_rollups_get_the_increases_of_their_history_once_and_then_follow(ch, tmp_path: Path) -> None:
+    """0011 on a store whose rollups were filled before it: every bucket gets the increase the
+    queries computed from its first and last values until now (across a marked reset), on the
+    1-minute, 1-hour and 6-hour tiers; a re-run after an interruption adds nothing; gauges get
+    none; and what is written afterwards with the collector's increases adds up the same way."""
+    from datetime import UTC, datetime, timedelta
+
+    import pandas as pd
+
+    from analytics.metrics import counter_increase
+    from analytics.timeseries import counter_rate_over_time
+
+    before = [m for m in runner.discover() if m.version < 11]
+    (it,) = [m for m in runner.discover() if m.version == 11]
+    d = tmp_path / "m"
+    d.mkdir()
+    for m in before:
+        shutil.copy(m.path, d / m.filename)
+    runner.apply(ch, directory=d)
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
+
+    def write(rows: list[tuple[str, int, float, float]], **extra: list[float]) -> None:
+        ch.insert_df(
+            "samples",
+            pd.DataFrame(
+                {
+                    "metric": [m for m, _, _, _ in rows],
+                    "fingerprint": [7 if m.endswith("_total") else 8 for m, _, _, _ in rows],
+                    "ts": [hour + timedelta(seconds=s) for _, s, _, _ in rows],
+                    "value": [v for _, _, v, _ in rows],
+                    "reset": [r for _, _, _, r in rows],
+                    **extra,
+                }
+            ),
+        )
+
+    c, g = "vllm:prompt_tokens_total", "vllm:num_requests_running"
+    ch.insert_df(
+        "series",
+        pd.DataFrame(
+            {
+                "fingerprint": [7, 8],
+                "metric": [c, g],
+                "original_metric": [c, g],
+                "labels": [{"replica": "r0"}, {"replica": "r0"}],
+                "first_seen": [hour, hour],
+                "last_seen": [hour, hour],
+            }
+        ),
+    )
+    # minute 0: 10 -> 20; minute 1: 25, then the engine restarts (5, marked); minute 2: 8
+    write([(c, 5, 10.0, 0.0), (c, 55, 20.0, 0.0), (c, 70, 25.0, 0.0), (c, 100, 5.0, 25.0), (c, 130, 8.0, 0.0)])
+    write([(g, 5, 3.0, 0.0), (g, 130, 1.0, 0.0)])
+    shutil.copy(it.path, d / it.filename)
+    assert [m.filename for m in runner.apply(ch, directory=d)] == [it.filename]
+    window = (hour, hour + timedelta(hours=1))
+    per_minute = counter_rate_over_time(ch, c, *window, by="replica", step=60, tier="1m")
+    # 20 - 10; 25 - 20, then 5 from zero; 8 - 5
+    assert per_minute["increase"].tolist() == [10.0, 10.0, 3.0]
+    for tier in ("1m", "1h", "6h"):
+        start = hour.replace(hour=hour.hour - hour.hour % 6) if tier == "6h" else hour
+        got = counter_increase(ch, c, start, start + timedelta(hours=6), tier=tier)["increase"].tolist()
+        assert got == [23.0], tier
+
+    def stored(table: str) -> float:
+        return ch.query(f"SELECT sum(increase) FROM {table} WHERE fingerprint = 8").result_rows[0][0]
+
+    assert stored("samples_1m") == stored("samples_1h") == 0.0  # a gauge has no increase
+    for statement in runner.render(it.sql):  # interrupted after its inserts and run again
+        ch.command(statement)
+    assert counter_increase(ch, c, *window, tier="1m")["increase"].tolist() == [23.0]
+    assert counter_increase(ch, c, *window, tier="1h")["increase"].tolist() == [23.0]
+    # then the collector's samples, with their increases: 8 -> 12 in minute 3
+    write([(c, 190, 12.0, 0.0)], increase=[4.0])
+    for tier in ("1m", "1h"):
+        assert counter_increase(ch, c, *window, tier=tier)["increase"].tolist() == [27.0], tier
