@@ -12,13 +12,15 @@ Out: ``calibrate(...)`` (``probe`` then ``derive``) -> ``Calibration``: each mod
      mean at most ``mean_utilisation``) and ``slo_ttft_s`` per model: the steady mix is then
      played open loop at that rate for ``play_s`` seconds, and each target is ``PLAYED_MARGIN``
      x the p99 TTFT played (at most ``TAIL_RATIO`` x its p90: a few dozen requests' p99 is their
-     slowest; kept between the fully busy p99, which the steady phase meets when two long prompts share a replica, and
-     ``BUSY_CEILING`` x it, the better measured of the two), raised to the next bucket bound of
-     the engines' own TTFT histogram (``with_played_slos``; without enough timed requests,
-     ``margin`` x the fully busy p99). On a pool whose KV cache (read from the engines'
-     ``/metrics``) holds fewer than two of the mix's long-context requests, a request queues
-     behind one of them in a healthy phase: its target is at least ``QUEUE_MARGIN`` x the longest
-     one the probe timed (``queue_waits``). The rules read the p99 from that histogram,
+     slowest; at most ``BUSY_CEILING`` x the fully busy p99, the better measured of the two, and
+     at least that p99, which the steady phase meets when two long prompts share a replica),
+     raised to the next bucket bound of the engines' own TTFT histogram (``with_played_slos``;
+     without enough timed requests, ``margin`` x the fully busy p99). On a pool whose KV cache
+     (read from the engines' ``/metrics``) holds fewer than two of the mix's long-context
+     requests, a request queues behind one of them in a healthy phase: there the floor is
+     ``QUEUE_MARGIN`` x the longest one the probe timed alone (``queue_waits``) instead of the
+     fully busy p99 (whose 4 requests in flight per replica queue behind the probe's long ones as
+     the steady phase does not). The rules read the p99 from that histogram,
      interpolated inside a bucket: a target inside a wide bucket (2 s in (1, 2.5]) is crossed by
      interpolation alone while every request is well under it; at a bound, the p99 is above the
      target only when more than 1 % of the requests were. ``Calibration.line()`` says it in one line.
