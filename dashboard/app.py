@@ -27,7 +27,11 @@ PAGES = (
     Path(__file__).resolve().parent / "screens"
 )  # not "pages": Streamlit would serve those files bare, past the login
 
-st.set_page_config(page_title="fleetscope", layout="wide")
+# an icon of its own for the browser tab: a page's material icon would be fetched from fonts.gstatic.com,
+# which a dashboard on a closed network cannot reach (the console said so on every page)
+st.set_page_config(
+    page_title="fleetscope", page_icon=str(Path(__file__).resolve().parent / "favicon.svg"), layout="wide"
+)
 settings = settings_for_login()
 allowed = authenticated(settings)
 PAGE_LIST = [  # (file, title, url path, icon)

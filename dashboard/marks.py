@@ -38,13 +38,16 @@ def tick_minutes(seconds: float) -> int:
 
 
 def time_x(view: Any = None, title: str | None = "time (UTC)", field: str = "ts") -> alt.X:
-    """The x encoding of a time chart: a UTC scale, 24-hour labels (with the date past a day), a
-    tick every whole number of minutes up to a day (``tick_minutes``)."""
+    """The x encoding of a time chart: a UTC scale, 24-hour labels (with the date past a day),
+    ticks at least ``tick_minutes`` apart up to a day."""
     seconds = view.span.total_seconds() if view is not None else None
     long = seconds is not None and seconds > 86400
     axis = {"format": "%m-%d %H:%M" if long else "%H:%M", "labelOverlap": True}
     if seconds is not None and not long:
-        axis["tickCount"] = alt.TimeIntervalStep(interval="minute", step=tick_minutes(seconds))  # UTC on a utc scale
+        # the smallest step between ticks, in the scale's milliseconds: Vega then picks whole minutes. (A
+        # tickCount of {"interval": "minute", "step": n} passes Vega-Lite's schema, but the Vega in
+        # Streamlit's bundle fails on it on a utc scale and leaves the chart blank: seen in the demo)
+        axis["tickMinStep"] = 60_000 * tick_minutes(seconds)
     return alt.X(f"{field}:T", title=title, scale=alt.Scale(type="utc"), axis=alt.Axis(**axis))
 
 
