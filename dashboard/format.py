@@ -250,7 +250,12 @@ _PRINT: dict[str, Callable[[Any], str]] = {
 
 def cell(value: Any, kind: str) -> str:
     """One value as a table of ``kind`` prints it ("–" for no number)."""
-    if value is None or value is pd.NaT or (isinstance(value, float | np.floating) and math.isnan(value)):
+    if (
+        value is None
+        or value is pd.NaT
+        or value is pd.NA
+        or (isinstance(value, float | np.floating) and math.isnan(value))
+    ):
         return NONE
     printer = _PRINT.get(kind)
     if kind == BOOL:
@@ -322,4 +327,10 @@ def table(df: pd.DataFrame, labels: Mapping[str, str | tuple[str, str]] | None =
             printers[head] = lambda v: NONE if pd.isna(v) else _day_and_time(v)
         else:
             printers[head] = lambda v, kind=kind: cell(v, kind)
+    for head in out.columns:
+        # Streamlit prints an empty cell "None" whatever the Styler says: a column with one is
+        # printed here, its cells text (it then sorts as text)
+        if out[head].isna().any():
+            out[head] = out[head].map(printers[head])
+            printers[head] = str
     return out.style.format(printers, na_rep=NONE)

@@ -1,5 +1,6 @@
 """Every table on every page reads like a product: no header is a raw snake_case identifier and no
-cell holds a float with more than 4 significant digits (under AppTest a table is the frame the page
+cell holds a float with more than 4 significant digits or nothing at all, which Streamlit prints
+"None" (under AppTest a table is the frame the page
 hands ``st.dataframe``; what its cells hold is what they print, formatted). Walked on a simulated run
 (tenant-shift, with test_pages' alert history), each page's optional tables opened. The SQL page's
 result table, the user's own query headed with the names the user gave, is not walked (no query runs).
@@ -55,6 +56,8 @@ def unreadable(table: Any) -> list[str]:
     frame = table.value
     for name in frame.columns:
         column = frame[name]
+        if column.isna().any():  # Streamlit prints an empty cell "None", not the page's "–"
+            problems.append(f"{name!r} has an empty cell, which prints 'None'")
         if column.dtype.kind != "f" and column.dtype != object:
             continue
         for value in column:
