@@ -250,12 +250,7 @@ _PRINT: dict[str, Callable[[Any], str]] = {
 
 def cell(value: Any, kind: str) -> str:
     """One value as a table of ``kind`` prints it ("–" for no number)."""
-    if (
-        value is None
-        or value is pd.NaT
-        or value is pd.NA
-        or (isinstance(value, float | np.floating) and math.isnan(value))
-    ):
+    if pd.api.types.is_scalar(value) and pd.isna(value):  # None, NaN, NaT, NA
         return NONE
     printer = _PRINT.get(kind)
     if kind == BOOL:
@@ -327,10 +322,7 @@ def table(df: pd.DataFrame, labels: Mapping[str, str | tuple[str, str]] | None =
             printers[head] = lambda v: NONE if pd.isna(v) else _day_and_time(v)
         else:
             printers[head] = lambda v, kind=kind: cell(v, kind)
-    for head in out.columns:
-        # Streamlit prints an empty cell "None" whatever the Styler says: a column with one is
-        # printed here, its cells text (it then sorts as text)
-        if out[head].isna().any():
-            out[head] = out[head].map(printers[head])
+        if series.isna().any():  # Streamlit prints an empty cell "None" whatever the Styler says:
+            out[head] = series.map(printers[head])  # such a column is printed here (it sorts as text)
             printers[head] = str
     return out.style.format(printers, na_rep=NONE)

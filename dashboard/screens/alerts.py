@@ -23,6 +23,7 @@ from alerts.store import add_silence, evaluations, expire_silence, history, load
 from analytics.latency import LATENCIES
 from dashboard.cache import cached
 from dashboard.context import page_context, plain, shown
+from dashboard.format import NONE
 from dashboard.marks import TS_TIP, time_x, with_annotations
 from dashboard.view import FILTER_KEYS
 
@@ -382,7 +383,7 @@ else:
                     "last HTTP status": shown(r.last_status, "{:.0f}"),
                     "error": r.last_error or "",
                     # text: Streamlit prints an empty datetime cell "None"; one not delivered yet reads "–"
-                    "delivered": f"{r.delivered_at:%Y-%m-%d %H:%M:%S}" if r.delivered_at else "–",
+                    "delivered": f"{r.delivered_at:%Y-%m-%d %H:%M:%S}" if r.delivered_at else NONE,
                 }
                 for r in log_rows
             ]
