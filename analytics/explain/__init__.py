@@ -24,7 +24,9 @@ Out: an ``Explanation``:
        rate, replicas up, request rate): ``before`` / ``after`` (in words), ``moved_at`` (its own change point
        near the break), ``lead_s`` (seconds it moved before the break; negative: after) and
        ``detail``; ties (scores within 0.02) go to the signal nearer a decision (``PRIORITY``:
-       tenant, route, prompt length, model, then capacity); ``onset``: when the regression
+       tenant, route, prompt length, model, then capacity), and a traffic-mix signal timed on
+       the requests that scores near the top capacity signal and moved no later goes before it
+       (``scoring.cause_first``); ``onset``: when the regression
        began, the earliest ``moved_at`` of the leading evidence (the top two rows, where they
        moved at or before the break), else the break;
      - ``dimensions``: BubbleUp-style comparison of the slow requests after the break (slower

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 __all__ = [
+    "CAUSE_RATIO",
     "EVIDENCE_COLUMNS",
     "LONG_FACTOR",
     "MIN_PER_STEP",
@@ -31,6 +32,9 @@ SATURATED = 0.9  # KV-cache usage at which a replica counts as saturated
 PRESSURE = 0.5  # ... or this much with requests waiting (a long prompt's blocks no longer fit)
 MIN_PER_STEP = 10  # requests per step the quantile series needs on average (its step widens to get them)
 MIX_CHANGE = 0.1  # a share that moved this much (10 points) or more counts in full
+# a traffic-mix signal scoring at least this share of the top capacity signal, which moved with it, goes first
+# (``scoring.cause_first``)
+CAUSE_RATIO = 0.75
 LONG_FACTOR = 3.0  # a "long-context" prompt: more than this many times the baseline's median prompt
 # tie-break order: who sent the traffic and what the router did before what it looked like and
 # what it did to the engines

@@ -77,6 +77,27 @@ def test_ties_go_to_the_signal_nearer_a_decision() -> None:
     assert list(rank([weak, cap, tenant])["signal"]) == ["tenant mix", "KV-cache saturation", "prefix-cache hit rate"]
 
 
+def test_a_traffic_change_goes_before_the_cache_it_filled_in_the_same_seconds() -> None:
+    switch = T0 + pd.Timedelta(seconds=301)  # the first long request's own arrival time
+
+    def cache(moved: pd.Timestamp) -> dict:
+        return evidence_row("KV-cache saturation", "capacity", "5%", "75%", 0.70, moved, 26.0, "", STEP)
+
+    def longs(score: float, resolution: float = 0) -> dict:
+        return evidence_row("long-context share", "mix", "3%", "59%", score, switch, 25.0, "", resolution)
+
+    prefix = evidence_row("prefix-cache hit rate", "capacity", "13%", "1%", 0.12, switch, 26.0, "", STEP)
+    # the cache moved in the step that holds the switch: the rollout is the cause, the cache how it hurt
+    ranked = rank([cache(T0 + pd.Timedelta(seconds=300)), prefix, longs(0.62)])
+    assert list(ranked["signal"]) == ["long-context share", "KV-cache saturation", "prefix-cache hit rate"]
+    # the cache was full well before the traffic changed: it stays first
+    early = rank([cache(T0 + pd.Timedelta(seconds=280)), longs(0.62)])
+    assert early["signal"].iloc[0] == "KV-cache saturation"
+    # a mix signal that scores far less, or whose move is known to a step only, does not jump the queue
+    assert rank([cache(T0 + pd.Timedelta(seconds=300)), longs(0.40)])["signal"].iloc[0] == "KV-cache saturation"
+    assert rank([cache(T0 + pd.Timedelta(seconds=300)), longs(0.62, STEP)])["signal"].iloc[0] == "KV-cache saturation"
+
+
 def test_a_shift_in_arrival_order_is_found_where_it_starts() -> None:
     ts = pd.Series(pd.date_range(T0, periods=40, freq="1s"))
     long = pd.Series(np.r_[np.zeros(25), np.ones(15)])
