@@ -310,6 +310,26 @@ def _calibrate(spec: Any, scenario_name: str, echo: Callable[[str], None]) -> An
     return cal
 
 
+def _strengthened(spec: Any, scenario_name: str, cal: Any, work: Path, echo: Callable[[str], None]) -> str | None:
+    """Where the calibrated rate leaves the scenario's rollout too weak to saturate the small caches
+    (``fleet.calibrate.strengthen_rollout``), its stronger copy written to ``work/scenario.yaml`` (the
+    path, and a line saying so); None: the scenario as shipped."""
+    from fleet.calibrate import strengthen_rollout
+    from fleet.traffic import load_scenario
+
+    replicas: dict[str, int] = {}
+    for replica in spec.replicas:
+        if replica.engine == "vllm":
+            replicas[replica.model] = replicas.get(replica.model, 0) + 1
+    scenario, line = strengthen_rollout(load_scenario(scenario_name), cal, replicas)
+    if not line:
+        return None
+    path = work / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
+    echo(f"  {line} (as played: {path})")
+    return str(path)
+
+
 def _serve_dashboard(host: str, port: int) -> None:
     """Streamlit in this (the main) thread until it is stopped (SIGINT/SIGTERM: its own handlers)."""
     from streamlit.web import bootstrap
@@ -387,6 +407,7 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
     if not calibrating:
         seed()
     rate_scale = opts.rate_scale if opts.rate_scale is not None else 1.0
+    played_scenario = opts.scenario  # or the calibration's copy of it, with a stronger rollout
     url = f"http://{opts.host}:{opts.port}"
     sink = None
     alerts = (
@@ -454,6 +475,7 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
                     seed()
                 else:
                     rate_scale = cal.rate_scale
+                    played_scenario = _strengthened(spec, opts.scenario, cal, work, echo) or played_scenario
                     wanted = {(model, "ttft"): seconds for model, seconds in cal.slo_ttft_s.items()}
                     recorded, kept = record_slos(sessions, wanted, ledger)
                     if kept:
@@ -490,7 +512,7 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
             phase, not `up`'s own start-up (the dashboard's server, the rules' first pass) taking
             the cores from the engines."""
             nonlocal traffic
-            assert opts.scenario is not None
+            assert played_scenario is not None
             log = work / "traffic.log"
             cmd = [
                 sys.executable,
@@ -499,7 +521,7 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
                 "fleet",
                 "traffic",
                 "--scenario",
-                opts.scenario,
+                played_scenario,
                 "--spec",
                 str(spec_path),
                 "--speed",

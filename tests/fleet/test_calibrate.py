@@ -14,6 +14,7 @@ import pytest
 
 from fleet.calibrate import (
     TEMPLATE_TTFT_BOUNDS,
+    Calibration,
     CalibrationError,
     Probe,
     cache_limited,
@@ -21,9 +22,11 @@ from fleet.calibrate import (
     mean_rate,
     peak_rate,
     play,
+    played_mix,
     pool_kv_tokens,
     pool_shares,
     probe,
+    strengthen_rollout,
     target_at_bound,
     ttft_bounds,
     with_played_slos,
@@ -295,3 +298,44 @@ def test_a_played_sample_that_met_a_queue_is_held_to_twice_the_fully_busy_p99() 
     again = with_played_slos(cal, played, seconds=30, bounds=TEMPLATE_TTFT_BOUNDS)
     assert (again.played_ttft["tiny-small"].p90_s, again.played_ttft["tiny-small"].p99_s) == (11.0, 13.0)
     assert again.slo_ttft_s == {"tiny-small": 7.5, "tiny-large": 2.5}  # tiny-large: 4 s held to 2.2 s
+
+
+def test_the_play_holds_one_of_the_steady_phases_bursts() -> None:
+    mix = rollout_mix()  # its first burst a minute in: a 30 s play from its start would hold none
+    played = played_mix(mix, 30.0)
+    assert played.burst is not None and mix.burst is not None
+    assert played.burst.offset_s == 10.0 and played.burst.offset_s + played.burst.length_s < 30.0
+    assert (played.burst.factor, played.burst.length_s) == (mix.burst.factor, mix.burst.length_s)
+    assert played.stream_share == 1.0 and played.rate == mix.rate
+
+
+def calibration(planned_rps: float, wait_s: float) -> Calibration:
+    return Calibration(
+        sustained_rps=10.0,
+        pool_rps={"tiny-small": 8.0, "tiny-large": 4.0},
+        loaded_p99_s={"tiny-small": 2.0, "tiny-large": 1.0},
+        planned_rps=planned_rps,
+        peak_rps=planned_rps * 2,
+        scenario_rps=2.4,
+        utilisation=0.6,
+        margin=1.5,
+        queue_wait_s={"tiny-small": wait_s},
+    )
+
+
+def test_a_rollout_too_weak_for_the_calibrated_rate_gets_more_long_requests() -> None:
+    scenario = load_scenario("long-context-rollout")  # rollout to 35 %, rollback to 5 %
+    replicas = {"tiny-small": 2, "tiny-large": 1}
+    # a fast day: 3.2 req/s, 3/4 of them to two small replicas, a long request 0.5 s alone: the rollout's long
+    # requests keep each one 3.2 x 0.75 x 0.35 x 0.5 / 2 = 21 % busy; 30 % wants a share of 0.35 x 30/21 = 50 %
+    strong, line = strengthen_rollout(scenario, calibration(3.2, 0.5), replicas)
+    rollout, rollback = strong.phases
+    assert rollout.set["long_context_share"] == pytest.approx(0.5, abs=1e-3)
+    assert rollback.set == {"long_context_share": 0.05} and strong.mix == scenario.mix
+    assert "rollout: long-context share 35% -> 50%" in line and "tiny-small replica 30% busy" in line
+    # a slow day: 1.6 req/s, 2.4 s alone: 50 % busy already, the scenario as shipped
+    same, nothing = strengthen_rollout(scenario, calibration(1.6, 2.4), replicas)
+    assert same.phases == scenario.phases and nothing == ""
+    # engines so fast that even 80 % falls short: as far as it goes, and the line says so
+    capped, said = strengthen_rollout(scenario, calibration(3.2, 0.1), replicas)
+    assert capped.phases[0].set["long_context_share"] == 0.8 and "the most this allows" in said
