@@ -7,7 +7,9 @@ read: pure pandas, testable without ClickHouse), ``words`` (the sentence), ``mod
 
 In:  a client, a window ``[start, end)``, the latency and quantile to explain (default p99
      TTFT), optionally a step (default about 180 points; the quantile series widens it until a
-     step holds ``MIN_PER_STEP`` requests on average), ``Filters`` and GPU prices.
+     step holds ``MIN_PER_STEP`` requests on average over the time the requests cover; a
+     window its requests cover less than half of is stepped over the part they cover, at least
+     ``COVERED_MIN_STEP_S``), ``Filters`` and GPU prices.
 Out: an ``Explanation``:
      - ``series``: ``[ts, value]`` the quantile per step (from the request log by arrival time
        when it has rows, else the engines' histograms; ``source`` says which);
@@ -71,7 +73,7 @@ import pandas as pd
 from analytics.changepoints import regression
 from analytics.cost import cost_per_token
 from analytics.explain import queries, scoring, words
-from analytics.explain.model import LONG_FACTOR, MIN_PER_STEP, Explanation
+from analytics.explain.model import COVERED_MIN_STEP_S, LONG_FACTOR, MIN_PER_STEP, Explanation
 from analytics.filters import Filters
 from analytics.requests import log_source
 from analytics.timeseries import auto_step
@@ -106,9 +108,16 @@ def quantile_series(
     coarse = step_s
     if source is not None:  # enough requests per step for a quantile to mean something
         where, params = queries.requests_where(start, end, source, filters)
-        rows_n = queries.count_rows(client, f"{where} AND {column} > 0", params)
-        if rows_n:
-            wanted = (end - start).total_seconds() * MIN_PER_STEP / rows_n
+        rows_n, first, last = queries.count_span(client, f"{where} AND {column} > 0", params)
+        if rows_n and first is not None and last is not None:
+            covered = max((last - first).total_seconds(), 1.0)
+            if not step and covered < (end - start).total_seconds() / 2:
+                # a young fleet (a demo's 6 minutes in the 2 hours an alert's link asks for): stepped over the
+                # time its requests cover, not the window's (60 s steps found "no lasting rise" in a rollout that
+                # 5 s steps explain)
+                step_s = auto_step(first, last, points=180, minimum=COVERED_MIN_STEP_S)
+                coarse = step_s
+            wanted = max(covered, step_s) * MIN_PER_STEP / rows_n
             coarse = max(step_s, auto_step(start, start + timedelta(seconds=max(wanted, 1)), points=1))
             coarse = -(-coarse // step_s) * step_s
     series = queries.metric_series(client, latency, q, start, end, coarse, source, filters)

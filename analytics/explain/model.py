@@ -17,6 +17,7 @@ import pandas as pd
 
 __all__ = [
     "CAUSE_RATIO",
+    "COVERED_MIN_STEP_S",
     "EVIDENCE_COLUMNS",
     "LONG_FACTOR",
     "MIN_PER_STEP",
@@ -30,6 +31,7 @@ __all__ = [
 
 SATURATED = 0.9  # KV-cache usage at which a replica counts as saturated
 PRESSURE = 0.5  # ... or this much with requests waiting (a long prompt's blocks no longer fit)
+COVERED_MIN_STEP_S = 5  # a window stepped over the part its requests cover: steps at least this wide (a scrape)
 MIN_PER_STEP = 10  # requests per step the quantile series needs on average (its step widens to get them)
 MIX_CHANGE = 0.1  # a share that moved this much (10 points) or more counts in full
 # a traffic-mix signal scoring at least this share of the top capacity signal, which moved with it, goes first

@@ -22,12 +22,13 @@ from analytics.stalls import stalled_steps
 from analytics.tiers import param_time
 from analytics.timeseries import counter_rates_over_time, gauges_over_time, histogram_quantiles_over_time
 from analytics.vllm import LATENCIES, PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES
+from common.timeutil import as_utc
 from storage.clickhouse import Client
 
 __all__ = [
     "baseline_levels",
     "capacity",
-    "count_rows",
+    "count_span",
     "dimensions",
     "metric_series",
     "mix",
@@ -238,9 +239,14 @@ def strata(
     return out.reset_index()
 
 
-def count_rows(client: Client, where: str, params: dict[str, object]) -> int:
-    found = client.command(f"SELECT count() FROM requests WHERE {where}", parameters=params)
-    return int(found) if isinstance(found, int | str) else 0
+def count_span(client: Client, where: str, params: dict[str, object]) -> tuple[int, datetime | None, datetime | None]:
+    """How many rows match ``where``, and the first and the last one's time (None without rows)."""
+    row = client.query(f"SELECT count(), min(ts), max(ts) FROM requests WHERE {where}", parameters=params).result_rows[
+        0
+    ]
+    if not row[0]:
+        return 0, None, None
+    return int(row[0]), as_utc(row[1]), as_utc(row[2])
 
 
 def baseline_levels(

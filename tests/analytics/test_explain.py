@@ -6,6 +6,7 @@ a steady run has nothing to explain. Plus the change-point search on known serie
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 import numpy as np
 import pandas as pd
@@ -97,6 +98,17 @@ def test_long_context_rollout_is_put_down_to_long_prompts_filling_the_kv_cache(r
     assert short["slowdown"] > 1.5
     assert "Consistent with KV-cache saturation" in ex.sentence and "long-context share" in ex.sentence
     assert "contention" in ex.sentence
+
+
+def test_a_window_much_longer_than_the_data_keeps_its_steps(rollout) -> None:
+    # an alert's link asks for 90 minutes before the alert and 30 after; a young fleet (a demo) has minutes of
+    # requests in it: the steps hold as many requests as in a window the size of the data, and the break is found
+    tight = explain(rollout.client, rollout.start, rollout.end)
+    wide = explain(rollout.client, rollout.start - timedelta(minutes=90), rollout.end + timedelta(minutes=30))
+    assert wide.request_step == tight.request_step, (wide.request_step, tight.request_step)
+    switch = rollout.phase("rollout")
+    assert wide.break_at is not None, wide.sentence
+    assert -2 * INTERVAL <= (wide.break_at - switch).total_seconds() <= 90, (wide.break_at, switch)
 
 
 def test_tenant_shift_is_put_down_to_the_new_tenant_and_the_router(shift) -> None:
