@@ -27,8 +27,8 @@ Out: ``calibrate(...)`` (``probe`` then ``derive``) -> ``Calibration``: each mod
      ``derive(...)`` is the arithmetic alone, on finished probe requests. The play holds one of
      the steady mix's bursts (``played_mix``). ``strengthen_rollout(scenario, cal, replicas)``:
      the scenario with a phase that raises the long-context share raised further where, at the
-     calibrated rate, its long requests would keep a cache-limited pool's replicas less than
-     ``ROLLOUT_LOAD`` busy (the incident must saturate the small caches whatever the rate).
+     calibrated rate, its long requests would keep even the busiest cache-limited pool's replicas
+     less than ``ROLLOUT_LOAD`` busy (the incident must saturate the small caches whatever the rate).
 
 The probe goes to the engines directly, not through the gateway: the gateway's request log is
 the demo's, and the probe is set-up. It runs before the collector watches, so the engines'
@@ -558,8 +558,10 @@ def strengthen_rollout(
     scenario: Scenario, cal: Calibration, replicas: dict[str, int], *, load: float = ROLLOUT_LOAD
 ) -> tuple[Scenario, str]:
     """``scenario`` with each phase that raises the long-context share raised further, where at the
-    calibrated rate its long requests would keep the busiest cache-limited pool's replicas less than
-    ``load`` busy (``rollout_load``), to that (at most ``MAX_ROLLOUT_SHARE``), and a line saying so;
+    calibrated rate its long requests would keep even the busiest cache-limited pool's replicas less
+    than ``load`` busy (``rollout_load``), to that (at most ``MAX_ROLLOUT_SHARE``; a share already
+    there is left), and a line saying so. The load is sized on the base mix's rate and pool shares
+    (a phase that also changes those is taken as if it did not);
     the scenario itself and "" when every such phase is strong enough (or there is none). The rate
     follows the steady mix; how hard the rollout then hits the small caches did not: on a fast day
     a demo's rollout kept them 21 % busy and its page came late and weak (p99 4.8 s, where runs at
@@ -572,7 +574,7 @@ def strengthen_rollout(
             phases.append(phase)
             continue
         busy = rollout_load(cal, scenario.mix, float(share), replicas)
-        if not busy or max(busy.values()) >= load:
+        if not busy or max(busy.values()) >= load or share >= MAX_ROLLOUT_SHARE or min(busy.values()) <= 0:
             phases.append(phase)
             continue
         pool = max(busy, key=lambda m: busy[m])

@@ -9,7 +9,7 @@ In:  a client, a window ``[start, end)``, the latency and quantile to explain (d
      TTFT), optionally a step (default about 180 points; the quantile series widens it until a
      step holds ``MIN_PER_STEP`` requests on average over the time the requests cover; a
      window its requests cover less than half of is stepped over the part they cover, at least
-     ``COVERED_MIN_STEP_S``), ``Filters`` and GPU prices.
+     ``COVERED_MIN_STEP_S`` and whole buckets of the samples' tier), ``Filters`` and GPU prices.
 Out: an ``Explanation``:
      - ``series``: ``[ts, value]`` the quantile per step (from the request log by arrival time
        when it has rows, else the engines' histograms; ``source`` says which);
@@ -76,6 +76,7 @@ from analytics.explain import queries, scoring, words
 from analytics.explain.model import COVERED_MIN_STEP_S, LONG_FACTOR, MIN_PER_STEP, Explanation
 from analytics.filters import Filters
 from analytics.requests import log_source
+from analytics.tiers import plan
 from analytics.timeseries import auto_step
 from analytics.vllm import LATENCIES
 from common.timeutil import as_utc
@@ -115,7 +116,9 @@ def quantile_series(
                 # a young fleet (a demo's 6 minutes in the 2 hours an alert's link asks for): stepped over the
                 # time its requests cover, not the window's (60 s steps found "no lasting rise" in a rollout that
                 # 5 s steps explain)
-                step_s = auto_step(first, last, points=180, minimum=COVERED_MIN_STEP_S)
+                # whole buckets of the tier the window's samples come from (a 24 h range reads the 1-minute
+                # rollup: 5 s steps there would leave 11 of 12 capacity steps empty)
+                step_s = auto_step(first, last, plan(start, end), points=180, minimum=COVERED_MIN_STEP_S)
                 coarse = step_s
             wanted = max(covered, step_s) * MIN_PER_STEP / rows_n
             coarse = max(step_s, auto_step(start, start + timedelta(seconds=max(wanted, 1)), points=1))

@@ -109,6 +109,10 @@ def test_a_window_much_longer_than_the_data_keeps_its_steps(rollout) -> None:
     switch = rollout.phase("rollout")
     assert wide.break_at is not None, wide.sentence
     assert -2 * INTERVAL <= (wide.break_at - switch).total_seconds() <= 90, (wide.break_at, switch)
+    # a range over 6 hours reads the samples' 1-minute rollup: the steps are whole minutes of it, not 5 s steps
+    # that would leave 11 of 12 capacity steps empty (the window's own 180 points would be 5-minute steps)
+    day = explain(rollout.client, rollout.start - timedelta(hours=6), rollout.end + timedelta(hours=1))
+    assert day.step == 60, day.step
 
 
 def test_tenant_shift_is_put_down_to_the_new_tenant_and_the_router(shift) -> None:

@@ -339,3 +339,9 @@ def test_a_rollout_too_weak_for_the_calibrated_rate_gets_more_long_requests() ->
     # engines so fast that even 80 % falls short: as far as it goes, and the line says so
     capped, said = strengthen_rollout(scenario, calibration(3.2, 0.1), replicas)
     assert capped.phases[0].set["long_context_share"] == 0.8 and "the most this allows" in said
+    # a rollout already past that is left as written, not lowered to it
+    data = scenario.model_dump(mode="json")
+    data["phases"][0]["set"]["long_context_share"] = 0.9
+    heavy = Scenario.model_validate(data)
+    kept, none = strengthen_rollout(heavy, calibration(3.2, 0.1), replicas)
+    assert kept.phases[0].set["long_context_share"] == 0.9 and none == ""

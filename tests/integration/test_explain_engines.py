@@ -9,7 +9,7 @@ saturation in its top three.
 
 The request rate follows the machine: before the traffic, two rounds of one long-context request per replica (both
 at once, as the rollout sends them) and a few seconds of short ones are timed, and the rate is set so that after the
-switch the long requests alone keep each replica ``ROLLOUT_LOAD`` busy. A fixed 2 requests/s did not tell one story:
+switch the long requests alone keep each replica ``BUSY_AFTER_SWITCH`` busy. A fixed 2 requests/s did not tell one story:
 on a fast day the engines drained the long requests between arrivals and the p99 only spiked ("no lasting rise"); on
 a day three times slower the short requests alone kept the replicas two-thirds busy, the cache saturated before the
 switch, and every request was slow after it (p99 39 s).
@@ -47,7 +47,7 @@ BASELINE_P90_S = 2.5
 # after the switch, the long-context requests alone keep each replica this busy (their share x the rate per replica x
 # the time one takes with both replicas busy): the cache holds one at a time, so they queue behind each other, and
 # the short requests behind them (vLLM admits its waiting requests in order)
-ROLLOUT_LOAD = 1.1
+BUSY_AFTER_SWITCH = 1.1
 RATE_BOUNDS = (0.5, 8.0)  # requests/s: fewer leaves too few requests per step for a p99; more, the client's own CPU
 # long-context share after the switch: 60 %, not the shipped 35 %, so that the engines, which drain a long request in
 # about a second, fall behind for good (a lasting regression, not spikes)
@@ -74,11 +74,12 @@ async def timed(urls: list[str], mix: TrafficMix, rounds: int, seed: int) -> lis
     rng = random.Random(seed)
     out: list[float] = []
     async with httpx.AsyncClient(timeout=120) as http:
-        for i in range(rounds):
-            plans = [plan_request(mix, rng) for _ in urls]
+        for _ in range(rounds):
+            plans = [plan_request(mix, rng) for _url in urls]
+            trace = f"{rng.getrandbits(128) | 1:032x}"  # a valid W3C trace id (never all zeros), one per round
             results = await asyncio.gather(
                 *(
-                    send_request(http, url, plan, f"{i:032x}", f"00-{i:032x}-{j + 1:016x}-01", "timing")
+                    send_request(http, url, plan, trace, f"00-{trace}-{j + 1:016x}-01", "timing")
                     for j, (url, plan) in enumerate(zip(urls, plans, strict=True))
                 )
             )
@@ -93,7 +94,7 @@ async def machine_rate(urls: list[str]) -> tuple[float, str]:
     longs = await timed(urls, mix.model_copy(update={"long_context_share": 1.0}), 2, seed=3)
     shorts = await timed(urls, mix, 4, seed=4)
     long_s, short_s = sum(longs) / len(longs), sum(shorts) / len(shorts)
-    wanted = ROLLOUT_LOAD * len(urls) / (ROLLOUT_SHARE * long_s)
+    wanted = BUSY_AFTER_SWITCH * len(urls) / (ROLLOUT_SHARE * long_s)
     rate = min(max(wanted, RATE_BOUNDS[0]), RATE_BOUNDS[1])
     words = (
         f"a long-context request {long_s:.2f}s with both replicas busy, a short one {short_s:.2f}s: "
