@@ -36,7 +36,7 @@ MIN_PER_STEP = 10  # requests per step the quantile series needs on average (its
 MIX_CHANGE = 0.1  # a share that moved this much (10 points) or more counts in full
 # a traffic-mix signal scoring at least this share of the top capacity signal, which moved with it, goes first
 # (``scoring.cause_first``)
-CAUSE_RATIO = 0.75
+CAUSE_RATIO = 0.6  # real engines overloaded by a rollout: 0.62 / 0.70 and 0.55 / 0.85, both moving at the switch
 LONG_FACTOR = 3.0  # a "long-context" prompt: more than this many times the baseline's median prompt
 # tie-break order: who sent the traffic and what the router did before what it looked like and
 # what it did to the engines
