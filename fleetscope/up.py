@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -312,16 +313,13 @@ def _calibrate(spec: Any, scenario_name: str, echo: Callable[[str], None]) -> An
 
 def _strengthened(spec: Any, scenario_name: str, cal: Any, work: Path, echo: Callable[[str], None]) -> str | None:
     """Where the calibrated rate leaves the scenario's rollout too weak to saturate the small caches
-    (``fleet.calibrate.strengthen_rollout``), its stronger copy written to ``work/scenario.yaml`` (the
+    (``fleet.rollout.strengthen_rollout``), its stronger copy written to ``work/scenario.yaml`` (the
     path, and a line saying so); None: the scenario as shipped."""
-    from fleet.calibrate import strengthen_rollout
+    from fleet.rollout import strengthen_rollout
     from fleet.traffic import load_scenario
 
-    replicas: dict[str, int] = {}
-    for replica in spec.replicas:
-        if replica.engine == "vllm":
-            replicas[replica.model] = replicas.get(replica.model, 0) + 1
-    scenario, line = strengthen_rollout(load_scenario(scenario_name), cal, replicas)
+    replicas = Counter(r.model for r in spec.replicas if r.engine == "vllm")
+    scenario, line = strengthen_rollout(load_scenario(scenario_name), cal, dict(replicas))
     if not line:
         return None
     path = work / "scenario.yaml"

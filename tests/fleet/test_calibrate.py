@@ -26,11 +26,11 @@ from fleet.calibrate import (
     pool_kv_tokens,
     pool_shares,
     probe,
-    strengthen_rollout,
     target_at_bound,
     ttft_bounds,
     with_played_slos,
 )
+from fleet.rollout import strengthen_rollout
 from fleet.sim.engine import EngineConfig
 from fleet.sim.server import SimFleet, SimReplica
 from fleet.traffic import Scenario, load_scenario
