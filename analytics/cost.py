@@ -24,6 +24,8 @@ Out: DataFrames with ``.attrs["plan"]``:
        with ``idle="separate"``), ``spend``, ``share`` and ``cost_per_million_tokens``; a pool
        no request-log row accounts for is an ``(unattributed)`` row. Tenant and route filters
        pick tenants after the sharing (a tenant's cost does not depend on the filter);
+     - ``cost_views``: ``gpu_spend``, ``cost_per_token`` by model and ``cost_by_tenant`` for one
+       window, the uptime read once (the Cost page);
      - ``compare_reference``: what the same tokens would cost at reference API prices per 1M
        tokens, and the ratio of our cost to it.
 A GPU type without a price raises ``KeyError`` naming it: a missing price must not read as free.
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 from typing_extensions import Unpack
@@ -43,7 +45,7 @@ from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.metrics import counter_increases
 from analytics.requests import request_totals
-from analytics.tiers import HOUR, SIX_HOURS, coverage, param_time, plan
+from analytics.tiers import HOUR, SIX_HOURS, between, coverage, param_time, plan
 from analytics.vllm import CACHED_PROMPT_TOKENS, GENERATION_TOKENS, PROMPT_TOKENS, REQUESTS_RUNNING
 from analytics.window import Scope, scope_parts
 from storage.clickhouse import Client
@@ -51,11 +53,13 @@ from storage.clickhouse import Client
 __all__ = [
     "FLEET",
     "UP_METRIC",
+    "CostViews",
     "ReferencePrice",
     "TokenWeights",
     "compare_reference",
     "cost_by_tenant",
     "cost_per_token",
+    "cost_views",
     "gpu_hours",
     "gpu_spend",
 ]
@@ -105,19 +109,28 @@ def gpu_hours(client: Client, start: datetime, end: datetime, **scope: Unpack[Sc
     )
     if p.tier is SIX_HOURS:  # uptime counts whole buckets: hours are close enough, 6 hours are not
         p = plan(start, end, now=now, retention=retention, kind="samples", tier=HOUR.name)
-    bucket, width = ("toStartOfHour(ts)", 3600) if p.tier is HOUR else ("toStartOfMinute(ts)", 60)
-    peak = "max(value_max)" if p.tier.rollup else "max(value)"
+    # a bucket is up when a series of the replica has a sample in it, busy when one of them is > 0;
+    # the buckets are counted per replica straight from the rows (see analytics.counters.sums_by_labels)
+    bucket, width = ("v.ts", 3600) if p.tier is HOUR else ("toStartOfMinute(v.ts)", 60)
+    peak = "v.value_max" if p.tier.rollup else "v.value"
     condition, params = filters.series() if filters else ("", {})
+    series = f"({series_latest('metric')}) AS s WHERE {condition or 1}"
     sql = f"""
-        SELECT s.replica AS replica, any(s.model) AS model, any(s.labels['gpu_type']) AS gpu_type,
-               toUInt32OrZero(any(s.labels['gpu_count'])) AS gpu_count,
-               uniqExact(v.b) * {width} AS up_seconds, uniqExactIf(v.b, v.peak > 0) * {width} AS busy_seconds
-        FROM (SELECT fingerprint, {bucket} AS b, {peak} AS peak FROM {p.samples}
-              WHERE metric = {{metric:String}} AND ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
-              GROUP BY fingerprint, b) AS v
-        INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
-        WHERE {condition or 1}
-        GROUP BY replica ORDER BY replica
+        SELECT m.replica AS replica, m.model AS model, m.gpu_type AS gpu_type, m.gpu_count AS gpu_count,
+               t.up * {width} AS up_seconds, t.busy * {width} AS busy_seconds
+        FROM (
+            SELECT s.k AS k, uniqExact({bucket}) AS up, uniqExactIf({bucket}, {peak} > 0) AS busy
+            FROM {p.samples} AS v
+            INNER JOIN (SELECT fingerprint, cityHash64(s.replica) AS k FROM {series}) AS s
+                ON s.fingerprint = v.fingerprint
+            WHERE v.metric = {{metric:String}} AND {between(p.tier.rollup, "v.ts")}
+            GROUP BY k
+        ) AS t
+        INNER JOIN (SELECT cityHash64(s.replica) AS k, s.replica AS replica, any(s.model) AS model,
+                           any(s.labels['gpu_type']) AS gpu_type,
+                           toUInt32OrZero(any(s.labels['gpu_count'])) AS gpu_count
+                    FROM {series} GROUP BY replica) AS m ON m.k = t.k
+        ORDER BY replica
     """
     params.update(metric=UP_METRIC, start=param_time(p.start), end=param_time(p.end))
     df = query_df(client, sql, parameters=params)
@@ -194,11 +207,12 @@ def cost_per_token(
     """Spend, tokens served and cost per 1M tokens per ``by`` (model or replica) and for the fleet."""
     if by not in ("model", "replica"):
         raise ValueError("by must be 'model' or 'replica'")
-    weights = weights or TokenWeights()
-    kw = scope
-    spend = gpu_spend(client, start, end, prices, **kw)
+    spend = gpu_spend(client, start, end, prices, **scope)
+    return _per_token(spend, _engine_tokens(client, start, end, by, scope), by, weights or TokenWeights())
+
+
+def _per_token(spend: pd.DataFrame, tokens: pd.DataFrame, by: str, weights: TokenWeights) -> pd.DataFrame:
     money = spend.groupby(by)[["spend", "idle_spend", "busy_spend", "gpu_hours"]].sum().reset_index()
-    tokens = _engine_tokens(client, start, end, by, kw)
     df = money.merge(tokens, on=by, how="outer").fillna(0.0)
     total = df.drop(columns=[by]).sum().to_frame().T
     total.insert(0, by, FLEET)
@@ -223,10 +237,25 @@ def cost_by_tenant(
     tier, retention, now, filters = scope_parts(scope)
     if idle not in ("share", "separate"):
         raise ValueError("idle must be 'share' (in proportion to use) or 'separate' (its own row)")
-    weights = weights or TokenWeights()
     # shares are taken over every tenant of a pool; tenant and route filters only pick rows after
     pool_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
     spend = gpu_spend(client, start, end, prices, filters=pool_filters, tier=tier, retention=retention, now=now)
+    return _showback(client, spend, start, end, weights or TokenWeights(), idle, scope)
+
+
+def _showback(
+    client: Client,
+    spend: pd.DataFrame,
+    start: datetime,
+    end: datetime,
+    weights: TokenWeights,
+    idle: str,
+    scope: Scope,
+) -> pd.DataFrame:
+    """``cost_by_tenant`` from the pools' spend already read (``spend``: ``gpu_spend`` with the
+    model and replica filters alone)."""
+    tier, retention, now, filters = scope_parts(scope)
+    pool_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
     pools = spend.groupby("model")[["busy_spend", "idle_spend"]].sum()
     tokens = request_totals(
         client,
@@ -297,6 +326,34 @@ def cost_by_tenant(
     ]
     out.attrs.update(plan=plan_used, spend_plan=spend.attrs["plan"], weights=weights)
     return out
+
+
+class CostViews(NamedTuple):
+    """What the Cost page shows, from one read of the replicas' uptime."""
+
+    spend: pd.DataFrame  # gpu_spend
+    per_model: pd.DataFrame  # cost_per_token by model, with the (fleet) row
+    tenants: pd.DataFrame  # cost_by_tenant (idle shared in proportion)
+
+
+def cost_views(
+    client: Client,
+    start: datetime,
+    end: datetime,
+    prices: dict[str, float],
+    *,
+    weights: TokenWeights | None = None,
+    **scope: Unpack[Scope],
+) -> CostViews:
+    """``gpu_spend``, ``cost_per_token`` by model and ``cost_by_tenant`` over the same window, the
+    uptime read once (each of the three read it: a third of the Cost page's query time). The
+    spend depends on the model and replica filters alone, so the showback's pools are the same."""
+    tier, retention, now, filters = scope_parts(scope)
+    weights = weights or TokenWeights()
+    pool_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
+    spend = gpu_spend(client, start, end, prices, filters=pool_filters, tier=tier, retention=retention, now=now)
+    per_model = _per_token(spend, _engine_tokens(client, start, end, "model", scope), "model", weights)
+    return CostViews(spend, per_model, _showback(client, spend, start, end, weights, "share", scope))
 
 
 def compare_reference(row: pd.Series | dict[str, Any], references: list[ReferencePrice]) -> pd.DataFrame:

@@ -41,7 +41,7 @@ from analytics.counters import series_latest
 from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.requests import log_source, request_totals
-from analytics.tiers import HOUR, SIX_HOURS, Plan, align, coverage, param_time, plan
+from analytics.tiers import HOUR, SIX_HOURS, Plan, align, between, coverage, param_time, plan
 from analytics.timeseries import auto_step, counter_rates_over_time
 from analytics.vllm import CACHED_PROMPT_TOKENS, GENERATION_TOKENS, PROMPT_TOKENS, REQUESTS_RUNNING
 from analytics.window import Scope, scope_parts
@@ -124,7 +124,7 @@ def spend_over_time(
                              {per_bucket}
                       FROM {p.samples}
                       WHERE metric = {{metric:String}}
-                            AND ts >= {{lookback:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
+                            AND {between(p.tier.rollup, start="lookback")}
                       GROUP BY fingerprint, b)
                 WINDOW w AS (PARTITION BY fingerprint ORDER BY b ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
             )

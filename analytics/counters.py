@@ -22,7 +22,7 @@ from analytics.frames import query_df
 from analytics.tiers import param_time
 from storage.clickhouse import Client
 
-__all__ = ["SERIES_LATEST", "increase", "series_latest"]
+__all__ = ["GROUPS", "LABELS", "SERIES_LATEST", "increase", "series_latest", "sums_by_labels"]
 
 # one row per fingerprint (series rows are re-written to refresh last_seen)
 SERIES_LATEST = """
@@ -40,6 +40,8 @@ GROUPS = {
     "fingerprint": "v.fingerprint",
     "fleet": "'(fleet)'",
 }
+# the same, over the series ``s`` alone (``sums_by_labels`` groups by series labels)
+LABELS = {**GROUPS, "fingerprint": "s.fingerprint"}
 
 
 def series_latest(metric_param: str | None = None, *, many: bool = False) -> str:
@@ -49,6 +51,45 @@ def series_latest(metric_param: str | None = None, *, many: bool = False) -> str
         return SERIES_LATEST.format(where="")
     kind = "IN {{{}:Array(String)}}" if many else "= {{{}:String}}"
     return SERIES_LATEST.format(where=f"WHERE series.metric {kind.format(metric_param)}")
+
+
+def sums_by_labels(
+    source: str,
+    value: str,
+    labels: dict[str, str],
+    *,
+    where: str = "1",
+    ts: str | None = None,
+    series_where: str = "1",
+    metric_param: str = "metrics",
+) -> str:
+    """SQL: ``sum(value)`` of the rows of ``source`` (a table or a subquery, aliased ``v``, with a
+    ``fingerprint`` column; ``where`` on ``v.``) per step (``ts``, an expression over ``v.``,
+    when given; answered as ``DateTime64(3, 'UTC')``) and per group of series labels
+    (``labels``: output name -> expression over the series ``s``: ``s.model``, ``s.le``, ...;
+    ``series_where`` filters the series), for the series of ``metric IN {<metric_param>:Array(String)}``.
+
+    The rows are summed per step and a number standing for the group (a hash of its labels),
+    and the labels joined back on the few sums: grouping a million rollup rows by their
+    labels' strings, or by series first, cost 3-5x as much (30 days of two histogram families
+    of 200 replicas: 170 ms as series then labels, 34 ms this way)."""
+    keyed = ", ".join(labels.values())
+    names = ", ".join(f"{expr} AS {name}" for name, expr in labels.items())
+    series = f"({series_latest(metric_param, many=True)}) AS s"
+    step = f"{ts} AS ts, " if ts else ""
+    return f"""
+        SELECT {"toDateTime64(t.ts, 3, 'UTC') AS ts, " if ts else ""}{", ".join(f"m.{n} AS {n}" for n in labels)},
+               t.total AS total
+        FROM (
+            SELECT {step}s.k AS k, sum(v.{value}) AS total
+            FROM {source} AS v
+            INNER JOIN (SELECT fingerprint, cityHash64({keyed}) AS k FROM {series} WHERE {series_where}) AS s
+                ON s.fingerprint = v.fingerprint
+            WHERE {where}
+            GROUP BY {"ts, " if ts else ""}k
+        ) AS t
+        INNER JOIN (SELECT DISTINCT cityHash64({keyed}) AS k, {names} FROM {series} WHERE {series_where}) AS m
+            ON m.k = t.k"""
 
 
 def increase(

@@ -38,7 +38,7 @@ from scipy import stats
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
 from analytics.requests import CONTEXT_BUCKET
-from analytics.tiers import HOUR, align, param_time
+from analytics.tiers import HOUR, align, between, param_time
 from storage.clickhouse import Client
 
 __all__ = ["CATEGORICAL", "NUMERIC", "drift", "length_distribution", "mix_shares", "reference_window"]
@@ -133,7 +133,7 @@ def _shares(
         for name, span in hours.items():
             if span:
                 params.update({f"{name}hs": param_time(span[0]), f"{name}he": param_time(span[1])})
-                inside.append(f"(ts >= {{{name}hs:DateTime64(3)}} AND ts < {{{name}he:DateTime64(3)}})")
+                inside.append(f"({between(True, start=f'{name}hs', end=f'{name}he')})")
         inside_sql = " OR ".join(inside)
         rolled, extra = request_rows(source, filters, raw=False)
         params.update(extra)

@@ -30,10 +30,10 @@ import numpy as np
 import pandas as pd
 from typing_extensions import Unpack
 
-from analytics.counters import GROUPS, series_latest
+from analytics.counters import GROUPS, LABELS, series_latest, sums_by_labels
 from analytics.filters import Filters
 from analytics.frames import query_df
-from analytics.tiers import Plan, Retention, coverage, param_time, plan
+from analytics.tiers import Plan, Retention, between, coverage, param_time, plan
 from analytics.window import Scope, scope_parts
 from storage.clickhouse import Client
 
@@ -92,7 +92,7 @@ def series_increase(p: Plan) -> str:
     if p.tier.rollup:
         return f"""
             SELECT fingerprint, sum(increase) AS increase
-            FROM {p.samples} WHERE {_where("")} GROUP BY fingerprint"""
+            FROM {p.samples} WHERE {_where("", rollup=True)} GROUP BY fingerprint"""
     window = f"""
         SELECT fingerprint, argMax(value, ts) AS last_v, argMin(value, ts) AS first_v,
                argMin(reset, ts) AS first_reset, sum(reset) AS resets
@@ -110,11 +110,16 @@ def series_increase(p: Plan) -> str:
         WHERE NOT isNaN(increase)"""
 
 
-def _where(alias: str = "v.") -> str:
-    return (
-        f"{alias}metric IN {{metrics:Array(String)}} AND {alias}ts >= {{start:DateTime64(3)}} "
-        f"AND {alias}ts < {{end:DateTime64(3)}}"
-    )
+def _window_sums(p: Plan, labels: dict[str, str], series_where: str) -> str:
+    """SQL: ``[<labels>, total]``: the series' increases over the plan's window summed per group
+    of ``labels`` (on a rollup tier straight from its buckets' stored increases)."""
+    if p.tier.rollup:
+        return sums_by_labels(p.samples, "increase", labels, where=_where(rollup=True), series_where=series_where)
+    return sums_by_labels(f"({series_increase(p)})", "increase", labels, series_where=series_where)
+
+
+def _where(alias: str = "v.", rollup: bool = False) -> str:
+    return f"{alias}metric IN {{metrics:Array(String)}} AND {between(rollup, f'{alias}ts')}"
 
 
 def _before(alias: str = "v.") -> str:
@@ -146,13 +151,8 @@ def counter_increases(
     _check_by(by)
     p = _plan(client, start, end, tier, retention, now)
     series_where, params = _series_filter(filters, _params(metrics, p))
-    sql = f"""
-        SELECT s.metric AS metric, {GROUPS[by]} AS {by}, sum(v.increase) AS increase
-        FROM ({series_increase(p)}) AS v
-        INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
-        WHERE {series_where}
-        GROUP BY metric, {by} ORDER BY metric, {by}
-    """
+    sums = _window_sums(p, {"metric": "s.metric", by: LABELS[by]}, series_where)
+    sql = f"SELECT metric, {by}, total AS increase FROM ({sums}) ORDER BY metric, {by}"
     df = query_df(client, sql, parameters=params, settings=SETTINGS)
     df.attrs["plan"] = p
     return df
@@ -194,7 +194,7 @@ def gauge_summaries(
             SELECT v.fingerprint AS fingerprint, min(v.value_min) AS lo, max(v.value_max) AS hi,
                    sum(v.value_sum) AS total, sum(v.value_count) AS n,
                    argMax(v.value_last.2, v.value_last.1) AS last
-            FROM {p.samples} AS v WHERE {_where()} GROUP BY v.fingerprint"""
+            FROM {p.samples} AS v WHERE {_where(rollup=True)} GROUP BY v.fingerprint"""
     else:
         per_series = f"""
             SELECT v.fingerprint AS fingerprint, minIf(v.value, isFinite(v.value)) AS lo,
@@ -250,13 +250,8 @@ def histogram_buckets(
     _check_by(by)
     p = _plan(client, start, end, tier, retention, now)
     series_where, params = _series_filter(filters, _params(f"{metric}_bucket", p))
-    sql = f"""
-        SELECT {GROUPS[by]} AS {by}, s.le AS le, sum(v.increase) AS count
-        FROM ({series_increase(p)}) AS v
-        INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
-        WHERE NOT isNaN(s.le) AND {series_where}
-        GROUP BY {by}, le ORDER BY {by}, le
-    """
+    sums = _window_sums(p, {by: LABELS[by], "le": "s.le"}, f"NOT isNaN(s.le) AND {series_where}")
+    sql = f"SELECT {by}, le, total AS count FROM ({sums}) ORDER BY {by}, le"
     buckets = query_df(client, sql, parameters=params, settings=SETTINGS)
     buckets.attrs["plan"] = p
     return buckets

@@ -28,7 +28,7 @@ from typing_extensions import Unpack
 
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
-from analytics.tiers import Plan, Retention, align, coverage, param_time, plan
+from analytics.tiers import Plan, Retention, align, between, coverage, param_time, plan
 from analytics.vllm import LATENCIES
 from analytics.window import Scope, scope_parts
 from storage.clickhouse import Client
@@ -111,7 +111,7 @@ def _prepare(
             f"(tier='raw', windows the raw request log still holds), or use analytics.metrics"
         )
     select = ", ".join(by)
-    where = "ts >= {start:DateTime64(3)} AND ts < {end:DateTime64(3)}"
+    where = between(p.tier.rollup)
     params: dict[str, object] = {"start": param_time(p.start), "end": param_time(p.end)}
     condition, extra = request_rows(source, filters, raw=not p.tier.rollup)
     where += f" AND {condition}"

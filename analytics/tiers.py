@@ -40,9 +40,11 @@ __all__ = [
     "Retention",
     "Tier",
     "align",
+    "between",
     "coverage",
     "param_time",
     "plan",
+    "time_param",
 ]
 
 
@@ -85,6 +87,18 @@ def param_time(value: datetime) -> str:
     """A query parameter for a ``DateTime64(3)`` placeholder, to the millisecond (a datetime
     parameter would be formatted to whole seconds)."""
     return as_utc(value).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def time_param(name: str, rollup: bool) -> str:
+    """SQL for the ``param_time`` parameter ``name`` compared with a table's ``ts``: a rollup's
+    ``ts`` is a ``DateTime``, and comparing it with a ``DateTime64`` converts every row (a third
+    of a 30-day panel's time); rollup windows are whole buckets, so whole seconds lose nothing."""
+    return f"toDateTime({{{name}:DateTime64(3)}})" if rollup else f"{{{name}:DateTime64(3)}}"
+
+
+def between(rollup: bool, column: str = "ts", start: str = "start", end: str = "end") -> str:
+    """SQL: ``column`` in ``[start, end)``, the parameters typed as ``time_param`` says."""
+    return f"{column} >= {time_param(start, rollup)} AND {column} < {time_param(end, rollup)}"
 
 
 # client -> kind -> (when read, tier -> earliest row); weak, so a closed client's entry goes

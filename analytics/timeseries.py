@@ -33,11 +33,11 @@ import numpy as np
 import pandas as pd
 from typing_extensions import Unpack
 
-from analytics.counters import GROUPS, series_latest
+from analytics.counters import GROUPS, LABELS, series_latest, sums_by_labels
 from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.metrics import LOOKBACK, SETTINGS, one_metric
-from analytics.tiers import Plan, align, coverage, param_time, plan
+from analytics.tiers import Plan, align, between, coverage, param_time, plan
 from analytics.window import Scope, scope_parts
 from storage.clickhouse import Client
 from storage.retention import Retention
@@ -192,13 +192,19 @@ def counter_rates_over_time(
     tier, retention, now, filters = scope_parts(scope)
     p, s = _step(_plan(client, start, end, tier, retention, now), step)
     where, params = _params(metrics, p, s, filters)
-    sql = f"""
-        SELECT s.metric AS metric, v.ts AS ts, {GROUPS[by]} AS {by}, sum(v.increase) AS increase, increase / {s} AS rate
-        FROM ({step_increase(p, s)}) AS v
-        INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
-        WHERE {where}
-        GROUP BY metric, ts, {by} ORDER BY metric, ts, {by}"""
+    sums = _step_sums(p, s, {"metric": "s.metric", by: LABELS[by]}, where)
+    sql = f"SELECT metric, ts, {by}, total AS increase, increase / {s} AS rate FROM ({sums}) ORDER BY metric, ts, {by}"
     return _finish(query_df(client, sql, parameters=params, settings=SETTINGS), p, s, filters)
+
+
+def _step_sums(p: Plan, s: int, labels: dict[str, str], series_where: str) -> str:
+    """SQL: ``[ts, <labels>, total]``: the series' increases per step of ``s`` seconds summed per
+    group of ``labels`` (on a rollup tier straight from its buckets' stored increases)."""
+    if p.tier.rollup:  # a step of one bucket is the bucket's own start
+        bucket = "v.ts" if s == p.tier.resolution.total_seconds() else f"toStartOfInterval(v.ts, INTERVAL {s} SECOND)"
+        where = f"v.metric IN {{metrics:Array(String)}} AND {between(True, 'v.ts')}"
+        return sums_by_labels(p.samples, "increase", labels, where=where, ts=bucket, series_where=series_where)
+    return sums_by_labels(f"({step_increase(p, s)})", "increase", labels, ts="v.ts", series_where=series_where)
 
 
 def gauge_over_time(
@@ -255,9 +261,7 @@ def gauges_over_time(
         inner = f"""
             SELECT fingerprint, {bucket} AS t, sum(value_sum) / sum(value_count) AS mean,
                    max(value_max) AS hi, min(value_min) AS lo
-            FROM {p.samples} WHERE metric IN {{metrics:Array(String)}} AND ts >= {{start:DateTime64(3)}} AND ts <
-            {{end:DateTime64(3)}}
-                  AND value_count > 0
+            FROM {p.samples} WHERE metric IN {{metrics:Array(String)}} AND {between(True)} AND value_count > 0
             GROUP BY fingerprint, t"""
     else:
         inner = f"""
@@ -310,13 +314,9 @@ def _bucket_increases(
     """Per histogram family, step, ``by`` and bucket bound ``le``: the cumulative bucket count's
     increase (``[metric, ts, by, le, count]``, ``metric`` the family's name)."""
     where, params = _params([f"{m}_bucket" for m in metrics], p, s, filters)
-    sql = f"""
-        SELECT substring(s.metric, 1, length(s.metric) - 7) AS metric, v.ts AS ts, {GROUPS[by]} AS {by}, s.le AS le,
-               sum(v.increase) AS count
-        FROM ({step_increase(p, s)}) AS v
-        INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
-        WHERE NOT isNaN(s.le) AND {where}
-        GROUP BY metric, ts, {by}, le ORDER BY metric, ts, {by}, le"""
+    labels = {"metric": "substring(s.metric, 1, length(s.metric) - 7)", by: LABELS[by], "le": "s.le"}
+    sums = _step_sums(p, s, labels, f"NOT isNaN(s.le) AND {where}")
+    sql = f"SELECT metric, ts, {by}, le, total AS count FROM ({sums}) ORDER BY metric, ts, {by}, le"
     return query_df(client, sql, parameters=params, settings=SETTINGS)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from analytics.cost import compare_reference, cost_by_tenant, cost_per_token, gpu_spend
+from analytics.cost import compare_reference, cost_views
 from dashboard.cache import cached
 from dashboard.context import page_context, plain, shown
 from dashboard.costview import render_cost_series
@@ -22,8 +22,7 @@ v, client = ctx.view, ctx.client
 prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
 weights = ctx.settings.cost.weights() if ctx.settings is not None else None
 try:
-    spend = cached(gpu_spend, client, v.start, v.end, prices, filters=v.filters)
-    per_model = cached(cost_per_token, client, v.start, v.end, prices, weights=weights, filters=v.filters)
+    spend, per_model, tenants = cached(cost_views, client, v.start, v.end, prices, weights=weights, filters=v.filters)
 except KeyError as exc:
     st.error(f"{exc.args[0]}. GPU prices: `fleetscope prices list`.")
     st.stop()
@@ -79,7 +78,6 @@ st.altair_chart(
 st.subheader("By model")
 st.dataframe(table(per_model), hide_index=True, width="stretch")
 st.subheader("Showback by tenant")
-tenants = cached(cost_by_tenant, client, v.start, v.end, prices, weights=weights, filters=v.filters)
 if tenants.empty:
     st.caption("No request-log rows in this window: tenants cannot be told apart.")
 else:

@@ -29,6 +29,7 @@ from analytics.cost import (
     compare_reference,
     cost_by_tenant,
     cost_per_token,
+    cost_views,
     gpu_spend,
 )
 from analytics.cost_series import cost_over_time
@@ -193,6 +194,22 @@ def test_showback_shares_each_pool_by_weighted_tokens(ch, prices, tmp_path) -> N
     # a tenant's cost does not depend on the filter that picks it
     only = cost_by_tenant(ch, *WINDOW, prices, weights=weights, tier="raw", filters=Filters(tenant="acme"))
     assert list(only["tenant"]) == ["acme"] and round(only["spend"].iloc[0], 2) == 2.39
+
+
+def test_the_cost_page_reads_the_same_figures_at_once(ch, prices, tmp_path) -> None:
+    fleet(ch, tmp_path)
+    weights = TokenWeights(input=1, cached=0.25, output=4)
+    for filters in (None, Filters(tenant="acme"), Filters(model="m-b")):
+        views = cost_views(ch, *WINDOW, prices, weights=weights, tier="raw", filters=filters)
+        # the page's three tables, each the figures of its own function (hand-checked above)
+        pd.testing.assert_frame_equal(views.spend, gpu_spend(ch, *WINDOW, prices, tier="raw", filters=filters))
+        per_model = cost_per_token(ch, *WINDOW, prices, weights=weights, tier="raw", filters=filters)
+        pd.testing.assert_frame_equal(views.per_model, per_model)
+        tenants = cost_by_tenant(ch, *WINDOW, prices, weights=weights, tier="raw", filters=filters)
+        pd.testing.assert_frame_equal(views.tenants, tenants)
+    everything = cost_views(ch, *WINDOW, prices, weights=weights, tier="raw")
+    assert round(everything.per_model.set_index("model").loc["(fleet)", "spend"], 2) == 5.60
+    assert round(everything.tenants.set_index("tenant").loc["acme", "spend"], 2) == 2.39
 
 
 def test_spend_without_request_rows_is_unattributed(ch, prices, tmp_path) -> None:
