@@ -11,7 +11,7 @@ import pytest
 
 from analytics.explain import explain
 from analytics.saturation import Targets, recommend, scale_out
-from analytics.stalls import stalls
+from analytics.stalls import episodes, stalls
 from tests.analytics.scenario_data import play
 
 STALL_AT, RESUME_AT = 180, 540  # fleet/scenarios/engine-stall.yaml
@@ -35,6 +35,43 @@ def test_the_frozen_replica_is_named_from_its_freeze_to_its_resume(run) -> None:
     assert list(during["replica"]) == ["small-1"] and bool(during.loc[0, "ongoing"])
     assert during.loc[0, "seconds"] == pytest.approx(240, abs=2 * step.total_seconds())
     assert stalls(run.client, run.start, frozen).empty  # before it: nothing
+
+
+def test_episodes_join_stalled_steps_across_short_gaps_and_end_at_a_step_with_tokens() -> None:
+    t0 = pd.Timestamp("2026-12-01 00:00", tz="UTC")
+
+    def at(minutes: float) -> pd.Timestamp:
+        return t0 + pd.Timedelta(minutes=minutes)
+
+    rows = [  # (minute, replica, requests held, stalled) on 1-minute steps
+        *[(m, "a", 2, False) for m in range(0, 3)],
+        (3, "a", 2, True),
+        (4, "a", 3, True),
+        (7, "a", 1, True),  # two steps without samples (5, 6): the same stall goes on
+        (8, "a", 2, False),  # tokens again: it ends
+        (12, "a", 4, True),  # four steps without samples: a new one, which reaches the window's end
+        (0, "b", 1, True),
+        (1, "b", 1, True),
+        (2, "b", 0, False),
+        (3, "b", 5, True),  # alone, a minute long
+        (4, "b", 5, False),
+    ]
+    steps = pd.DataFrame(
+        [(at(m), r, "m", float(n), stalled) for m, r, n, stalled in rows],
+        columns=["ts", "replica", "model", "requests", "stalled"],
+    )
+    steps.attrs.update(step=60, end=at(13).to_pydatetime())
+    found = episodes(steps.sample(frac=1, random_state=3))  # any order of rows
+    got = {(r.replica, r.since, r.until, r.seconds, r.requests, r.ongoing) for r in found.itertuples()}
+    assert got == {
+        ("a", at(3), at(8), 300.0, 3, False),
+        ("a", at(12), at(13), 60.0, 4, True),
+        ("b", at(0), at(2), 120.0, 1, False),
+        ("b", at(3), at(4), 60.0, 5, False),
+    }
+    assert list(found["seconds"]) == [300.0, 120.0, 60.0, 60.0]  # longest first, then by replica
+    assert list(episodes(steps, min_seconds=120)["seconds"]) == [300.0, 120.0]
+    assert episodes(steps[~steps["stalled"]]).empty
 
 
 def test_a_saturated_cache_is_not_a_stall(chdb_dir) -> None:
