@@ -14,8 +14,9 @@ Out: DataFrames, one row per group, plus ``.attrs["plan"]`` (the tier and aligne
        when a drop nobody marked (the collector was away across an engine restart) would make
        the total negative, the series counts from zero at the window's end value instead (the
        part before the drop is lost; a marked reset loses nothing);
-     - ``gauge_summary``: ``[by, min, max, avg, last]``: ``avg`` weights every sample equally,
-       ``last`` is the mean over the group's series of each series' last value;
+     - ``gauge_summary``: ``[by, min, max, avg, last, replicas, samples]``: ``avg`` weights every
+       sample equally (``samples`` of them), ``last`` is the mean over the group's series of each
+       series' last value;
      - ``histogram_quantile``: ``[by, quantile, count]``: Prometheus' ``histogram_quantile`` over
        the bucket increases summed per ``le`` (linear interpolation inside the bucket; the
        highest finite bound when the rank falls in ``+Inf``; NaN without observations).
@@ -184,7 +185,8 @@ def gauge_summaries(
     **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """``gauge_summary`` of several gauges in one query: ``[metric, by, min, max, avg, last,
-    replicas]`` (``replicas``: how many replicas reported the gauge)."""
+    replicas, samples]`` (``replicas``: how many replicas reported the gauge; ``samples``: how many
+    samples ``avg`` is the mean of)."""
     tier, retention, now, filters = scope_parts(scope)
     _check_by(by)
     p = _plan(client, start, end, tier, retention, now)
@@ -205,7 +207,7 @@ def gauge_summaries(
     sql = f"""
         SELECT s.metric AS metric, {group} AS {by}, min(v.lo) AS min, max(v.hi) AS max,
                if(sum(v.n) > 0, sum(v.total) / sum(v.n), nan) AS avg, avg(v.last) AS last,
-               uniqExact(s.replica) AS replicas
+               uniqExact(s.replica) AS replicas, sum(v.n) AS samples
         FROM ({per_series}) AS v
         INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
         WHERE v.n > 0 AND {series_where}

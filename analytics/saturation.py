@@ -99,10 +99,16 @@ def saturation(
     """Saturation indicators per ``by`` over ``[start, end)``."""
     tier, retention, now, filters = scope_parts(scope)
     kw = _kw(tier, retention, now, filters)
-    seconds = (end - start).total_seconds()
     # one query for the gauges and one for the counters (not one per metric: a page shows all of them)
     gauges = gauge_summaries(client, [KV, WAITING, RUNNING], start, end, by, **kw)
     counters = counter_increases(client, list(COUNTERS.values()), start, end, by, **kw)
+    return _indicators(gauges, counters, by, (end - start).total_seconds(), filters)
+
+
+def _indicators(
+    gauges: pd.DataFrame, counters: pd.DataFrame, by: str, seconds: float, filters: Filters | None
+) -> pd.DataFrame:
+    """``saturation``'s frame from its two reads (``gauge_summaries``, ``counter_increases``)."""
     out = pd.DataFrame({by: pd.Series(sorted(set(gauges[by])), dtype=object)})
     for name, metric in (("kv", KV), ("waiting", WAITING), ("running", RUNNING)):
         g = gauges[gauges["metric"] == metric]
@@ -135,6 +141,25 @@ def saturation(
     out = out[columns].sort_values(by, ignore_index=True)
     out.attrs.update(plan=gauges.attrs.get("plan"), unapplied=filters.unapplied("samples") if filters else [])
     return out
+
+
+def _pools(gauges: pd.DataFrame, counters: pd.DataFrame, models: dict[str, str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-replica reads summed to model pools: the same numbers as reading by model (a pool's
+    gauge averages weigh every sample alike, its counters add up), without reading again."""
+    g = gauges.assign(model=gauges["replica"].map(models).fillna(""), weighted=gauges["avg"] * gauges["samples"])
+    pooled = g.groupby(["metric", "model"], as_index=False).agg(
+        min=("min", "min"),
+        max=("max", "max"),
+        weighted=("weighted", "sum"),
+        samples=("samples", "sum"),
+        last=("last", "mean"),
+        replicas=("replica", "nunique"),
+    )
+    pooled["avg"] = (pooled["weighted"] / pooled["samples"]).where(pooled["samples"] > 0)
+    pooled.attrs.update(gauges.attrs)
+    c = counters.assign(model=counters["replica"].map(models).fillna(""))
+    summed = c.groupby(["metric", "model"], as_index=False).agg(increase=("increase", "sum"))
+    return pooled.drop(columns=["weighted"]), summed
 
 
 def kv_over_time(
@@ -205,7 +230,13 @@ def headroom(
         tier = plan(start, end, now=now, retention=retention, data=coverage(client, "samples")).tier.name
     kw = _kw(tier, retention, now, filters)
     recent = end - (end - start) / 4
-    sat = saturation(client, recent, end, "model", **kw)
+    seconds = (end - recent).total_seconds()
+    # read per replica once: the pools' figures are their sums (see _pools)
+    gauges = gauge_summaries(client, [KV, WAITING, RUNNING], recent, end, "replica", **kw)
+    counters = counter_increases(client, list(COUNTERS.values()), recent, end, "replica", **kw)
+    pools = replica_models(client)
+    sat = _indicators(*_pools(gauges, counters, pools), "model", seconds, filters)
+    each = _indicators(gauges, counters, "replica", seconds, filters)
     before = histogram_quantile(client, TTFT, 0.99, start, recent, "model", **kw).rename(
         columns={"quantile": "ttft_p99_before"}
     )
@@ -219,8 +250,6 @@ def headroom(
     out = out.merge(before[["model", "ttft_p99_before"]], on="model", how="left")
     out["headroom"] = 1 - out["kv_recent"] / targets.kv_target
     # each replica on its own: a pool's average hides the one at 100 % with a queue, or wedged
-    each = saturation(client, recent, end, "replica", **kw)
-    pools = replica_models(client)
     each["model"] = [pools.get(str(r), "") for r in each["replica"]]
     hot = each[(each["kv_avg"] >= targets.replica_kv) & (each["waiting_avg"] >= targets.replica_waiting)]
     wedged = stalls(client, recent, end, min_seconds=targets.stall_s, **kw)

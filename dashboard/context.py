@@ -22,7 +22,8 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard.view import FILTER_KEYS, RANGES, REFRESH, View, read_view, view_params
+from dashboard.cache import READERS
+from dashboard.view import FILTER_KEYS, MAX_GRAIN_S, RANGES, REFRESH, View, read_view, view_params
 
 __all__ = [
     "Context",
@@ -45,10 +46,12 @@ _LAST_VIEW = "fleetscope_view"
 class Provider:
     """How the pages get their configuration when no stores were handed in: ``settings()`` reads
     it (``ValueError`` with one line when it is bad), ``stores(settings)`` opens (client,
-    metadata sessions)."""
+    metadata sessions), ``reader(settings)``, when given, one more ClickHouse client on the same
+    store (``dashboard.cache.fetch`` reads a page's independent answers at once on a few)."""
 
     settings: Callable[[], Any]
     stores: Callable[[Any], tuple[Any, Any]]
+    reader: Callable[[Any], Any] | None = None
 
 
 _PROVIDER: list[Provider] = []
@@ -65,6 +68,14 @@ class Context:
     sessions: Any
     settings: Any
     marks: list[Any] = field(default_factory=list)
+    readers: list[Any] = field(default_factory=list)  # more clients on the store, for dashboard.cache.fetch
+
+    def fetch(self, **calls: Any) -> Any:
+        """``dashboard.cache.fetch`` of ``calls`` (name -> ``dashboard.cache.call(...)``) on this
+        page's client and readers."""
+        from dashboard.cache import fetch
+
+        return fetch(self.client, calls, self.readers)
 
 
 def shown(value: Any, pattern: str, scale: float = 1.0) -> str:
@@ -83,9 +94,10 @@ def plain(df: Any) -> Any:
     return out
 
 
-def use_stores(client: Any, sessions: Any = None, settings: Any = None) -> None:
-    """Serve pages from these stores instead of opening the configured ones."""
-    _INJECTED.update(client=client, sessions=sessions, settings=settings)
+def use_stores(client: Any, sessions: Any = None, settings: Any = None, readers: list[Any] | None = None) -> None:
+    """Serve pages from these stores instead of opening the configured ones (``readers``: more
+    clients on the same store, for reading a page's answers at once)."""
+    _INJECTED.update(client=client, sessions=sessions, settings=settings, readers=list(readers or []))
 
 
 def provide(provider: Provider) -> None:
@@ -101,11 +113,13 @@ def _provider() -> Provider:
 
 
 @st.cache_resource(show_spinner=False)
-def _configured() -> tuple[Any, Any, Any]:
+def _configured() -> tuple[Any, Any, Any, list[Any]]:
     provider = _provider()
     settings = provider.settings()
     client, sessions = provider.stores(settings)
-    return client, sessions, settings
+    wanted = settings.dashboard.reader_count() if hasattr(settings, "dashboard") else READERS
+    readers = [provider.reader(settings) for _ in range(wanted)] if provider.reader and wanted > 1 else []
+    return client, sessions, settings, readers
 
 
 def settings_for_login() -> Any:
@@ -124,9 +138,9 @@ def settings_for_login() -> Any:
         st.stop()
 
 
-def _stores() -> tuple[Any, Any, Any]:
+def _stores() -> tuple[Any, Any, Any, list[Any]]:
     if _INJECTED:
-        return _INJECTED["client"], _INJECTED["sessions"], _INJECTED["settings"]
+        return _INJECTED["client"], _INJECTED["sessions"], _INJECTED["settings"], _INJECTED.get("readers", [])
     return _configured()
 
 
@@ -156,9 +170,14 @@ def _sidebar(view: View, choices: dict[str, list[str]]) -> dict[str, str]:
         key="refresh",
     )
     params["refresh"] = str(refresh)
+    # the filter boxes open from one button: four of them drawn on every page took the browser a
+    # seventh of a second each first render (bench/bench_dashboard.py's notes); the button says
+    # how many are on, and the page's caption which
+    active = sum(bool(st.session_state.get(f"f_{key}", getattr(view.filters, key))) for key in choices)
+    box = side.popover(f"Filters ({active})" if active else "Filters", width="stretch", key="filters")
     for key, options in choices.items():
         chosen = getattr(view.filters, key)
-        picked = side.multiselect(
+        picked = box.multiselect(
             key.capitalize(), sorted(set(options) | set(chosen)), default=list(chosen), key=f"f_{key}"
         )
         if picked:
@@ -185,11 +204,11 @@ def page_context(title: str) -> Context:
     from dashboard.cache import cached
     from storage.errors import StoreError
 
-    view = read_view(current_params())
-    for problem in view.problems:
-        st.warning(problem)
+    params = current_params()
     try:
-        client, sessions, settings = _stores()
+        client, sessions, settings, readers = _stores()
+        longest = int(getattr(getattr(settings, "dashboard", None), "max_grain_s", MAX_GRAIN_S))
+        view = read_view(params, longest_grain=longest)
         choices = cached(dimension_values, client, view.start, view.end)
     except StoreError as exc:
         st.error(f"The store cannot be read: {exc}")
@@ -199,18 +218,23 @@ def page_context(title: str) -> Context:
         hint = " (run `fleetscope migrate`)" if "Unknown table" in first else ""
         st.error(f"The store cannot be read{hint}: {first}")
         st.stop()
+    for problem in view.problems:
+        st.warning(problem)
     wanted = _sidebar(view, choices)
     if wanted != view_params(view):  # keep the page's own keys (e.g. Investigate's metric)
         own = {k: v for k, v in st.query_params.items() if k not in VIEW_KEYS}
         st.query_params.from_dict({**own, **wanted})
-        view = read_view(wanted)
+        view = read_view(wanted, longest_grain=longest)
     st.session_state[_LAST_VIEW] = wanted
     st.title(title)
     st.caption(
         f"{view.start:%Y-%m-%d %H:%M} – {view.end:%Y-%m-%d %H:%M} UTC"
         + (f" · refresh every {view.refresh_s}s" if view.refresh_s else "")
+        + "".join(
+            f" · {key} {', '.join(getattr(view.filters, key))}" for key in FILTER_KEYS if getattr(view.filters, key)
+        )
     )
-    return Context(view, client, sessions, settings, _marks(sessions, view))
+    return Context(view, client, sessions, settings, _marks(sessions, view), readers)
 
 
 def _marks(sessions: Any, view: View) -> list[Any]:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from analytics.filters import Filters
 from common.timeutil import as_utc
 
-__all__ = ["RANGES", "REFRESH", "View", "floor_time", "grain", "read_view", "view_params"]
+__all__ = ["MAX_GRAIN_S", "RANGES", "REFRESH", "View", "floor_time", "grain", "read_view", "view_params"]
 
 RANGES = {
     "15m": timedelta(minutes=15),
@@ -45,10 +45,14 @@ class View:
         return self.end - self.start
 
 
-def grain(span: timedelta) -> int:
+MAX_GRAIN_S = 600
+
+
+def grain(span: timedelta, longest: int = MAX_GRAIN_S) -> int:
     """Seconds a relative window of ``span`` moves by: 10 s up to 12 hours, then span/4320 (20 s
-    for a day, 140 s for a week), at most 10 minutes (30 days: a 6-hour chart step)."""
-    return int(min(600, max(10, span.total_seconds() // 4320 // 10 * 10)))
+    for a day, 140 s for a week), at most ``longest`` (``dashboard.max_grain_s``; 10 minutes by
+    default: 30 days, a 6-hour chart step, move by 10 minutes)."""
+    return int(max(10, min(longest, span.total_seconds() // 4320 // 10 * 10)))
 
 
 def floor_time(t: datetime, seconds: int) -> datetime:
@@ -61,14 +65,15 @@ def _time(value: str) -> datetime:
     return as_utc(parsed)
 
 
-def read_view(params: Mapping[str, str], now: datetime | None = None) -> View:
-    """The view a query string asks for (defaults: the last hour, no auto-refresh)."""
+def read_view(params: Mapping[str, str], now: datetime | None = None, *, longest_grain: int = MAX_GRAIN_S) -> View:
+    """The view a query string asks for (defaults: the last hour, no auto-refresh); a relative
+    window moves by ``grain``, at most ``longest_grain`` seconds at a time."""
     now = now or datetime.now(UTC)
     problems: list[str] = []
     range_key = params.get("range", DEFAULT_RANGE)
     # a relative window ends at a whole multiple of its grain, so that reruns, refreshes and other
     # viewers within it share one window and read the cached answers
-    now = floor_time(now, grain(RANGES.get(range_key, RANGES[DEFAULT_RANGE])))
+    now = floor_time(now, grain(RANGES.get(range_key, RANGES[DEFAULT_RANGE]), longest_grain))
     start = end = None
     if "from" in params or "to" in params:
         try:

@@ -4,9 +4,9 @@ server process (``fleetscope dashboard`` starts it).
 In:  Streamlit's command line; ``fleetscope.yaml`` / ``FLEETSCOPE_*`` (read when a page first
      needs them, in the server).
 Out: the Streamlit server with the dashboard's configuration provider registered
-     (``dashboard.context.provide``: the settings, and the ClickHouse client and metadata
-     sessions opened from them), then ``dashboard.launch``: the pages' imports done before the
-     first viewer, and Streamlit.
+     (``dashboard.context.provide``: the settings, and the ClickHouse client, the readers a page
+     reads its answers on at once, and the metadata sessions opened from them), then
+     ``dashboard.launch``: the pages' imports done before the first viewer, and Streamlit.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _stores(settings: Settings) -> tuple[Any, Any]:
 
 
 def provider() -> context.Provider:
-    return context.Provider(settings=_settings, stores=_stores)
+    return context.Provider(settings=_settings, stores=_stores, reader=open_clickhouse)
 
 
 def main() -> None:

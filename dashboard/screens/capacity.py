@@ -11,7 +11,7 @@ import streamlit as st
 
 from analytics.saturation import Targets, headroom, kv_over_time, recommend, saturation_over_time
 from analytics.stalls import stalls
-from dashboard.cache import cached
+from dashboard.cache import cached, call
 from dashboard.context import page_context, plain
 from dashboard.format import table
 from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
@@ -21,7 +21,13 @@ HEAT_ROWS = 30
 
 ctx = page_context("Cache & capacity")
 v, client = ctx.view, ctx.client
-per_replica = cached(kv_over_time, client, v.start, v.end, "replica", filters=v.filters)
+targets = Targets()
+got = ctx.fetch(  # read at once; the lines below need the replicas' count and the step first
+    per_replica=call(kv_over_time, v.start, v.end, "replica", filters=v.filters),
+    wedged=call(stalls, v.start, v.end, min_seconds=targets.stall_s, filters=v.filters),
+    room=call(headroom, v.start, v.end, targets=targets, filters=v.filters),
+)
+per_replica = got["per_replica"]
 if per_replica.empty:
     st.info(
         f"No KV-cache samples between {v.start:%H:%M} and {v.end:%H:%M} UTC: no replica was scraped in this window "
@@ -29,7 +35,6 @@ if per_replica.empty:
     )
     st.stop()
 step = per_replica.attrs.get("step")
-targets = Targets()
 replicas = per_replica["replica"].nunique()
 st.subheader("KV-cache usage per replica")
 # the replicas that came closest to full: a row per replica stays readable, and the chart light, up to a few dozen
@@ -49,7 +54,7 @@ st.caption(
     )
 )
 cells = cells.assign(ts_end=cells["ts"] + pd.Timedelta(seconds=step))  # each step a cell of its own width
-wedged = cached(stalls, client, v.start, v.end, min_seconds=targets.stall_s, filters=v.filters)
+wedged = got["wedged"]
 for row in wedged.itertuples():
     st.error(
         f"**{row.replica}** ({row.model}) {'is' if row.ongoing else 'was'} stalled: it held {row.requests} "
@@ -158,7 +163,7 @@ else:
     )
 
 st.subheader("Headroom and scale-out")
-room = cached(headroom, client, v.start, v.end, targets=targets, filters=v.filters)
+room = got["room"]
 plan = recommend(room, targets)  # from the headroom just read: no second query
 recent = room.attrs.get("window")
 if recent:

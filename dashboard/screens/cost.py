@@ -9,7 +9,8 @@ import altair as alt
 import streamlit as st
 
 from analytics.cost import compare_reference, cost_views
-from dashboard.cache import cached
+from analytics.cost_series import cost_over_time
+from dashboard.cache import call
 from dashboard.context import page_context, plain, shown
 from dashboard.costview import render_cost_series
 from dashboard.format import table
@@ -18,11 +19,17 @@ from storage.catalog import gpu_prices
 MAX_BARS = 30
 
 ctx = page_context("Cost")
-v, client = ctx.view, ctx.client
+v = ctx.view
 prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
 weights = ctx.settings.cost.weights() if ctx.settings is not None else None
+# the tables and the series below, read at once (the series by what its radio button last said)
+by = st.session_state.get("cost_by", "fleet")
+got = ctx.fetch(
+    views=call(cost_views, v.start, v.end, prices, weights=weights, filters=v.filters),
+    series=call(cost_over_time, v.start, v.end, prices, by=by, weights=weights, filters=v.filters),
+)
 try:
-    spend, per_model, tenants = cached(cost_views, client, v.start, v.end, prices, weights=weights, filters=v.filters)
+    spend, per_model, tenants = got["views"]
 except KeyError as exc:
     st.error(f"{exc.args[0]}. GPU prices: `fleetscope prices list`.")
     st.stop()

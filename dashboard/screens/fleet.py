@@ -16,7 +16,7 @@ from analytics.cost import gpu_hours
 from analytics.health import scrape_health, silent_targets
 from analytics.saturation import Targets
 from analytics.stalls import stalls
-from dashboard.cache import cached
+from dashboard.cache import call
 from dashboard.context import page_context, plain
 from dashboard.format import table
 from storage.catalog import (
@@ -40,8 +40,12 @@ ctx = page_context("Fleet")
 v, client, sessions = ctx.view, ctx.client, ctx.sessions
 
 st.subheader("Replicas")
-health = cached(scrape_health, client, v.start, v.end)
-hours = cached(gpu_hours, client, v.start, v.end, filters=v.filters)
+got = ctx.fetch(  # read at once
+    health=call(scrape_health, v.start, v.end),
+    hours=call(gpu_hours, v.start, v.end, filters=v.filters),
+    wedged=call(stalls, v.start, v.end, min_seconds=STALL_S, filters=v.filters),
+)
+health, hours = got["health"], got["hours"]
 if health.empty and hours.empty:
     st.info(
         f"No scrape between {v.start:%H:%M} and {v.end:%H:%M} UTC: add targets to the collector "
@@ -50,7 +54,7 @@ if health.empty and hours.empty:
 else:
     for why in silent_targets(health)["why"] if len(health) else []:
         st.error(why)
-    wedged = cached(stalls, client, v.start, v.end, min_seconds=STALL_S, filters=v.filters)
+    wedged = got["wedged"]
     for row in wedged.itertuples():
         st.error(
             f"replica {row.replica} {'is' if row.ongoing else 'was'} stalled "

@@ -21,7 +21,7 @@ from analytics.saturation import KV, saturation
 from analytics.slo import slo_attainment
 from analytics.timeseries import gauge_over_time, histograms
 from analytics.vllm import ITL, TTFT
-from dashboard.cache import cached
+from dashboard.cache import cached, call
 from dashboard.context import page_context, plain, shown
 from dashboard.format import table
 from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
@@ -53,10 +53,21 @@ ctx = page_context("Overview")
 v, client = ctx.view, ctx.client
 alerts_firing, alerts_help = firing_alerts(ctx.sessions)
 seconds = v.span.total_seconds()
-health = cached(scrape_health, client, v.start, v.end)
+prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
+# what the page shows, read at once: p99 TTFT and ITL per step by model (the chart below), for the
+# fleet (the sparklines) and over the window from one histogram query
+got = ctx.fetch(
+    health=call(scrape_health, v.start, v.end),
+    sat=call(saturation, v.start, v.end, "replica", filters=v.filters),
+    hist=call(histograms, (TTFT, ITL), (0.99,), v.start, v.end, "model", filters=v.filters, total=True),
+    by_source=call(request_totals, v.start, v.end, by=["source"], source=None, filters=v.filters),
+    kv=call(gauge_over_time, KV, v.start, v.end, "fleet", filters=v.filters),
+    cost=call(cost_per_token, v.start, v.end, prices, filters=v.filters),
+)
+health = got["health"]
 for why in silent_targets(health)["why"] if len(health) else []:
     st.error(why)
-sat = cached(saturation, client, v.start, v.end, "replica", filters=v.filters)
+sat = got["sat"]
 if sat.empty:
     st.info(
         f"No engine metrics between {v.start:%H:%M} and {v.end:%H:%M} UTC: no replica was scraped in this window "
@@ -65,14 +76,12 @@ if sat.empty:
     st.columns(4)[0].metric("Firing alerts", alerts_firing, help=alerts_help)
     link_to_alerts(alerts_firing)
     st.stop()
-# p99 TTFT and ITL per step by model (the chart below), for the fleet (the sparklines) and over the window,
-# from one query
-hist = cached(histograms, client, (TTFT, ITL), (0.99,), v.start, v.end, "model", filters=v.filters, total=True)
+hist = got["hist"]
 ttft_steps, ttft_window = hist[TTFT].steps, hist[TTFT].window
 itl_steps = hist[ITL].steps[hist[ITL].steps["model"] == "(fleet)"]
 ttft = ttft_window[ttft_window["model"] == "(fleet)"].rename(columns={"value": "quantile"})
 itl = hist[ITL].window[hist[ITL].window["model"] == "(fleet)"].rename(columns={"value": "quantile"})
-by_source = cached(request_totals, client, v.start, v.end, by=["source"], source=None, filters=v.filters)
+by_source = got["by_source"]
 by_source = by_source.set_index("source") if "source" in by_source else by_source
 # the gateway logs every request it routes; engine spans are the fallback (not both: the same requests)
 requests = (
@@ -80,12 +89,9 @@ requests = (
     if "gateway" in by_source.index
     else by_source.loc[[s for s in by_source.index if s == "otlp"]]
 )
-prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
 ttft_line = ttft_steps.loc[ttft_steps["model"] == "(fleet)", "value"].dropna().round(4).tolist()
 itl_line = itl_steps["value"].dropna().round(5).tolist()
-kv_line = (
-    cached(gauge_over_time, client, KV, v.start, v.end, "fleet", filters=v.filters)["avg"].dropna().round(3).tolist()
-)
+kv_line = got["kv"]["avg"].dropna().round(3).tolist()
 cols = st.columns(5)
 down = int((~health["up"]).sum()) if len(health) else 0
 cols[0].metric(
@@ -120,7 +126,7 @@ cols[0].metric(
 )
 cols[1].metric("KV cache peak", shown(sat["kv_max"].max(), "{:.0%}"))
 try:
-    cost = cached(cost_per_token, client, v.start, v.end, prices, filters=v.filters).set_index("model").loc["(fleet)"]
+    cost = got["cost"].set_index("model").loc["(fleet)"]
     tokens_per_s = (cost["prompt_tokens"] + cost["completion_tokens"]) / seconds
     cols[2].metric("Tokens/s", f"{tokens_per_s:,.0f}")
     cols[3].metric(

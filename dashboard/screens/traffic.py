@@ -10,7 +10,7 @@ import streamlit as st
 from analytics.drift import drift, length_distribution, reference_window
 from analytics.requests import request_totals
 from analytics.timeseries import auto_step
-from dashboard.cache import cached
+from dashboard.cache import call
 from dashboard.context import page_context, plain
 from dashboard.format import table
 from dashboard.marks import TS_TIP, time_x, with_annotations, with_gaps
@@ -18,7 +18,7 @@ from dashboard.marks import TS_TIP, time_x, with_annotations, with_gaps
 REFERENCES = {"trailing-day": "the 24 hours before", "last-week": "the same hours a week earlier"}
 
 ctx = page_context("Traffic & drift")
-v, client = ctx.view, ctx.client
+v = ctx.view
 kind = st.radio("Compare with", list(REFERENCES), format_func=REFERENCES.get, horizontal=True, key="reference")
 current = (v.start, v.end)
 reference = reference_window(v.start, v.end, kind)
@@ -35,7 +35,13 @@ mix_by = st.radio(
     key="mix_by",
     format_func=lambda d: d.replace("_", " "),
 )
-mix = cached(request_totals, client, v.start, v.end, by=[mix_by], step=step, filters=v.filters)
+got = ctx.fetch(  # the page's reads at once
+    mix=call(request_totals, v.start, v.end, by=[mix_by], step=step, filters=v.filters),
+    prompt_tokens=call(length_distribution, "prompt_tokens", current, reference, filters=v.filters),
+    output_tokens=call(length_distribution, "output_tokens", current, reference, filters=v.filters),
+    drift=call(drift, current, reference, filters=v.filters),
+)
+mix = got["mix"]
 if mix.empty:
     st.info(
         f"No request-log rows between {v.start:%H:%M} and {v.end:%H:%M} UTC for these filters: is the gateway "
@@ -63,7 +69,7 @@ st.altair_chart(
 
 left, right = st.columns(2)
 for column, feature, label in ((left, "prompt_tokens", "Prompt length"), (right, "output_tokens", "Output length")):
-    dist = cached(length_distribution, client, feature, current, reference, filters=v.filters)
+    dist = got[feature]
     with column:
         st.subheader(f"{label}: now vs reference")
         if dist.empty or dist[dist["window"] == "reference"]["requests"].sum() == 0:
@@ -89,7 +95,7 @@ for column, feature, label in ((left, "prompt_tokens", "Prompt length"), (right,
 
 st.subheader("Drift")
 try:
-    features = cached(drift, client, current, reference, filters=v.filters)
+    features = got["drift"]
 except ValueError as exc:
     st.caption(f"No drift test: {exc}.")
 else:

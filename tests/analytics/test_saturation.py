@@ -84,6 +84,18 @@ def test_headroom_is_the_distance_to_the_kv_target(run) -> None:
     assert room.loc["tiny-small", "kv_recent"] == pytest.approx(kv)
     assert room.loc["tiny-small", "headroom"] == pytest.approx(1 - kv / 0.8)
     assert room.loc["tiny-small", "headroom"] < room.loc["tiny-large", "headroom"]
+    # the pools' figures, summed from the replicas' read, are what reading by pool gives
+    for tier in ("raw", "1m"):
+        pools = headroom(run.client, start, end, tier=tier).set_index("model")
+        by_pool = saturation(run.client, end - (end - start) / 4, end, "model", tier=tier).set_index("model")
+        for ours, theirs in (
+            ("kv_recent", "kv_avg"),
+            ("kv_max_recent", "kv_max"),
+            ("waiting_per_replica", "waiting_avg"),
+            ("preemptions_per_s", "preemptions_per_s"),
+            ("replicas", "replicas"),
+        ):
+            assert pools[ours].to_dict() == pytest.approx(by_pool.loc[pools.index, theirs].to_dict()), (tier, ours)
 
 
 def test_a_filter_that_matches_nothing_gives_empty_answers(run) -> None:
