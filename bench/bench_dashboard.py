@@ -114,10 +114,12 @@ def next_run(page) -> tuple[float, float]:
     return (runs[-1][1] - began) / 1000, (page.evaluate("performance.timeOrigin") + began) / 1000
 
 
-def grain_start(margin_s: float = 0.5) -> None:
-    """Until ``margin_s`` after the next multiple of ``GRAIN_S`` (the first render and the second
-    viewer then share one window, whatever else the grain brings)."""
-    time.sleep((margin_s - time.time()) % GRAIN_S)
+def grain_start(margin_s: float = 0.5, needed_s: float = 8.0) -> None:
+    """Until the first render and the second viewer fit in one window: now, if the grain has
+    ``needed_s`` left, or else ``margin_s`` after the next multiple of ``GRAIN_S``."""
+    phase = time.time() % GRAIN_S
+    if not margin_s <= phase <= GRAIN_S - needed_s:
+        time.sleep((margin_s - phase) % GRAIN_S)
 
 
 def refreshes(page, first_run_at: float, count: int) -> tuple[list[float], list[float]]:

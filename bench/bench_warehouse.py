@@ -11,10 +11,11 @@ over 30 days of a 200-replica fleet, rollups against the raw table.
 3. Panel queries as the dashboard runs them (``analytics``), each repeated: p99 TTFT by model,
    KV-cache usage by replica, cost per 1M tokens by tenant, traffic-mix drift features
    (last day vs the 29 before). Over 30 days they read the rollups (``analytics.tiers``): p95
-   latency against the 250 ms goal. Beside each, the same query on the raw table over a window
-   raw rows exist for (the raw request log holds all 30 days; raw samples only the recent
-   minutes the seed writes), with a rollup answering that window: the ratio. Peak memory is the growth of the
-   resident set of a process running only that query.
+   latency against the 100 ms goal (a query; the drift panel runs four, each timed). Beside
+   each, the same query on the raw table over a window raw rows exist for (the raw request log
+   holds all 30 days; raw samples only the recent minutes the seed writes), with a rollup
+   answering that window: the ratio. Peak memory is the growth of the resident set of a process
+   running only that query.
 
 Phases run in child processes (chDB allows one process per store). Not a test: nothing is
 asserted.
@@ -196,17 +197,38 @@ def phase_query(store: str, name: str, variant: int, repeats: int, end: str, raw
     fn = panels(datetime.fromisoformat(end), datetime.fromisoformat(raw_start))[name][variant]
     base = rss_mib()
     fn(client)  # warm: first touch of the files, query plans
-    times = []
+    # each query of the panel timed too (the drift panel runs four)
+    calls: list[float] = []
+    query_df = client.query_df
+
+    def timed(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return query_df(*args, **kwargs)
+        finally:
+            calls.append(time.perf_counter() - t)
+
+    client.query_df = timed
+    times, per_query = [], []
     for _ in range(repeats):
+        calls.clear()
         t0 = time.perf_counter()
         fn(client)
         times.append(time.perf_counter() - t0)
+        per_query.append(list(calls))
     times.sort()
+    width = min(len(q) for q in per_query)
     return {
         "p50_ms": statistics.median(times) * 1000,
-        "p95_ms": times[max(0, int(len(times) * 0.95) - 1)] * 1000,
+        "p95_ms": _p95(times) * 1000,
+        "queries_p95_ms": [_p95([q[i] for q in per_query]) * 1000 for i in range(width)],
         "peak_mib": max(0.0, peak_mib() - base),
     }
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, int(len(ordered) * 0.95) - 1)]
 
 
 def child(args: list[str]) -> dict:
@@ -330,8 +352,14 @@ def main() -> None:
                 f"{extrapolated / 1000:>7.1f}s = {extrapolated / month['p95_ms']:,.0f}x the rollup"
                 + (" (measured)" if "drift" in name else "")
             )
+            if len(month["queries_p95_ms"]) > 1:
+                print(
+                    f"   {'':<30} its {len(month['queries_p95_ms'])} queries: p95 "
+                    + " / ".join(f"{q:.0f}" for q in month["queries_p95_ms"])
+                    + " ms"
+                )
         print(
-            "   goal: p95 <= 250 ms over 30 days of 200 replicas. Same window: the raw samples' span (metric "
+            "   goal: p95 <= 100 ms a query over 30 days of 200 replicas (issue 27). Same window: the raw samples' span (metric "
             "panels, vs the 1-minute tier) / the 30 days of the raw request log (drift, vs the 1-hour tier). "
             f"Extrapolated: the raw-window time x {factor:,.0f} (30 days / the raw span)."
         )

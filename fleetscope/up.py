@@ -503,7 +503,11 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
                     echo(f"status unavailable: {exc}")
 
         threading.Thread(target=report, name="status", daemon=True).start()
-        use_stores(dashboard_client, sessions, settings)
+        readers = [  # the dashboard's pages read their panels at once on these (dashboard.readers)
+            handles.enter_context(contextlib.closing(open_clickhouse(settings)))
+            for _ in range(settings.dashboard.reader_count() if settings.dashboard.reader_count() > 1 else 0)
+        ]
+        use_stores(dashboard_client, sessions, settings, readers)
 
         def start_traffic() -> None:
             """The scenario, once everything that watches it runs: its first seconds are the steady

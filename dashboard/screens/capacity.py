@@ -9,7 +9,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from analytics.saturation import Targets, headroom, kv_over_time, recommend, saturation_over_time
+from analytics.filters import Filters
+from analytics.metrics import gauge_summary
+from analytics.saturation import KV, Targets, headroom, kv_over_time, recommend, saturation_over_time
 from analytics.stalls import stalls
 from dashboard.cache import cached, call
 from dashboard.context import page_context, plain
@@ -23,26 +25,29 @@ ctx = page_context("Cache & capacity")
 v, client = ctx.view, ctx.client
 targets = Targets()
 got = ctx.fetch(  # read at once; the lines below need the replicas' count and the step first
-    per_replica=call(kv_over_time, v.start, v.end, "replica", filters=v.filters),
+    peaks=call(gauge_summary, KV, v.start, v.end, "replica", filters=v.filters),
     wedged=call(stalls, v.start, v.end, min_seconds=targets.stall_s, filters=v.filters),
     room=call(headroom, v.start, v.end, targets=targets, filters=v.filters),
 )
-per_replica = got["per_replica"]
-if per_replica.empty:
+peaks = got["peaks"].set_index("replica").rename(columns={"max": "peak"})
+if peaks.empty:
     st.info(
         f"No KV-cache samples between {v.start:%H:%M} and {v.end:%H:%M} UTC: no replica was scraped in this window "
         "(is `fleetscope collect` running?). Try a longer time range."
     )
     st.stop()
-step = per_replica.attrs.get("step")
-replicas = per_replica["replica"].nunique()
+replicas = len(peaks)
 st.subheader("KV-cache usage per replica")
 # the replicas that came closest to full: a row per replica stays readable, and the chart light, up to a few dozen
-peaks = per_replica.groupby("replica").agg(peak=("kv_max", "max"), avg=("kv_avg", "mean"))
 hottest = (
     peaks.sort_values(["peak", "avg"], ascending=False).index[:HEAT_ROWS] if replicas > HEAT_ROWS else peaks.index
 )  # a small fleet keeps its rows in name order (they do not move on a refresh)
-cells = per_replica[per_replica["replica"].isin(hottest)]
+shown_filters = v.filters
+if replicas > HEAT_ROWS:  # their steps alone are read
+    f = v.filters
+    shown_filters = Filters(model=f.model, replica=list(hottest), tenant=f.tenant, route=f.route)
+cells = cached(kv_over_time, client, v.start, v.end, "replica", filters=shown_filters)
+step = cells.attrs.get("step")
 st.caption(
     f"Average of each {step:g}s step; a replica at 100% queues or preempts requests (target {targets.kv_target:.0%})."
     + (
