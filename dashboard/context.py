@@ -22,7 +22,6 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard.cache import READERS
 from dashboard.view import FILTER_KEYS, MAX_GRAIN_S, RANGES, REFRESH, View, read_view, view_params
 
 __all__ = [
@@ -117,6 +116,10 @@ def _configured() -> tuple[Any, Any, Any, list[Any]]:
     provider = _provider()
     settings = provider.settings()
     client, sessions = provider.stores(settings)
+    from dashboard.cache import (
+        READERS,  # here: its st.cache_data wants the server's runtime (fleetscope up imports this module)
+    )
+
     wanted = settings.dashboard.reader_count() if hasattr(settings, "dashboard") else READERS
     readers = [provider.reader(settings) for _ in range(wanted)] if provider.reader and wanted > 1 else []
     return client, sessions, settings, readers
