@@ -75,6 +75,7 @@ from analytics.cost import cost_per_token
 from analytics.explain import queries, scoring, words
 from analytics.explain.model import COVERED_MIN_STEP_S, LONG_FACTOR, MIN_PER_STEP, Explanation
 from analytics.filters import Filters
+from analytics.prefix import misses_words, prefix_misses
 from analytics.requests import log_source
 from analytics.tiers import plan
 from analytics.timeseries import auto_step
@@ -228,6 +229,7 @@ def explain(
         ex.strata = queries.strata(
             client, where, params, (baseline_end, break_ts), column, q, (median_tokens, long_tokens)
         )
+        _why_prefixes_missed(client, ex, pd.Timestamp(after_end).to_pydatetime(), filters)
     else:
         long_tokens = math.nan
         ex.evidence = scoring.rank(rows)
@@ -238,6 +240,19 @@ def explain(
     strata = ex.strata if len(ex.strata) else pd.DataFrame(columns=["band"])
     ex.sentence = words.sentence(ex, latency, q, strata, long_tokens)
     return ex
+
+
+def _why_prefixes_missed(client: Client, ex: Explanation, end: datetime, filters: Filters | None) -> None:
+    """Where the prefix-cache hit rate fell, its evidence says why the prefixes missed after the
+    break (``analytics.prefix``: routing misses, evictions, new prefixes), from the request log."""
+    ev = ex.evidence
+    fell = (ev["signal"] == "prefix-cache hit rate") & (ev["score"] > 0)
+    if not fell.any() or ex.break_at is None:
+        return
+    found = prefix_misses(client, ex.break_at, end, filters=filters)
+    words = misses_words(found.attrs.get("misses") or {}, found.attrs.get("affinity_hit_rate"))
+    if words:
+        ev.loc[fell, "detail"] = ev.loc[fell, "detail"].astype(str) + f"; after the break {words}"
 
 
 def cost_around(
