@@ -66,6 +66,7 @@ bench: install
 	@echo "== 6. analytics: ClickHouse vs Python on the same data" && $(PY) bench/bench_analytics.py --json bench/results/analytics.json
 	@echo "== 8. alerts: 500 rules per 15 s cycle on 200 replicas" && $(PY) bench/bench_alerts.py --json bench/results/alerts.json
 	@echo "== 7. dashboard render in Chromium on 30 days x 200 replicas (seeds ~10 min)" && $(PY) bench/bench_dashboard.py --json bench/results/dashboard.json
+	@echo "== 9. plan: a 30-min window of 12 replicas replayed" && $(PY) bench/bench_plan.py --json bench/results/plan.json
 	@$(PY) bench/summary.py bench/results
 
 clean:

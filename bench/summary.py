@@ -112,6 +112,13 @@ def main() -> None:
             f"8. alerts: {alerts['rules']} rules on {alerts['replicas']} replicas, {alerts['ours_s'] * 1000:.0f} ms per "
             f"15 s cycle vs {alerts['reference_s'] * 1000:.0f} ms with one query per rule ({alerts['ratio']:.1f}x; goal <= 1 s)"
         )
+    if planned := load(directory, "plan"):
+        print(
+            f"9. plan: a {planned['window_minutes']:g}-min window of {planned['replicas']} replicas replayed in "
+            f"{planned['replay_s']:.1f} s ({planned['replay_requests_per_s']:,} requests/s, "
+            f"{planned['faster_than_real_time']:g}x real time); read + calibrate + replay {planned['plan_s']:.1f} s "
+            f"(budget {planned['budget_s']:g} s); a sweep of {planned['sweep_variants']} variants {planned['sweep_s']:.1f} s"
+        )
     print("=======================================================================")
 
 

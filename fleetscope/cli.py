@@ -21,6 +21,8 @@ from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
 from fleetscope.explain_cli import EXAMPLES as EXPLAIN_EXAMPLES
 from fleetscope.explain_cli import explain_command
 from fleetscope.fleet_cli import app as fleet_app
+from fleetscope.plan_cli import EXAMPLES as PLAN_EXAMPLES
+from fleetscope.plan_cli import plan_command
 from fleetscope.sql_cli import EXAMPLES as SQL_EXAMPLES
 from fleetscope.sql_cli import sql as sql_command
 
@@ -285,6 +287,7 @@ app.add_typer(fleet_app, name="fleet")
 app.add_typer(alerts_app, name="alerts")
 app.command("sql", epilog=SQL_EXAMPLES)(sql_command)
 app.command("explain", epilog=EXPLAIN_EXAMPLES)(explain_command)
+app.command("plan", epilog=PLAN_EXAMPLES)(plan_command)
 app.add_typer(bench_app, name="bench")
 app.add_typer(prices_app, name="prices")
 app.add_typer(slo_app, name="slo")

@@ -19,6 +19,7 @@ PACKAGES = (
     "analytics",
     "alerts",
     "adhoc",
+    "planner",
     "dashboard",
     "fleetscope",
 )
@@ -32,7 +33,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "analytics": {"common", "storage"},
     "adhoc": {"common", "storage"},
     "alerts": {"common", "storage", "analytics", "adhoc"},
-    "dashboard": {"common", "storage", "analytics", "alerts", "adhoc"},
+    # what if: recorded traffic (analytics) through the fleet's own router and simulator (a library here)
+    "planner": {"common", "storage", "analytics", "fleet"},
+    "dashboard": {"common", "storage", "analytics", "alerts", "adhoc", "planner"},
     "fleetscope": set(PACKAGES),
 }
 

@@ -54,7 +54,7 @@ def _score(key: str, replica: str) -> int:
 class Router:
     spec: GatewaySpec
     replicas: list[ReplicaState]
-    _cycles: dict[str, itertools.count] = field(default_factory=dict)
+    _cycles: dict[str, itertools.count[int]] = field(default_factory=dict)
 
     def models(self) -> list[str]:
         return sorted({r.model for r in self.replicas})

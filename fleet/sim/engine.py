@@ -198,6 +198,18 @@ class SimEngine:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def run_until(self, clock: float, until: float) -> tuple[float, list[SimRequest]]:
+        """Steps from ``clock`` until ``until`` (or until idle): (the clock after them, the
+        requests that finished on the way). A step that would end past ``until`` still runs."""
+        done: list[SimRequest] = []
+        while clock < until:
+            if not self.has_work():
+                return until, done
+            duration, _produced, finished = self.step(clock)
+            done.extend(finished)
+            clock += max(duration, 1e-6)
+        return clock, done
+
     def submit(self, request: SimRequest) -> None:
         """Queue ``request``; ``RequestRejected`` as vLLM's server answers 400 (its wording)."""
         limit = self.config.max_model_len

@@ -75,14 +75,7 @@ class _Replica:
 
     def advance(self, until: float) -> list[SimRequest]:
         """Run the engine up to ``until``; the requests that finished on the way."""
-        done: list[SimRequest] = []
-        while self.clock < until:
-            if not self.engine.has_work():
-                self.clock = until
-                break
-            duration, _produced, finished = self.engine.step(self.clock)
-            done.extend(finished)
-            self.clock += max(duration, 1e-6)
+        self.clock, done = self.engine.run_until(self.clock, until)
         self.state.in_flight = len(self.engine.running) + len(self.engine.waiting)
         return done
 

@@ -29,6 +29,7 @@ SHIPPED_CH = [m.filename for m in clickhouse_runner.discover()]
         ["fleet", "simulate"],
         ["dashboard"],
         ["explain"],
+        ["plan"],
     ],
 )
 def test_every_command_answers_help(command: list[str], tmp_path: Path) -> None:
@@ -238,3 +239,39 @@ def test_the_dashboard_refuses_an_open_address_without_a_password(tmp_path: Path
     assert short.returncode != 0 and "at least 8 characters" in short.stderr
     shown = run_cli("config", "show", cwd=tmp_path, env={"FLEETSCOPE_DASHBOARD_PASSWORD": "correct horse"})
     assert "correct horse" not in shown.stdout and "password: '**********'" in shown.stdout
+
+
+def test_plan_from_the_terminal_replays_a_simulated_rollout_and_names_the_cheapest_fleet(tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "fleet.yaml").write_text((ROOT / "fleet.yaml").read_text())
+    empty = run_cli("plan", "--since", "20m", cwd=tmp_path)
+    assert empty.returncode == 2 and len(empty.stderr.strip().splitlines()) == 1, empty.stderr
+    assert "nothing to replay" in empty.stderr or "no request log" in empty.stderr
+    played = run_cli("fleet", "simulate", "--scenario", "long-context-rollout", "--seed", "3", cwd=tmp_path)
+    assert played.returncode == 0, played.stderr
+    assert run_cli("migrate", cwd=tmp_path).returncode == 0  # the seeded GPU prices (cpu-demo)
+    assert run_cli("slo", "set", "tiny-small", "ttft", "2", cwd=tmp_path).returncode == 0
+    text = run_cli("plan", "--since", "20m", "--replicas", "tiny-small=2..4", cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert any(line.startswith("backtest") for line in lines)
+    assert any("recorded (observed)" in line for line in lines) and any("tiny-small=4" in line for line in lines)
+    assert lines[-1].startswith(("cheapest meeting every SLO: tiny-small=", "no fleet replayed meets every SLO"))
+    doc = json.loads(
+        run_cli("plan", "--since", "20m", "--replicas", "tiny-small=2,4", "--format", "json", cwd=tmp_path).stdout
+    )
+    fleets = {row["fleet"]: row for row in doc["fleets"]}
+    four = next(name for name in fleets if name.startswith("tiny-small=4"))
+    assert fleets[four]["spend_per_hour"] > fleets["recorded (replayed)"]["spend_per_hour"]
+    assert fleets[four]["p99_ttft tiny-small"] < fleets["recorded (replayed)"]["p99_ttft tiny-small"]
+    assert {row["model"] for row in doc["backtest"]} >= {"tiny-small", "tiny-large"}
+    for bad, message in (
+        (["--replicas", "tiny-huge=2"], "unknown model 'tiny-huge'"),
+        (["--gpu", "tiny-small=B300"], "unknown GPU type 'B300'"),
+        (["--replicas", "tiny-small=two"], "--replicas"),
+        (["--start", "2020-01-01T00:00", "--end", "2020-01-01T00:30"], "no request log between"),
+    ):
+        result = run_cli("plan", "--since", "20m", *bad, cwd=tmp_path)
+        assert result.returncode == 2 and message in result.stderr, (bad, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -1,0 +1,250 @@
+"""``fleetscope plan``: what if the fleet had been another one — a window of its own traffic
+replayed against other replica counts, GPU types, KV budgets, routing policies, router thresholds
+or in-flight limits, with latency, cache hits and cost, side by side with what it did.
+
+In:  a window (``--since`` back from now, or ``--start``/``--end``), the variants (``--replicas
+     tiny-small=1..4`` sweeps, ``--policy least_loaded,affinity``, ``--gpu tiny-small=L4``,
+     ``--kv-tokens tiny-small=4096``, ``--scale 1.5``, ``--long-prompt-tokens``,
+     ``--max-in-flight``), settings (the stores; GPU prices and SLO targets from the metadata DB;
+     the fleet spec's model router and prefix length).
+Out: on stdout the fit of the simulator to the recorded fleet, the backtest (the recorded
+     fleet replayed against what it did), why the prefix cache missed, and a table of every
+     fleet; the cheapest that meets the SLOs. ``--format json`` for scripts. Exit codes: 0 a
+     plan, 1 the store cannot be read, 2 bad options or nothing to plan on (one line).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Annotated, Any
+
+import typer
+
+from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
+from fleetscope.explain_cli import _plain, window
+
+EXAMPLES = """Examples:
+  fleetscope plan                                          # the last 30 minutes, replayed as they ran
+  fleetscope plan --replicas tiny-small=1..4 --policy least_loaded,affinity
+  fleetscope plan --gpu tiny-large=L4 --gpu-speed L4=0.15 --scale 2
+  fleetscope plan --start 2026-12-03T20:00 --end 2026-12-03T20:30 --format json"""
+
+
+def _pairs(values: list[str] | None, option: str) -> dict[str, str]:
+    out = {}
+    for value in values or []:
+        name, sep, rest = value.partition("=")
+        if not sep or not name or not rest:
+            fail(f"{option} {value!r}: write NAME=VALUE, e.g. {option} tiny-small=2", code=2)
+        out[name] = rest
+    return out
+
+
+def _counts(text: str, option: str) -> list[int]:
+    """``2``, ``1..4`` or a list of them (``2,4,6``, ``1..3,6``) -> the counts, sorted, once each."""
+    out: set[int] = set()
+    for part in text.split(","):
+        found = re.fullmatch(r"(\d+)(?:\.\.(\d+))?", part.strip())
+        if not found:
+            fail(f"{option}: {text!r} is not a count, a range like 1..4 or a list like 2,4", code=2)
+        low, high = int(found[1]), int(found[2] or found[1])
+        if high < low:
+            fail(f"{option}: the range {part.strip()!r} runs backwards", code=2)
+        out.update(range(low, high + 1))
+    return sorted(out)
+
+
+def _number(text: str, option: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        fail(f"{option}: {text!r} is not a number", code=2)
+
+
+def plan_command(
+    since: Annotated[str, typer.Option(help="The window: this far back from --end (e.g. 30m, 2h).")] = "30m",
+    start: Annotated[str | None, typer.Option(help="The window's start (ISO time, UTC); instead of --since.")] = None,
+    end: Annotated[str | None, typer.Option(help="The window's end (ISO time, UTC; default now).")] = None,
+    replicas: Annotated[
+        list[str] | None, typer.Option(help="MODEL=N, MODEL=A..B or MODEL=2,4,6 (swept); repeat for several models.")
+    ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(help="Routing policies to sweep: least_loaded, round_robin, affinity (comma-separated)."),
+    ] = None,
+    gpu: Annotated[list[str] | None, typer.Option(help="MODEL=GPU_TYPE: the pool on another GPU type.")] = None,
+    gpu_speed: Annotated[
+        list[str] | None, typer.Option(help="TYPE=SPEED: a GPU type's speed relative to the others (H100 = 1).")
+    ] = None,
+    kv_tokens: Annotated[list[str] | None, typer.Option(help="MODEL=TOKENS: each replica's KV cache.")] = None,
+    scale: Annotated[
+        str | None, typer.Option(help="Traffic scale factors to sweep (comma-separated, e.g. 1,1.5,2).")
+    ] = None,
+    long_prompt_tokens: Annotated[
+        int | None, typer.Option(min=1, help="The model router's long-prompt threshold (tokens).")
+    ] = None,
+    max_in_flight: Annotated[int | None, typer.Option(min=1, help="The gateway's requests in flight at most.")] = None,
+    shared_cores: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1,
+            help="The recorded engines shared this many CPU cores (the CPU demo fleet `fleetscope up` runs: "
+            "this machine's cores); a variant's replicas bring their share each. Default: each replica its own GPU.",
+        ),
+    ] = None,
+    prefix_tokens: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="How long a shared prefix is, in tokens, where the log does not say (default: the tokens the "
+            "gateway hashes, its affinity_prefix_tokens).",
+        ),
+    ] = None,
+    fit: Annotated[bool, typer.Option(help="Fit the simulator's cost to the recorded fleet first.")] = True,
+    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    config: ConfigOption = None,
+) -> None:
+    """Replay a window of the fleet's recorded traffic (arrivals, lengths, prefixes, tenants; the
+    sampling weights expanded) through the gateway's routing and the engine simulator, fitted to the
+    recorded fleet, against the variants asked for: p50/p99 TTFT and ITL, SLO attainment and goodput,
+    prefix hit rate, KV saturation, rejections, spend and $/1M tokens beside what the fleet did, and
+    the cheapest variant that meets the SLOs."""
+    from fleetscope.stores import migrate_all, open_clickhouse
+    from planner.fleet import PlanError, gateway_routing
+    from planner.plan import Changes, plan
+    from storage.catalog import gpu_prices, slo_targets
+    from storage.errors import StoreError
+    from storage.metadata import make_engine, make_sessionmaker
+
+    if fmt not in ("text", "json"):
+        fail(f"--format must be text or json, not {fmt!r}", code=2)
+    changes = Changes(
+        replicas={m: _counts(v, "--replicas") for m, v in _pairs(replicas, "--replicas").items()},
+        policies=[p.strip() for p in policy.split(",") if p.strip()] if policy else [],
+        gpu=_pairs(gpu, "--gpu"),
+        kv_tokens={m: int(_number(v, "--kv-tokens")) for m, v in _pairs(kv_tokens, "--kv-tokens").items()},
+        scales=[_number(s, "--scale") for s in scale.split(",")] if scale else [],
+        long_prompt_tokens=long_prompt_tokens,
+        max_in_flight=max_in_flight,
+    )
+    if any(s <= 0 for s in changes.scales):
+        fail("--scale: a traffic scale must be above 0", code=2)
+    speeds = {t: _number(v, "--gpu-speed") for t, v in _pairs(gpu_speed, "--gpu-speed").items()}
+    settings = settings_or_exit(config)
+    begin, stop = window(since, start, end)
+    router, prefix_length = gateway_routing(settings.fleet.spec)
+    if prefix_tokens is not None:
+        prefix_length = prefix_tokens
+    try:
+        migrate_all(settings)  # a fresh store: its tables (and the seeded GPU prices), then "nothing recorded"
+        client = open_clickhouse(settings)
+    except StoreError as exc:
+        fail(str(exc))
+    sessions = make_sessionmaker(make_engine(settings.metadata.url))
+    try:
+        planned = plan(
+            client,
+            begin,
+            stop,
+            prices=gpu_prices(sessions),
+            targets=slo_targets(sessions),
+            changes=changes,
+            router=router,
+            prefix_tokens=prefix_length,
+            speeds=speeds,
+            fitted=fit,
+            shared_cores=shared_cores,
+        )
+        misses = _misses(client, begin, stop, prefix_length)
+    except PlanError as exc:
+        fail(str(exc), code=2)
+    finally:
+        client.close()
+    if fmt == "json":
+        typer.echo(json.dumps(_as_json(planned, misses), indent=2))
+        return
+    _print(planned, misses)
+
+
+def _misses(client: Any, begin: Any, stop: Any, prefix_tokens: int) -> dict[str, float]:
+    from analytics.prefix import prefix_misses
+
+    found = prefix_misses(client, begin, stop, prefix_tokens=prefix_tokens)
+    return {k: found.attrs.get(k, math.nan) for k in ("hit_rate", "affinity_hit_rate", "observed_hit_rate")} | {
+        f"misses_{k}": v for k, v in (found.attrs.get("misses") or {}).items()
+    }
+
+
+def _pct(x: float) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0%}"
+
+
+def _s(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x * 1000:.0f}ms" if x < 1 else f"{x:.2f}s"
+
+
+def _print(planned: Any, misses: dict[str, float]) -> None:
+    start, end = planned.window
+    typer.echo(f"window {start:%Y-%m-%d %H:%M} – {end:%H:%M} UTC; replay {planned.requests_per_s:,.0f} requests/s")
+    if planned.fit is not None:
+        typer.echo(f"fit: {planned.fit.describe()}")
+    typer.echo("backtest (the recorded fleet replayed, against what it did):")
+    for row in planned.backtest.to_dict("records"):
+        typer.echo(
+            f"  {row['model']:<12} p99 TTFT {_s(row['p99_ttft_observed'])} observed, {_s(row['p99_ttft_replayed'])} "
+            f"replayed ({row['p99_ttft_error']:+.0%}); mean KV {_pct(row['kv_mean_observed'])} / "
+            f"{_pct(row['kv_mean_replayed'])} ({row['kv_mean_error_points']:+.1f} points)"
+            + ("" if row["within"] else "  — outside 25 % / 10 points")
+        )
+    missed = sum(v for k, v in misses.items() if k.startswith("misses_") and not math.isnan(v))
+    if missed > 0:
+        parts = ", ".join(
+            f"{misses[f'misses_{k}'] / missed:.0%} {w}"
+            for k, w in (
+                ("routing", "routing misses (warm on another replica)"),
+                ("evicted", "evicted"),
+                ("new_prefix", "new prefixes"),
+            )
+        )
+        typer.echo(
+            f"prefix cache: modelled hit rate {_pct(misses['hit_rate'])} "
+            f"(engines {_pct(misses['observed_hit_rate'])}); of the prefix misses {parts}; "
+            f"affinity routing would hit {_pct(misses['affinity_hit_rate'])}"
+        )
+    typer.echo(
+        f"  {'fleet':<34} {'p50 TTFT':>9} {'p99 TTFT':>9} {'p99 ITL':>8} {'SLO':>6} {'goodput':>8} {'hits':>5} "
+        f"{'KV':>5} {'KV≥95%':>7} {'rejected':>8} {'$/h':>8} {'$/1M tok':>9}"
+    )
+    for row in planned.table.to_dict("records"):
+        typer.echo(
+            f"  {row['fleet'][:34]:<34} {_s(row['p50_ttft']):>9} {_s(row['p99_ttft']):>9} {_s(row['p99_itl']):>8} "
+            f"{_pct(row['slo_attainment']):>6} {row['goodput']:>7.2f}/s {_pct(row['hit_rate']):>5} "
+            f"{_pct(row['kv_mean']):>5} {_pct(row['kv_saturated']):>7} {row['rejected']:>8,.0f} "
+            f"{row['spend_per_hour']:>8.2f} {row['cost_per_million_tokens']:>9.3f}"
+        )
+    typer.echo(planned.cheapest_note)
+
+
+def _as_json(planned: Any, misses: dict[str, float]) -> dict[str, Any]:
+    start, end = planned.window
+    return {
+        "start": _plain(start),
+        "end": _plain(end),
+        "requests_per_s": _plain(planned.requests_per_s),
+        "fit": None
+        if planned.fit is None
+        else {
+            "step_factor": planned.fit.step_factor,
+            "prefill_factor": planned.fit.prefill_factor,
+            "error": planned.fit.error,
+        },
+        "backtest": [{k: _plain(v) for k, v in r.items()} for r in planned.backtest.to_dict("records")],
+        "fleets": [{k: _plain(v) for k, v in r.items()} for r in planned.table.to_dict("records")],
+        "cheapest": planned.cheapest,
+        "cheapest_note": planned.cheapest_note,
+        "prefix_cache": {k: _plain(v) for k, v in misses.items()},
+    }

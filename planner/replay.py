@@ -1,0 +1,214 @@
+"""Recorded traffic replayed through a fleet variant in virtual time: the gateway's own routing
+(``fleet.gateway.routing.Router``), its admission limits, and the engine simulator
+(``fleet.sim.engine.SimEngine``: continuous batching, paged KV cache, prefix caching, preemption).
+
+In:  a ``planner.fleet.Variant``, ``planner.traffic.Arrival``s, the window's length.
+Out: ``Outcome``: per request ``[at, model, replica, tenant, prompt_tokens, completion_tokens,
+     cached_tokens, ttft, itl, e2e, queue, outcome]`` (``outcome``: ok, rejected — the gateway's
+     queue was full or its wait too long —, no_replica, or too_long — the engine answers 400),
+     every token gap (for ITL quantiles), and each replica's KV-cache usage sampled every
+     ``TICK_S`` seconds of virtual time.
+
+The gateway forwards at most ``max_in_flight`` requests at once; the next ones wait in its queue
+(up to ``max_queue``; a fuller queue or a wait past ``queue_timeout_s`` rejects them, as its 429
+does), and a waiting request is sent on at the next tick a slot is free. A request's TTFT counts
+from its arrival at the gateway. Engines that share one host's CPU cores (``shared_cores``: the
+CPU demo fleet) run ``busy engines / cores`` times slower while more of them are busy than there
+are cores, re-judged at every arrival and tick. Runs as fast as the CPU allows.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from fleet.gateway.config import GatewaySpec
+from fleet.gateway.routing import NoReplica, ReplicaState, Router
+from fleet.sim.engine import EngineConfig, RequestRejected, SimEngine, SimRequest
+from planner.fleet import Variant
+from planner.traffic import Arrival
+
+__all__ = ["TICK_S", "Outcome", "replay"]
+
+TICK_S = 1.0
+
+
+@dataclass
+class Outcome:
+    requests: pd.DataFrame
+    gaps: dict[str, np.ndarray]  # model -> every inter-token gap (seconds)
+    kv: pd.DataFrame  # [t, replica, model, kv]
+    seconds: float
+    variant: Variant
+    replicas: dict[str, str] = field(default_factory=dict)  # replica -> model
+
+
+@dataclass
+class _Replica:
+    state: ReplicaState
+    engine: SimEngine
+    clock: float = 0.0
+    configs: dict[float, EngineConfig] = field(default_factory=dict)  # its config at each share of the CPU
+
+    def share(self, slower: float) -> None:
+        """Run ``slower`` times slower (engines sharing a host's cores)."""
+        key = round(slower, 2)
+        config = self.configs.get(key)
+        if config is None:
+            base = self.configs.setdefault(1.0, self.engine.config)
+            config = self.configs[key] = replace(base, speed=base.speed / key)
+        self.engine.config = config
+
+    def advance(self, until: float) -> list[SimRequest]:
+        self.clock, done = self.engine.run_until(self.clock, until)
+        self.state.in_flight = len(self.engine.running) + len(self.engine.waiting)
+        return done
+
+
+def replay(variant: Variant, arrivals: list[Arrival], seconds: float) -> Outcome:
+    """``arrivals`` through ``variant`` (see the module docstring)."""
+    replicas: dict[str, _Replica] = {}
+    for pool in variant.pools.values():
+        config = pool.engine_config()
+        for name in pool.replica_names():
+            replicas[name] = _Replica(ReplicaState(name, pool.model, url=""), SimEngine(config))
+    spec = GatewaySpec(policy=variant.policy, model_router=variant.router, max_in_flight=variant.max_in_flight)  # type: ignore[arg-type]
+    router = Router(spec, [r.state for r in replicas.values()])
+    rows: list[dict[str, object]] = []
+    gaps: dict[str, list[float]] = {}
+    kv: list[tuple[float, str, str, float]] = []
+    meta: dict[str, dict[str, object]] = {}  # request id -> its row so far
+    waiting: deque[tuple[Arrival, int]] = deque()  # the gateway's queue
+    forwarded = 0
+
+    def finish(request: SimRequest) -> None:
+        nonlocal forwarded
+        forwarded -= 1
+        row = meta.pop(request.request_id)
+        arrived = float(row["at"])  # type: ignore[arg-type]
+        first = request.first_token_at if request.first_token_at is not None else request.finished_at
+        row.update(
+            cached_tokens=request.cached_tokens,
+            completion_tokens=request.generated,
+            ttft=(first or arrived) - arrived,
+            e2e=(request.finished_at or arrived) - arrived,
+            queue=(request.first_scheduled or arrived) - arrived,
+            itl=float(np.mean(request.token_gaps)) if request.token_gaps else np.nan,
+            outcome="ok",
+        )
+        gaps.setdefault(str(row["model"]), []).extend(request.token_gaps)
+        rows.append(row)
+
+    cores = variant.shared_cores
+
+    def advance(until: float) -> None:
+        if cores:  # engines on one host share its cores: each runs slower while more than it has are busy
+            busy = sum(1 for r in replicas.values() if r.engine.has_work())
+            for r in replicas.values():
+                r.share(max(1.0, busy / cores))
+        for replica in replicas.values():
+            for request in replica.advance(until):
+                finish(request)
+
+    def send(arrival: Arrival, n: int, now: float) -> None:
+        nonlocal forwarded
+        row: dict[str, object] = {
+            "at": arrival.at,
+            "tenant": arrival.tenant,
+            "prompt_tokens": len(arrival.prompt),
+            "completion_tokens": 0,
+            "cached_tokens": 0,
+        }
+        try:
+            decision = router.decide(
+                arrival.model, arrival.tenant, len(arrival.prompt), arrival.max_tokens, arrival.key
+            )
+        except NoReplica:
+            rows.append(dict(row, model=arrival.model, replica="", outcome="no_replica"))
+            return
+        target = replicas[decision.replica.name]
+        row.update(model=decision.model, replica=target.state.name)
+        target.advance(now)
+        try:
+            target.engine.submit(
+                SimRequest(request_id=f"r{n}", prompt=arrival.prompt, max_tokens=arrival.max_tokens, arrival=arrival.at)
+            )
+        except RequestRejected:
+            rows.append(dict(row, outcome="too_long"))
+            return
+        target.state.in_flight += 1
+        meta[f"r{n}"] = row
+        forwarded += 1
+
+    def admit(now: float) -> None:
+        while waiting and forwarded < variant.max_in_flight:
+            arrival, n = waiting.popleft()
+            if now - arrival.at > variant.queue_timeout_s:
+                rows.append(_rejected(arrival))
+                continue
+            send(arrival, n, now)
+
+    tick = 0.0
+    for n, arrival in enumerate(arrivals):
+        while tick <= arrival.at:
+            advance(tick)
+            admit(tick)
+            kv.extend((tick, name, r.state.model, r.engine.kv_usage) for name, r in replicas.items())
+            tick += TICK_S
+        advance(arrival.at)
+        if forwarded < variant.max_in_flight and not waiting:
+            send(arrival, n, arrival.at)
+        elif len(waiting) < variant.max_queue:
+            waiting.append((arrival, n))
+        else:
+            rows.append(_rejected(arrival))
+    horizon = max(seconds, arrivals[-1].at if arrivals else 0.0)
+    while meta or waiting:
+        advance(tick)
+        admit(tick)
+        if tick < horizon:
+            kv.extend((tick, name, r.state.model, r.engine.kv_usage) for name, r in replicas.items())
+        tick += TICK_S
+        if tick > horizon + 3600:  # a fleet that cannot drain its queue in an hour: the rest never finished
+            break
+    for row in meta.values():
+        rows.append(dict(row, outcome="unfinished"))
+    columns = [
+        "at",
+        "model",
+        "replica",
+        "tenant",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "ttft",
+        "itl",
+        "e2e",
+        "queue",
+        "outcome",
+    ]
+    df = pd.DataFrame(rows).reindex(columns=columns).sort_values("at", ignore_index=True)
+    return Outcome(
+        df,
+        {m: np.asarray(g, float) for m, g in gaps.items()},
+        pd.DataFrame(kv, columns=["t", "replica", "model", "kv"]),
+        seconds,
+        variant,
+        {name: r.state.model for name, r in replicas.items()},
+    )
+
+
+def _rejected(arrival: Arrival) -> dict[str, object]:
+    return {
+        "at": arrival.at,
+        "model": arrival.model,
+        "replica": "",
+        "tenant": arrival.tenant,
+        "prompt_tokens": len(arrival.prompt),
+        "completion_tokens": 0,
+        "cached_tokens": 0,
+        "outcome": "rejected",
+    }

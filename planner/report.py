@@ -1,0 +1,101 @@
+"""What a replay (or the recorded fleet) did, as the numbers a plan compares: latency quantiles,
+SLO attainment and goodput, prefix-cache hit rate, KV-cache saturation, rejections, spend and
+cost per 1M tokens.
+
+In:  a ``planner.replay.Outcome``, GPU prices (USD per GPU-hour), SLO targets
+     (``storage.catalog.SloTarget``: per model, ttft / itl / e2e / queue thresholds in seconds).
+Out: ``summary``: one row per model and a ``(fleet)`` row: ``requests``, ``p50_ttft``,
+     ``p99_ttft``, ``p50_itl``, ``p99_itl`` (seconds; ITL over every token gap),
+     ``slo_attainment`` (share of the requests, rejected ones included, that met every target of
+     their model; NaN without targets), ``goodput`` (such requests per second), ``hit_rate``
+     (cached / prompt tokens), ``kv_mean`` and ``kv_saturated`` (the share of the replicas'
+     samples at ``SATURATED`` or more: 90 %, where ``explain`` counts a replica
+     saturated), ``rejected`` (the gateway's 429s, engines' 400s and
+     requests no replica served), ``spend`` (USD over the window: replicas x GPUs x price),
+     ``cost_per_million_tokens``, ``spend_per_hour``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from analytics.explain.model import SATURATED
+from planner.fleet import PlanError
+from planner.replay import Outcome
+from storage.catalog import SloTarget
+
+__all__ = ["FLEET", "SATURATED", "summary"]
+
+FLEET = "(fleet)"
+FIELDS = {"ttft": "ttft", "itl": "itl", "e2e": "e2e", "queue": "queue"}
+
+
+def _q(values: np.ndarray, q: float) -> float:
+    values = values[~np.isnan(values)]
+    return float(np.quantile(values, q)) if len(values) else math.nan
+
+
+def _meets(requests: pd.DataFrame, targets: list[SloTarget]) -> pd.Series:
+    good = requests["outcome"].eq("ok")
+    for t in targets:
+        column = FIELDS.get(t.metric)
+        if column is None:
+            continue
+        mine = requests["model"].eq(t.model)
+        good &= ~mine | (requests[column].fillna(math.inf) <= t.threshold_seconds)
+    return good
+
+
+def summary(outcome: Outcome, prices: Mapping[str, float], targets: Iterable[SloTarget] = ()) -> pd.DataFrame:
+    """One row per model and one for the fleet (see the module docstring)."""
+    targets = list(targets)
+    req = outcome.requests
+    hours = outcome.seconds / 3600
+    spend_by_model = {}
+    for pool in outcome.variant.pools.values():
+        if pool.gpu_type not in prices:
+            raise PlanError(
+                f"no GPU price for {pool.gpu_type!r} (pool {pool.model}): add one with `fleetscope prices set "
+                f"{pool.gpu_type} USD_PER_GPU_HOUR`"
+            )
+        spend_by_model[pool.model] = pool.replicas * pool.gpu_count * prices[pool.gpu_type] * hours
+    good = _meets(req, targets) if len(req) else pd.Series(dtype=bool)
+    rows = []
+    for model in [*outcome.variant.pools, FLEET]:
+        mine = req if model == FLEET else req[req["model"] == model]
+        ok = mine[mine["outcome"] == "ok"]
+        kv = outcome.kv if model == FLEET else outcome.kv[outcome.kv["model"] == model]
+        gaps = (
+            np.concatenate(list(outcome.gaps.values()))
+            if model == FLEET and outcome.gaps
+            else outcome.gaps.get(model, np.array([]))
+        )
+        spend = sum(spend_by_model.values()) if model == FLEET else spend_by_model.get(model, 0.0)
+        tokens = float((ok["prompt_tokens"] + ok["completion_tokens"]).sum())
+        prompt = float(ok["prompt_tokens"].sum())
+        mine_targets = targets if model == FLEET else [t for t in targets if t.model == model]
+        met = good.loc[mine.index] if len(mine) else pd.Series(dtype=bool)
+        rows.append(
+            {
+                "model": model,
+                "requests": len(mine),
+                "p50_ttft": _q(ok["ttft"].to_numpy(float), 0.5),
+                "p99_ttft": _q(ok["ttft"].to_numpy(float), 0.99),
+                "p50_itl": _q(np.asarray(gaps, float), 0.5),
+                "p99_itl": _q(np.asarray(gaps, float), 0.99),
+                "slo_attainment": float(met.mean()) if mine_targets and len(mine) else math.nan,
+                "goodput": float(met.sum()) / outcome.seconds if mine_targets and outcome.seconds > 0 else math.nan,
+                "hit_rate": float(ok["cached_tokens"].sum()) / prompt if prompt > 0 else math.nan,
+                "kv_mean": float(kv["kv"].mean()) if len(kv) else math.nan,
+                "kv_saturated": float((kv["kv"] >= SATURATED).mean()) if len(kv) else math.nan,
+                "rejected": int((mine["outcome"] != "ok").sum()),
+                "spend": spend,
+                "spend_per_hour": spend / hours if hours > 0 else math.nan,
+                "cost_per_million_tokens": spend / tokens * 1e6 if tokens > 0 else math.nan,
+            }
+        )
+    return pd.DataFrame(rows)
