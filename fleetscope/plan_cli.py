@@ -217,7 +217,7 @@ def _print(planned: Any, misses: dict[str, float]) -> None:
         )
     typer.echo(
         f"  {'fleet':<34} {'p50 TTFT':>9} {'p99 TTFT':>9} {'p99 ITL':>8} {'SLO':>6} {'goodput':>8} {'hits':>5} "
-        f"{'KV':>5} {'KV≥95%':>7} {'rejected':>8} {'$/h':>8} {'$/1M tok':>9}"
+        f"{'KV':>5} {'KV≥90%':>7} {'rejected':>8} {'$/h':>8} {'$/1M tok':>9}"
     )
     for row in planned.table.to_dict("records"):
         typer.echo(

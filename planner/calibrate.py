@@ -8,8 +8,9 @@ Out: ``fit`` -> (the variant with each pool's engine fitted, ``Fit``: per model 
 
 Two numbers per model: the engine step's fixed cost moves the time per output token (decode
 steps), the prefill cost per token moves the TTFT of long prompts. Each replay of the fitting
-window moves both towards the observed medians (a fixed point: each factor times observed /
-simulated), and the iteration that came closest is kept. The medians are what is fitted; the
+window (the first ``FIT_WINDOW_S`` of its traffic) moves both towards the observed medians (a
+fixed point: each factor times observed / simulated), and per model the iteration that came
+closest is kept. The medians are what is fitted; the
 tails (p99 TTFT) and the KV cache's usage are then what a backtest checks, as they were not.
 """
 
@@ -27,8 +28,8 @@ from planner.traffic import Arrival
 
 __all__ = ["FIT_WINDOW_S", "Fit", "fit", "medians"]
 
-FIT_WINDOW_S = 600.0  # the first minutes of the window are replayed to fit
-ITERATIONS = 5
+FIT_WINDOW_S = 600.0  # the first minutes of the window's traffic are replayed to fit
+ITERATIONS = 6
 STEP = (0.2, 5.0)  # one iteration moves a factor at most this much
 
 
@@ -86,43 +87,53 @@ def fit(
     variant: Variant, arrivals: list[Arrival], observed: dict[str, tuple[float, float]], seconds: float
 ) -> tuple[Variant, Fit]:
     """``variant`` with each pool's engine step and prefill cost fitted (see the module docstring)."""
-    window = min(seconds, FIT_WINDOW_S)
+    first = arrivals[0].at if arrivals else 0.0  # the window may open before the traffic did
+    window = min(seconds, first + FIT_WINDOW_S)
     sample = [a for a in arrivals if a.at < window]
     overhead = {m: 1.0 for m in variant.pools}
     prefill = {m: 1.0 for m in variant.pools}
     base = {m: (p.engine.step_overhead_s, p.engine.prefill_token_s) for m, p in variant.pools.items()}
-    best: tuple[float, Variant, dict[str, float], dict[str, float], dict[str, tuple[float, float]], int] | None = None
-    current = variant
-    for i in range(ITERATIONS):
-        current = replace(
+
+    def with_factors(steps: dict[str, float], prefills: dict[str, float]) -> Variant:
+        return replace(
             variant,
             pools={
                 m: replace(
                     p,
                     engine=replace(
-                        p.engine, step_overhead_s=base[m][0] * overhead[m], prefill_token_s=base[m][1] * prefill[m]
+                        p.engine, step_overhead_s=base[m][0] * steps[m], prefill_token_s=base[m][1] * prefills[m]
                     ),
                 )
                 for m, p in variant.pools.items()
             },
         )
-        simulated = _medians(current, sample, window)
-        errors = [
-            abs(math.log(s / o))
-            for m in variant.pools
-            for s, o in zip(simulated[m], observed.get(m, (math.nan, math.nan)), strict=True)
-            if math.isfinite(s) and math.isfinite(o) and s > 0 and o > 0
-        ]
-        error = float(np.mean(errors)) if errors else math.inf
 
-        if best is None or error < best[0]:
-            best = (error, current, dict(overhead), dict(prefill), simulated, i + 1)
+    # per model, the iteration that came closest (the pools replay side by side but are fitted each on its own)
+    best: dict[str, tuple[float, float, float, tuple[float, float], int]] = {}
+    for i in range(ITERATIONS):
+        simulated = _medians(with_factors(overhead, prefill), sample, window)
         for m in variant.pools:
             obs = observed.get(m)
             if not obs:
                 continue
-            overhead[m] *= _clamp(obs[0] / simulated[m][0])
-            prefill[m] *= _clamp(obs[1] / simulated[m][1])
-    assert best is not None
-    error, chosen, overheads, factors, simulated, iterations = best
-    return chosen, Fit(overheads, factors, dict(observed), simulated, iterations, error)
+            errors = [
+                abs(math.log(s / o))
+                for s, o in zip(simulated[m], obs, strict=True)
+                if math.isfinite(s) and math.isfinite(o) and s > 0 and o > 0
+            ]
+            error = float(np.mean(errors)) if errors else math.inf
+            if m not in best or error < best[m][0]:
+                best[m] = (error, overhead[m], prefill[m], simulated[m], i + 1)
+            # the first move whole, then half of it (in log terms): a pool near its capacity queues steeply
+            # as its cost rises, and the whole move overshoots back and forth
+            damp = 1.0 if i == 0 else 0.5
+            overhead[m] *= _clamp(obs[0] / simulated[m][0]) ** damp
+            prefill[m] *= _clamp(obs[1] / simulated[m][1]) ** damp
+    overheads = {m: best[m][1] if m in best else 1.0 for m in variant.pools}
+    factors = {m: best[m][2] if m in best else 1.0 for m in variant.pools}
+    chosen = with_factors(overheads, factors)
+    simulated_best = {m: b[3] for m, b in best.items()}
+    finite = [b[0] for b in best.values() if math.isfinite(b[0])]
+    error = float(np.mean(finite)) if finite else math.inf
+    iterations = max((b[4] for b in best.values()), default=0)
+    return chosen, Fit(overheads, factors, dict(observed), simulated_best, iterations, error)

@@ -130,7 +130,9 @@ def observed_fleet(
             str(gpu_type) or "unknown",
             max(1, int(gpu_count)),
             tokens,
-            replace(base, block_size=block, max_model_len=max(block, min(base.max_model_len, tokens))),
+            # the longest request its cache holds (the metrics do not say its max_model_len; vLLM starts with
+            # none longer than the cache, and the recorded requests were served)
+            replace(base, block_size=block, max_model_len=max(block, tokens)),
             (replica,),
         )
     return Variant("recorded", pools, policy=policy, router=router)

@@ -279,6 +279,10 @@ def plan(
             f"the request log holds {logged} rows between {start:%H:%M} and {end:%H:%M} UTC: too thin to replay "
             f"(at least {MIN_REQUESTS}; a longer window, or a higher sampling rate, gives more)"
         )
+    # the window as the traffic filled it: a window opened before the fleet ran (or closed after) would
+    # count idle minutes in the replay that the recorded gauges and bill never saw
+    start = max(start, rows["ts"].min().floor("s").to_pydatetime())
+    end = min(end, (rows["ts"].max() + pd.Timedelta(seconds=1)).ceil("s").to_pydatetime())
     seconds = (end - start).total_seconds()
     routes = rows["route"].astype(str).str.rsplit("/", n=1).str[-1]
     recorded_policy = routes.mode().iloc[0] if len(routes) and routes.mode().iloc[0] in POLICIES else "least_loaded"
@@ -290,7 +294,7 @@ def plan(
         base = replace(base, max_in_flight=UNLIMITED, max_queue=UNLIMITED)
     t0 = pd.Timestamp(start)
     traffic = arrivals(rows, t0, prefix_tokens=prefix_tokens, seed=seed)
-    fitting = rows[rows["ts"] < t0 + pd.Timedelta(seconds=FIT_WINDOW_S)]  # the minutes the fit replays
+    fitting = rows[rows["ts"] < rows["ts"].min() + pd.Timedelta(seconds=FIT_WINDOW_S)]  # what the fit replays
     observed_medians = medians(
         fitting.rename(columns={"ttft_seconds": "ttft", "e2e_seconds": "e2e"})[
             ["model", "prompt_tokens", "ttft", "e2e", "completion_tokens", "outcome"]
