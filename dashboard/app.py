@@ -41,6 +41,7 @@ PAGE_LIST = [  # (file, title, url path, icon)
     ("traffic.py", "Traffic & drift", "traffic", ":material/swap_calls:"),
     ("cost.py", "Cost", "cost", ":material/payments:"),
     ("investigate.py", "Investigate", "investigate", ":material/troubleshoot:"),
+    ("plan.py", "Plan", "plan", ":material/science:"),
     ("alerts.py", "Alerts", "alerts", ":material/notifications:"),
     ("sql.py", "SQL", "sql", ":material/terminal:"),
     ("fleet.py", "Fleet", "fleet", ":material/dns:"),

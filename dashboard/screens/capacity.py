@@ -11,15 +11,22 @@ import streamlit as st
 
 from analytics.filters import Filters
 from analytics.metrics import gauge_summary
+from analytics.prefix import CLASSES, MAX_SPAN, misses_words, prefix_misses
 from analytics.saturation import KV, Targets, headroom, kv_over_time, recommend, saturation_over_time
 from analytics.stalls import stalls
 from dashboard.cache import cached, call
 from dashboard.context import page_context, plain
 from dashboard.format import table
 from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
+from planner.fleet import PlanError, gateway_routing
+from planner.plan import Changes, effect
+from planner.plan import plan as replay_plan
+from storage.catalog import gpu_prices
 
 MAX_LINES = 12
 HEAT_ROWS = 30
+REPLAY_SPAN = pd.Timedelta(minutes=30)  # the recommendation is replayed on the range's last half hour
+MISS_NAMES = {"routing": "routing miss", "evicted": "evicted", "new_prefix": "new prefix"}
 
 ctx = page_context("Cache & capacity")
 v, client = ctx.view, ctx.client
@@ -167,6 +174,47 @@ else:
         width="stretch",
     )
 
+router, prefix_tokens = gateway_routing(getattr(getattr(ctx.settings, "fleet", None), "spec", None))
+st.subheader("Why the prefix cache missed")
+if st.toggle(
+    "Classify the misses from the request log",
+    value=v.end - v.start <= MAX_SPAN,  # request by request: on for a range of hours, asked for beyond
+    key="capacity_misses",
+    help=f"Reads the request log of the range's last {MAX_SPAN.total_seconds() / 3600:g} hours at most.",
+):
+    misses = cached(prefix_misses, client, v.start, v.end, by, prefix_tokens=prefix_tokens, filters=v.filters)
+    if misses.empty:
+        st.caption("No request log in this window: the misses are classified from the gateway's log.")
+    else:
+        a = misses.attrs
+        said = misses_words(a.get("misses") or {}, a.get("affinity_hit_rate"))
+        st.caption(
+            f"Since {a['start']:%H:%M} UTC, prompt tokens that missed a reusable prefix: a *routing miss* was warm "
+            "on another replica, *evicted* was seen before and gone from every cache, a *new prefix* never seen. "
+            f"Modelled hit rate {a['hit_rate']:.0%} (the engines counted {a['observed_hit_rate']:.0%})"
+            + (f"; {said}." if said else ".")
+        )
+        long = misses.melt(id_vars=["ts", by], value_vars=list(MISS_NAMES), var_name="class", value_name="tokens")
+        long = long.groupby(["ts", "class"], as_index=False)["tokens"].sum()
+        long["class"] = long["class"].map(MISS_NAMES)
+        st.altair_chart(
+            with_annotations(
+                alt.Chart(plain(long))
+                .mark_area(opacity=0.85)
+                .encode(
+                    x=time_x(v),
+                    y=alt.Y("tokens:Q", title="missed prefix tokens", stack=True),
+                    color=alt.Color("class:N", title="Why", sort=list(MISS_NAMES.values())),
+                    tooltip=[TS_TIP, "class:N", alt.Tooltip("tokens:Q", format=",.0f")],
+                ),
+                ctx,
+            ),
+            width="stretch",
+        )
+        per = misses.groupby(by, as_index=False)[list(CLASSES)].sum()
+        per["hit_rate"] = per["hit"] / per[list(CLASSES)].sum(axis=1).where(lambda x: x > 0)
+        st.dataframe(table(per[[by, "hit_rate", *MISS_NAMES]]), hide_index=True, width="stretch")
+
 st.subheader("Headroom and scale-out")
 room = got["room"]
 plan = recommend(room, targets)  # from the headroom just read: no second query
@@ -188,3 +236,33 @@ for row in plan.itertuples():
     )
     box(f"**{row.model}**: {row.replicas} → {row.recommended} replicas ({verb}). " + "; ".join(row.reasons) + ".")
 st.dataframe(table(room.drop(columns=["saturated", "stalled"])), hide_index=True, width="stretch")
+
+moves = {str(r.model): [int(r.recommended)] for r in plan.itertuples() if r.change != 0 and r.recommended > 0}
+if moves and st.toggle(
+    "Replay the recommendation on the fleet's own traffic",
+    key="capacity_replay",
+    help="`fleetscope plan` on the range's last half hour: the recorded requests through the recommended fleet.",
+):
+    begin = max(v.start, v.end - REPLAY_SPAN.to_pytimedelta())
+    prices = gpu_prices(ctx.sessions) if ctx.sessions is not None else {}
+    try:
+        with st.spinner("Replaying…"):
+            planned = cached(
+                replay_plan,
+                client,
+                begin,
+                v.end,
+                prices=prices,
+                changes=Changes(replicas=moves),
+                router=router,
+                prefix_tokens=prefix_tokens,
+            )
+    except PlanError as exc:
+        st.info(f"No replay: {exc}.")
+    else:
+        name = str(planned.table["fleet"].iloc[-1])
+        st.info(
+            f"Replayed from {begin:%H:%M} to {v.end:%H:%M} UTC with "
+            + ", ".join(f"{m} at {n[0]} replica{'s' if n[0] != 1 else ''}" for m, n in moves.items())
+            + f": {effect(planned, name)}. More variants on the Plan page."
+        )

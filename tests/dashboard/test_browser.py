@@ -143,7 +143,28 @@ def test_every_page_loads_draws_a_chart_and_shows_no_error(dashboard, browser) -
         assert not logged, (path, logged[:3])
     # the sidebar lists the pages by their titles (the page files are not served on their own)
     nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
-    assert all(title in nav for title in PAGES.values()) and "app" not in nav.split()
+    assert all(title in nav for title in [*PAGES.values(), "Plan"]) and "app" not in nav.split()
+    page.close()
+
+
+@pytest.mark.timeout(300)
+def test_the_plan_page_replays_the_window_when_asked(dashboard, browser) -> None:
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    page.goto(f"{dashboard.url}/plan?range=1h")
+    settle(page)
+    page.get_by_role("heading", name="Plan").first.wait_for(timeout=30_000)
+    assert page.locator('[data-testid="stVegaLiteChart"]').count() == 0  # nothing replayed before it is asked
+    page.get_by_role("button", name="Replay").click()
+    page.locator('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg').first.wait_for(
+        timeout=120_000
+    )
+    settle(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    errors = page.locator('[data-testid="stAlertContentError"]')
+    assert errors.count() == 0, errors.all_inner_texts()
+    text = page.locator('[data-testid="stMain"]').inner_text()
+    assert "replayed as it ran" in text and "p99 TTFT by fleet" in text
+    shoot(page, ARTIFACTS / "plan.png")
     page.close()
 
 

@@ -48,6 +48,7 @@ TITLES = {
     "traffic": "Traffic & drift",
     "cost": "Cost",
     "investigate": "Investigate",
+    "plan": "Plan",
     "alerts": "Alerts",
     "sql": "SQL",
     "fleet": "Fleet",
@@ -803,3 +804,38 @@ def test_a_page_read_at_once_on_several_clients_shows_what_it_shows_read_in_turn
         )
     assert shown[0] == shown[3]
     assert shown[0][0] or shown[0][1] or shown[0][2]  # the page showed numbers
+
+
+def test_plan_page_replays_the_window_against_the_fleet_picked_in_its_form(shift, sessions, chdb_dir) -> None:
+    use_stores(shift.client, sessions, on_store(chdb_dir))
+    at = run("plan", **window(shift))
+    assert not at.exception, at.exception
+    assert not at.dataframe  # nothing replayed before the form is sent
+    at.number_input(key="plan_replicas_tiny-small").set_value(4)
+    at = at.button[0].click().run(timeout=180)
+    assert not at.exception, at.exception
+    shown = at.dataframe[0].value
+    fleets = list(shown["Fleet"])
+    assert fleets[:2] == ["recorded (observed)", "recorded (replayed)"] and fleets[2].startswith("tiny-small=4")
+    replayed, four = shown.set_index("Fleet").loc[fleets[1]], shown.set_index("Fleet").loc[fleets[2]]
+    # two small replicas more: the replay says what they cost and what they buy
+    assert four["Spend per hour ($)"] > replayed["Spend per hour ($)"]
+    assert four["p99 TTFT tiny-small"] <= replayed["p99 TTFT tiny-small"]
+    assert any("replayed as it ran" in c.value for c in [*at.caption, *at.warning])
+
+
+def test_capacity_page_says_why_the_prefix_cache_missed_and_replays_its_advice(shift, sessions, chdb_dir) -> None:
+    use_stores(shift.client, sessions, on_store(chdb_dir))
+    at = run("capacity", **window(shift))
+    assert not at.exception, at.exception
+    said = " ".join(c.value for c in at.caption)
+    assert "Modelled hit rate" in said and "of the misses were routing misses" in said
+    misses = next(t.value for t in at.dataframe if "Routing misses (tokens)" in t.value.columns)
+    assert set(misses["Replica"]) >= {"small-0", "small-1"}
+    # the recommendation changes the fleet (one small replica fewer on this run): its replay says what that does
+    toggles = [t for t in at.toggle if t.key == "capacity_replay"]
+    assert toggles, [b.value for b in [*at.warning, *at.success, *at.info]]
+    at = toggles[0].set_value(True).run(timeout=180)
+    assert not at.exception, at.exception
+    replayed = [i.value for i in at.info if i.value.startswith("Replayed from")]
+    assert replayed and "tiny-small at 1 replica:" in replayed[0] and "−$" in replayed[0], [i.value for i in at.info]

@@ -86,6 +86,11 @@ def test_every_table_on_every_page_reads_like_a_product(shift, sessions, chdb_di
         for toggle in at.toggle:  # the optional tables (Investigate's cost of the two periods, ...)
             at = toggle.set_value(True).run()
             walk(at, page, seen)
+        for button in at.button:  # a form's answer (the Plan page's replay)
+            if button.label == "Replay":
+                at = button.click().run(timeout=180)
+                walk(at, page, seen)
+                tables += len(at.dataframe)
     for params in ({"metric": "cost", "tenant": "globex"}, {"metric": "itl"}):
         at = run("investigate", **window(shift), **params)
         walk(at, "investigate", seen)
