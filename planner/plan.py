@@ -244,8 +244,8 @@ def _cell(frame: pd.DataFrame, model: str, column: str) -> float:
 
 def _meets_slos(per_model: pd.DataFrame, targets: list[SloTarget]) -> bool:
     attained = {str(m): float(a) for m, a in zip(per_model["model"], per_model["slo_attainment"], strict=True)}
-    for t in targets:
-        if t.model in attained and not attained[t.model] >= t.objective:
+    for t in targets:  # a model with no request in the window (NaN) has nothing to miss
+        if t.model in attained and math.isfinite(attained[t.model]) and not attained[t.model] >= t.objective:
             return False
     return bool(targets)
 

@@ -17,7 +17,7 @@ from dashboard.cache import cached
 from dashboard.context import page_context, plain
 from dashboard.format import SECONDS, table
 from planner.fleet import POLICIES, PlanError, gateway_routing, observed_fleet
-from planner.plan import Changes, plan
+from planner.plan import CPU_DEMO, Changes, plan
 from storage.catalog import gpu_prices, slo_targets
 
 PLAN_SPAN = timedelta(hours=1)  # replayed request by request: the range's last hour at most
@@ -65,11 +65,27 @@ with st.form("plan"):
                     )
                 ),
             )
-    left, right = st.columns(2)
+    left, middle, right = st.columns(3)
     policy = left.selectbox("Routing policy", POLICIES, index=POLICIES.index(recorded.policy), key="plan_policy")
-    scale = right.number_input("Traffic ×", 0.1, 20.0, 1.0, step=0.25, key="plan_scale")
+    scale = middle.number_input("Traffic ×", 0.1, 20.0, 1.0, step=0.25, key="plan_scale")
+    cores = right.number_input(
+        "CPU cores the engines shared",
+        0.0,
+        512.0,
+        0.0,
+        step=0.5,
+        key="plan_cores",
+        help="The CPU demo fleet's engines share this machine's cores with each other (and with fleetscope): "
+        "say how many they had, and the replay slows them down as they did. 0: each replica its own GPU.",
+    )
+    if any(p.gpu_type == CPU_DEMO for p in recorded.pools.values()):
+        st.caption(
+            "These replicas are the CPU demo's vLLM engines: they shared this machine's cores. On a 2-core machine "
+            "beside the collector and the dashboard, about 1.5 cores reproduce their tail."
+        )
     if st.form_submit_button("Replay", type="primary"):
         pools = recorded.pools
+        st.session_state[STATE + "_cores"] = float(cores) or None
         st.session_state[STATE] = Changes(
             replicas={m: [n] for m, (n, _g, _k) in picked.items() if n != pools[m].replicas},
             gpu={m: g for m, (_n, g, _k) in picked.items() if g != pools[m].gpu_type},
@@ -93,6 +109,7 @@ try:
             changes=changes,
             router=router,
             prefix_tokens=prefix_tokens,
+            shared_cores=st.session_state.get(STATE + "_cores"),
         )
 except PlanError as exc:
     st.error(str(exc))

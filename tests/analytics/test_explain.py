@@ -6,6 +6,7 @@ a steady run has nothing to explain. Plus the change-point search on known serie
 from __future__ import annotations
 
 import math
+import re
 from datetime import timedelta
 
 import numpy as np
@@ -99,6 +100,12 @@ def test_long_context_rollout_is_put_down_to_long_prompts_filling_the_kv_cache(r
     # the traffic before the cache it filled (scoring.cause_first): the rollout is the cause, the cache how it hurt
     assert "Consistent with long-context share" in ex.sentence and "KV-cache saturation" in ex.sentence
     assert "contention" in ex.sentence
+    # the long prompts' own prefixes pushed the shared ones out: the prefix-cache evidence says why they missed
+    cache = ex.evidence.set_index("signal").loc["prefix-cache hit rate"]
+    assert cache["score"] > 0
+    shares = re.findall(r"(\d+)% (?:of the misses were routing misses|evictions|new prefixes)", cache["detail"])
+    assert len(shares) == 3 and 98 <= sum(map(int, shares)) <= 102, cache["detail"]
+    assert "affinity routing would have hit" in cache["detail"]
 
 
 def test_a_window_much_longer_than_the_data_keeps_its_steps(rollout) -> None:

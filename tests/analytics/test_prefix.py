@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
-from analytics.prefix import CLASSES, affinity_routes, classify
+from analytics.prefix import CLASSES, affinity_routes, classify, prefix_lengths
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -118,3 +118,13 @@ def test_the_classes_do_not_depend_on_the_rows_order() -> None:
     assert classes(classify(df.iloc[::-1], {"a": 9999, "b": 9999})) == ["new_prefix", "routing", "hit"]
     with pytest.raises(KeyError):
         classify(df.drop(columns=["weight"]), {})
+
+
+def test_a_prefix_is_as_long_as_the_cached_tokens_reported_for_its_hash() -> None:
+    rows = requests((0, "m", "a", "P", 1000, 10), (1, "m", "a", "P", 900, 10), (2, "m", "a", "", 500, 10))
+    rows["cached_tokens"] = [0, 512, 0]
+    lengths = prefix_lengths(rows)
+    assert lengths == {"P": 512}  # the hashed 64 tokens were the start of a 512-token system prompt
+    df = classify(rows, {"a": 10_000}, prefix_tokens=64, lengths=lengths)
+    assert list(df["new_prefix"]) == [512, 0, 0] and list(df["hit"]) == [0, 512, 0]
+    assert df["unique"].iloc[2] == 500  # a prompt without a hash shares nothing
