@@ -197,8 +197,9 @@ def _print(planned: Any, misses: dict[str, float]) -> None:
         typer.echo(
             f"  {row['model']:<12} p99 TTFT {_s(row['p99_ttft_observed'])} observed, {_s(row['p99_ttft_replayed'])} "
             f"replayed ({row['p99_ttft_error']:+.0%}); mean KV {_pct(row['kv_mean_observed'])} / "
-            f"{_pct(row['kv_mean_replayed'])} ({row['kv_mean_error_points']:+.1f} points)"
-            + ("" if row["within"] else "  — outside 25 % / 10 points")
+            f"{_pct(row['kv_mean_replayed'])} ({row['kv_mean_error_points']:+.1f} points); p50 TTFT "
+            f"{_s(row['p50_ttft_observed'])} / {_s(row['p50_ttft_replayed'])}; p99 ITL {_s(row['p99_itl_observed'])} / "
+            f"{_s(row['p99_itl_replayed'])}" + ("" if row["within"] else "  — outside 25 % / 10 points")
         )
     missed = sum(v for k, v in misses.items() if k.startswith("misses_") and not math.isnan(v))
     if missed > 0:

@@ -8,7 +8,7 @@ In:  a client and the metadata sessions (GPU prices, SLO targets), a window, the
      gateway's model router and prefix length (the fleet spec's), GPU speeds.
 Out: ``Planned``: ``table`` (a row per fleet: the recorded one as observed, the recorded one
      replayed — the backtest —, then each variant: ``planner.report.summary``'s fleet columns and
-     each model's p99 TTFT), ``backtest`` (per model: observed against replayed p99 TTFT and mean
+     each model's p99 TTFT), ``backtest`` (per model: observed against replayed p50 and p99 TTFT, p99 ITL and mean
      KV usage, and whether each is within ``TTFT_TOLERANCE`` / ``KV_TOLERANCE``), ``fit``
      (``planner.calibrate.Fit``), ``cheapest`` (the cheapest variant whose every model meets its
      SLO objectives, with its headroom), ``requests_per_s`` (of replay, for the bench).
@@ -352,6 +352,10 @@ def _backtest(observed: pd.DataFrame, replayed: pd.DataFrame) -> pd.DataFrame:
                 "p99_ttft_observed": p_o,
                 "p99_ttft_replayed": p_r,
                 "p99_ttft_error": (p_r - p_o) / p_o if p_o > 0 else math.nan,
+                "p50_ttft_observed": float(o.loc[model, "p50_ttft"]),
+                "p50_ttft_replayed": float(r.loc[model, "p50_ttft"]),
+                "p99_itl_observed": float(o.loc[model, "p99_itl"]),
+                "p99_itl_replayed": float(r.loc[model, "p99_itl"]),
                 "kv_mean_observed": k_o,
                 "kv_mean_replayed": k_r,
                 "kv_mean_error_points": (k_r - k_o) * 100,
