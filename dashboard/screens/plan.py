@@ -16,8 +16,8 @@ import streamlit as st
 from dashboard.cache import cached
 from dashboard.context import page_context, plain
 from dashboard.format import SECONDS, table
-from planner.fleet import POLICIES, PlanError, gateway_routing, observed_fleet
-from planner.plan import CPU_DEMO, Changes, plan
+from planner.fleet import GPU_SPEED, POLICIES, PlanError, gateway_routing
+from planner.plan import CPU_DEMO, Changes, plan, recorded_fleet
 from storage.catalog import gpu_prices, slo_targets
 
 PLAN_SPAN = timedelta(hours=1)  # replayed request by request: the range's last hour at most
@@ -32,7 +32,7 @@ targets = tuple(slo_targets(ctx.sessions)) if ctx.sessions is not None else ()
 spec = getattr(getattr(ctx.settings, "fleet", None), "spec", None)
 router, prefix_tokens = gateway_routing(spec)
 try:
-    recorded = cached(observed_fleet, client, start, end, router=router)
+    recorded = cached(recorded_fleet, client, start, end, router=router)
 except PlanError as exc:
     st.info(f"{exc}. Try a longer time range, or run the fleet (`fleetscope up`).")
     st.stop()
@@ -50,7 +50,9 @@ with st.form("plan"):
     for column, pool in zip(columns, recorded.pools.values(), strict=True):
         with column:
             st.markdown(f"**{pool.model}** — {pool.replicas}× {pool.gpu_type}, {pool.kv_tokens:,} KV tokens")
-            gpus = sorted({*prices, pool.gpu_type})
+            # the GPU types with a price and a known speed, on the pool's own scale (CPU engines are on none with GPUs)
+            same = [g for g in prices if g in GPU_SPEED and (g == CPU_DEMO) == (pool.gpu_type == CPU_DEMO)]
+            gpus = sorted({*same, pool.gpu_type})
             picked[pool.model] = (
                 int(st.number_input("Replicas", 1, 256, pool.replicas, key=f"plan_replicas_{pool.model}")),
                 str(st.selectbox("GPU type", gpus, index=gpus.index(pool.gpu_type), key=f"plan_gpu_{pool.model}")),

@@ -66,7 +66,7 @@ def test_lru_pressure_evicts_a_prefix_and_a_warm_one_survives() -> None:
         {"a": 1000},
         prefix_tokens=256,
     )
-    assert classes(df) == ["new_prefix", "new_prefix", "evicted", "hit"]
+    assert classes(df) == ["new_prefix", "unique", "evicted", "hit"]  # Q, on one request, is nobody's prefix
 
 
 def test_a_restart_empties_the_cache() -> None:
@@ -85,7 +85,8 @@ def test_a_prefix_warm_on_another_models_replica_is_no_routing_miss() -> None:
         {"L": 100_000, "s": 100_000},
         prefix_tokens=256,
     )
-    assert classes(df) == ["new_prefix", "evicted"]  # the router could not have sent it to L
+    # the router could not have sent it to L, and no small replica ever held it: new to this model
+    assert classes(df) == ["new_prefix", "new_prefix"]
 
 
 def test_a_sampled_row_passes_its_weight_of_tokens_through_the_cache() -> None:
@@ -124,7 +125,19 @@ def test_a_prefix_is_as_long_as_the_cached_tokens_reported_for_its_hash() -> Non
     rows = requests((0, "m", "a", "P", 1000, 10), (1, "m", "a", "P", 900, 10), (2, "m", "a", "", 500, 10))
     rows["cached_tokens"] = [0, 512, 0]
     lengths = prefix_lengths(rows)
-    assert lengths == {"P": 512}  # the hashed 64 tokens were the start of a 512-token system prompt
+    assert (
+        lengths == {"P": 512}
+    )  # (the median of the counts reported: here one)  # the hashed 64 tokens were the start of a 512-token system prompt
     df = classify(rows, {"a": 10_000}, prefix_tokens=64, lengths=lengths)
     assert list(df["new_prefix"]) == [512, 0, 0] and list(df["hit"]) == [0, 512, 0]
     assert df["unique"].iloc[2] == 500  # a prompt without a hash shares nothing
+
+
+def test_a_prompt_no_other_request_shares_is_unique_not_a_new_prefix() -> None:
+    df = classify(
+        requests((0, "m", "a", "X", 300, 5), (1, "m", "a", "Y", 300, 5, 3.0), (2, "m", "a", "Y", 300, 5)),
+        {"a": 10_000},
+        prefix_tokens=64,
+    )
+    # X: one request in the window, its hash shared by nobody; Y: a sampled row standing for three
+    assert classes(df) == ["unique", "new_prefix", "hit"] and df["unique"].iloc[0] == 300

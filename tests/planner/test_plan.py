@@ -170,6 +170,7 @@ def test_what_cannot_be_planned_is_said_in_one_line(rollout, tmp_path: Path) -> 
         (dict(changes=Changes(gpu={SMALL: "B300"})), "unknown GPU type 'B300'"),
         (dict(start=start, end=start + timedelta(seconds=10)), "too thin to replay"),
         (dict(changes=Changes(policies=["random"])), "unknown routing policy 'random'"),
+        (dict(changes=Changes(gpu={SMALL: "H100"})), "CPU engines and GPUs are on no common scale"),
     ]
     for kwargs, expected in cases:
         args = {"start": start, "end": end, "prices": PRICES, **kwargs}
