@@ -57,6 +57,7 @@ __all__ = [
     "MAX_SPAN",
     "affinity_routes",
     "cache_capacity",
+    "cache_configs",
     "classify",
     "misses_words",
     "prefix_lengths",
@@ -257,20 +258,27 @@ def recorded_requests(
     return df
 
 
-def cache_capacity(client: Client) -> dict[str, float]:
-    """Each replica's KV cache in tokens (``num_gpu_blocks`` x ``block_size`` of its
-    ``vllm:cache_config_info``, as last seen), less vLLM's null block."""
+def cache_configs(client: Client) -> dict[str, tuple[int, int]]:
+    """Each replica's KV cache as its ``vllm:cache_config_info`` last said: (``num_gpu_blocks``,
+    ``block_size``). A replica whose engine did not say both is left out."""
     rows = client.query(  # series rows carry no window of their own (a replayed history writes them later)
         "SELECT replica, argMax(labels['num_gpu_blocks'], last_seen), argMax(labels['block_size'], last_seen) "
         "FROM series WHERE metric = 'vllm:cache_config_info' GROUP BY replica"
     ).result_rows
-    out: dict[str, float] = {}
+    out: dict[str, tuple[int, int]] = {}
     for replica, blocks, size in rows:
         try:
-            out[str(replica)] = float(max(0, int(blocks) - 1) * int(size))
+            out[str(replica)] = (int(blocks), int(size))
         except ValueError:  # "None" where the engine did not say
             continue
     return out
+
+
+def cache_capacity(client: Client, configs: Mapping[str, tuple[int, int]] | None = None) -> dict[str, float]:
+    """Each replica's KV cache in tokens (``num_gpu_blocks`` x ``block_size``, from ``configs`` or
+    ``cache_configs``), less vLLM's null block."""
+    found = cache_configs(client) if configs is None else configs
+    return {replica: float(max(0, blocks - 1) * size) for replica, (blocks, size) in found.items()}
 
 
 def restarts(client: Client, start: datetime, end: datetime) -> dict[str, list[datetime]]:

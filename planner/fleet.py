@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from analytics.cost import gpu_hours
-from analytics.prefix import cache_capacity
+from analytics.prefix import cache_capacity, cache_configs
 from fleet.gateway.config import ModelRouterSpec
 from fleet.sim.engine import EngineConfig
 from storage.clickhouse import Client
@@ -112,8 +112,9 @@ def observed_fleet(
     rows = list(hours[["replica", "model", "gpu_type", "gpu_count"]].itertuples(index=False, name=None))
     if not rows:
         raise PlanError(f"no replica reported between {start:%Y-%m-%d %H:%M} and {end:%H:%M} UTC: nothing to replay")
-    kv = cache_capacity(client)
-    sizes = _block_sizes(client)
+    configs = cache_configs(client)  # one read: the blocks and their size
+    kv = cache_capacity(client, configs)
+    sizes = {replica: size for replica, (_blocks, size) in configs.items()}
     pools: dict[str, Pool] = {}
     for name, served, gpu_type, gpu_count in rows:
         model, replica = str(served), str(name)
@@ -136,20 +137,6 @@ def observed_fleet(
             (replica,),
         )
     return Variant("recorded", pools, policy=policy, router=router)
-
-
-def _block_sizes(client: Client) -> dict[str, int]:
-    rows = client.query(
-        "SELECT replica, argMax(labels['block_size'], last_seen) FROM series WHERE metric = 'vllm:cache_config_info' "
-        "GROUP BY replica"
-    ).result_rows
-    out = {}
-    for replica, size in rows:
-        try:
-            out[str(replica)] = int(size)
-        except ValueError:
-            continue
-    return out
 
 
 def gateway_routing(spec_path: str | Path | None) -> tuple[ModelRouterSpec | None, int]:

@@ -203,8 +203,10 @@ def _observed(
     ok = rows[rows["outcome"].isin(["ok", ""])]
     itl = histogram_quantile(client, ITL, 0.99, start, end, "model").set_index("model")["quantile"]
     itl50 = histogram_quantile(client, ITL, 0.5, start, end, "model").set_index("model")["quantile"]
-    kv = gauge_summary(client, KV_CACHE_USAGE, start, end, "model").set_index("model")["avg"]
-    kv_fleet = gauge_summary(client, KV_CACHE_USAGE, start, end, "fleet")["avg"]  # every replica's samples
+    by_model = gauge_summary(client, KV_CACHE_USAGE, start, end, "model").set_index("model")
+    kv = by_model["avg"]
+    weights = by_model["samples"].astype(float)  # the fleet's mean over every replica's samples, from the same read
+    kv_fleet = pd.Series([float((kv * weights).sum() / weights.sum())] if weights.sum() > 0 else [], dtype=float)
     hits = counter_increases(client, [PREFIX_HITS, PREFIX_QUERIES], start, end, "model")
     try:
         cost = cost_per_token(client, start, end, dict(prices)).set_index("model")
