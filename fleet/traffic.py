@@ -2,7 +2,9 @@
 
 In:  a scenario file (``fleet/scenarios/NAME.yaml`` or any path): a base ``mix`` (arrival
      process, tenants, prompt/output length distributions, long-context share, shared-prefix
-     share, model mix, streaming share), ``phases`` that change the mix at given times, and
+     share, model mix (a LoRA adapter is addressed by its name, as a model: a share per adapter,
+     per tenant too), streaming share, how predictable the text is to a speculative draft),
+     ``phases`` that change the mix at given times, and
      ``events`` (kill or restart a replica).
 Out: ``Scenario.mix_at(t)`` (the mix in force at scenario time t), ``next_gap`` (Poisson
      arrivals with diurnal shape and bursts) and ``plan_request`` (tenant, model, prompt token
@@ -24,21 +26,25 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from common.yamlfile import YamlConfigError, describe_validation_error, read_yaml
+from fleet.chain import REPEAT_IDS, successor_chain
 
 __all__ = [
     "LengthDist",
     "RequestPlan",
+    "SCENARIOS_DIR",
     "Scenario",
     "TrafficMix",
+    "edit_prompt",
     "load_scenario",
     "next_gap",
     "plan_request",
     "rate_at",
-    "SCENARIOS_DIR",
+    "unserved",
 ]
 
 SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
 TOKEN_ID_RANGE = (3, 999)  # inclusive; below the tiny models' vocabulary size, above special tokens
+EDIT_RESTART_TOKENS = 4  # a predictable prompt ends with this many first tokens of its document
 
 
 class _Strict(BaseModel):
@@ -91,6 +97,7 @@ class TenantMix(_Strict):
     output_tokens: LengthDist | None = None
     long_context_share: float | None = Field(default=None, ge=0, le=1)
     models: dict[str, float] | None = None
+    draft_acceptance: float | None = Field(default=None, ge=0, le=1)
 
 
 class TrafficMix(_Strict):
@@ -109,6 +116,11 @@ class TrafficMix(_Strict):
     models: dict[str, float] = Field(min_length=1, description="model -> weight")
     stream_share: float = Field(default=0.5, ge=0, le=1)
     max_in_flight: int = Field(default=128, ge=1)
+    # how predictable the text is to a speculative draft: the share of "predictable" requests, whose
+    # prompts are edits of the repeat model's chain (plan_request): n-gram drafts are accepted on
+    # those, hardly on others (real engines; the simulator reads it off the prompt the same way,
+    # fleet.sim.engine.prompt_acceptance); not set: none
+    draft_acceptance: float | None = Field(default=None, ge=0, le=1)
 
     @model_validator(mode="after")
     def _weights(self) -> TrafficMix:
@@ -137,6 +149,9 @@ class Event(_Strict):
 class Scenario(_Strict):
     name: str
     description: str = ""
+    # the fleet spec it plays on when it needs more than fleet.yaml (adapters, a speculative
+    # replica): `fleet simulate` and `fleet traffic` use it where no --spec is given
+    fleet: str | None = None
     duration_s: float = Field(gt=0)
     mix: TrafficMix
     phases: list[Phase] = Field(default_factory=list)
@@ -172,6 +187,14 @@ def _deep_merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
+
+
+def unserved(scenario: Scenario, served: set[str], auto_model: str | None = None) -> list[str]:
+    """The models (and LoRA adapters) ``scenario`` asks for that nothing in ``served`` serves
+    (``auto_model``: the name the gateway's model router answers)."""
+    wanted = {m for _t, _n, mix in scenario.mixes() for m in mix.models}
+    wanted |= {m for _t, _n, mix in scenario.mixes() for t in mix.tenants for m in (t.models or {})}
+    return sorted(wanted - served - ({auto_model} if auto_model else set()))
 
 
 def load_scenario(name_or_path: str) -> Scenario:
@@ -237,6 +260,7 @@ class RequestPlan:
     stream: bool
     long_context: bool
     shared_prefix: bool
+    predictable: bool = False  # the prompt after any system prompt is an edit of the chain
 
 
 def _weighted(rng: random.Random, weights: dict[str, float]) -> str:
@@ -250,8 +274,22 @@ def system_prompt(index: int, length: int) -> list[int]:
     return [gen.randint(*TOKEN_ID_RANGE) for _ in range(length)]
 
 
+def edit_prompt(start: int, length: int) -> list[int]:
+    """A predictable prompt of ``length`` tokens: a "document" that follows the repeat model's
+    chain from ``start`` (``fleet.model.successor_chain``), then its first tokens again, as an
+    edit request that starts the rewrite. The repeat model's greedy continuation is the rest of
+    the document, which an n-gram drafter finds in the prompt."""
+    if length <= 1:
+        return [start][:length]
+    restart = min(EDIT_RESTART_TOKENS, length // 2)
+    document = [start] + successor_chain(start, length - restart - 1)
+    return document + document[:restart]
+
+
 def plan_request(mix: TrafficMix, rng: random.Random, max_model_len: dict[str, int] | None = None) -> RequestPlan:
-    """Draw one request from the mix. Prompt + output fit the model's max length when known."""
+    """Draw one request from the mix. Prompt + output fit the model's max length when known.
+    Where the tenant or the mix sets ``draft_acceptance``, that share of the requests is
+    predictable: the prompt after any system prompt is an ``edit_prompt``."""
     tenant = rng.choices(mix.tenants, weights=[t.weight for t in mix.tenants])[0]
     model = _weighted(rng, tenant.models or mix.models)
     long_share = tenant.long_context_share if tenant.long_context_share is not None else mix.long_context_share
@@ -275,7 +313,12 @@ def plan_request(mix: TrafficMix, rng: random.Random, max_model_len: dict[str, i
     prompt: list[int] = []
     if shared:
         prompt = system_prompt(rng.randrange(mix.system_prompts), mix.shared_prefix_tokens)
-    prompt += [rng.randint(*TOKEN_ID_RANGE) for _ in range(prompt_len - len(prompt))]
+    acceptance = tenant.draft_acceptance if tenant.draft_acceptance is not None else mix.draft_acceptance
+    predictable = acceptance is not None and rng.random() < acceptance
+    if predictable:
+        prompt += edit_prompt(rng.choice(REPEAT_IDS), prompt_len - len(prompt))
+    else:
+        prompt += [rng.randint(*TOKEN_ID_RANGE) for _ in range(prompt_len - len(prompt))]
     return RequestPlan(
         tenant=tenant.name,
         model=model,
@@ -284,4 +327,5 @@ def plan_request(mix: TrafficMix, rng: random.Random, max_model_len: dict[str, i
         stream=rng.random() < mix.stream_share,
         long_context=long_context,
         shared_prefix=shared,
+        predictable=predictable,
     )

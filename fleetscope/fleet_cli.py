@@ -1,4 +1,4 @@
-"""``fleetscope fleet ...``: make models, start/stop/inspect the bundled fleet, send traffic.
+"""``fleetscope fleet ...``: make models and LoRA adapters, start/stop/inspect the bundled fleet, send traffic.
 
 In:  settings (``fleet.spec``, ``data_dir``) and command-line options.
 Out: the ``fleet`` launcher and load generator driven from the terminal, with progress lines,
@@ -45,20 +45,64 @@ def _load(config: Path | None, spec_path: Path | None) -> tuple[Settings, FleetS
     return settings, spec, Launcher(spec, settings.data_dir / "fleet", spec_path=Path(path).resolve())
 
 
+def _scenario_spec(plan) -> Path | None:  # noqa: ANN001
+    """The fleet spec a scenario names (``fleet:``), found in the working directory or beside the
+    shipped scenarios' repository; None when it names none."""
+    from fleet.traffic import SCENARIOS_DIR
+
+    if not plan.fleet:
+        return None
+    path = Path(plan.fleet)
+    if not path.exists() and (SCENARIOS_DIR.parents[1] / path).exists():
+        path = SCENARIOS_DIR.parents[1] / path
+    typer.echo(f"scenario {plan.name} plays on {path} (its fleet:; --spec picks another)", err=True)
+    return path
+
+
+def _check_served(plan, fleet_spec) -> None:  # noqa: ANN001
+    """One line and exit 2 when the scenario asks for models or adapters the fleet does not serve."""
+    from fleet.traffic import unserved
+
+    missing = unserved(plan, fleet_spec.served(), fleet_spec.auto_model())
+    if missing:
+        fail(
+            f"scenario {plan.name!r} asks for {', '.join(missing)}, which no replica of the fleet serves "
+            f"({', '.join(sorted(fleet_spec.served()))})"
+            + (f": play it on {plan.fleet} (--spec {plan.fleet})" if plan.fleet else ""),
+            code=2,
+        )
+
+
 def _make_missing_models(spec, replicas) -> None:  # noqa: ANN001
-    from fleet.model import make_model
+    """The missing models the replicas serve (``generate``), then the missing adapters they list."""
+    from fleet.model import make_adapter, make_model
 
     for name in sorted({r.model for r in replicas}):
         model = spec.models[name]
         if not (model.path / "config.json").is_file() and model.generate:
-            typer.echo(f"generating model {name} ({model.generate}) in {model.path}")
-            make_model(model.path, model.generate)
+            kind = f"{model.generate}, repeating" if model.repeat else model.generate
+            typer.echo(f"generating model {name} ({kind}) in {model.path}")
+            make_model(model.path, model.generate, repeat=model.repeat)
+    for name in sorted({a for r in replicas for a in r.adapters}):
+        adapter = spec.adapters[name]
+        if not (adapter.path / "adapter_config.json").is_file() and adapter.generate:
+            base = spec.models[adapter.base].path
+            typer.echo(f"generating adapter {name} (rank {adapter.rank}, for {adapter.base}) in {adapter.path}")
+            make_adapter(adapter.path, base, rank=adapter.rank)
 
 
 @app.command("make-model")
 def make_model_cmd(
     directory: Annotated[Path, typer.Argument(help="Directory to write the model into.")],
     size: Annotated[str, typer.Option(help="small (2 layers, hidden 128) or large (4 layers, hidden 256).")] = "small",
+    repeat: Annotated[
+        bool,
+        typer.Option(
+            "--repeat",
+            help="Greedy output follows one fixed token sequence: n-gram speculative decoding accepts the drafts "
+            "of prompts that hold the continuation (edits), none of random ones.",
+        ),
+    ] = False,
 ) -> None:
     """Write a tiny random-weight Llama model (fixed seed, byte-level BPE tokenizer), offline."""
     from fleet.model import SIZES, make_model
@@ -67,10 +111,41 @@ def make_model_cmd(
         fail(f"--size must be one of {', '.join(SIZES)}, got {size!r}", code=2)
     t0 = time.perf_counter()
     try:
-        make_model(directory, size)
+        make_model(directory, size, repeat=repeat)
     except RuntimeError as exc:
         fail(str(exc))
-    typer.echo(f"wrote {size} model to {directory} in {time.perf_counter() - t0:.1f}s")
+    kind = f"{size} repeating" if repeat else size
+    typer.echo(f"wrote {kind} model to {directory} in {time.perf_counter() - t0:.1f}s")
+
+
+@app.command("make-adapter")
+def make_adapter_cmd(
+    directory: Annotated[Path, typer.Argument(help="Directory to write the adapter into.")],
+    base: Annotated[
+        Path,
+        typer.Option("--base", help="The base model's directory (make-model's); its config.json gives the shapes."),
+    ],
+    rank: Annotated[int, typer.Option(help="LoRA rank r (lora_alpha is 2r).")] = 8,
+) -> None:
+    """Write a random PEFT LoRA adapter (q_proj and v_proj, fixed seed) for a tiny model, offline.
+
+    Serve it with the fleet spec's adapters (or vLLM's --enable-lora --lora-modules NAME=DIR).
+    """
+    from fleet.model import make_adapter
+
+    if not 1 <= rank <= 512:
+        fail(f"--rank must be between 1 and 512, got {rank}", code=2)
+    if not (base / "config.json").is_file():
+        what = "does not exist" if not base.exists() else "has no config.json"
+        fail(f"--base {base} {what}: make the model first with `fleetscope fleet make-model {base}`", code=2)
+    t0 = time.perf_counter()
+    try:
+        make_adapter(directory, base, rank=rank)
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    except RuntimeError as exc:
+        fail(str(exc))
+    typer.echo(f"wrote rank-{rank} adapter for {base} to {directory} in {time.perf_counter() - t0:.1f}s")
 
 
 def _print_status(launcher) -> None:  # noqa: ANN001
@@ -204,11 +279,12 @@ def traffic(
     from fleet.loadgen import Targets, run_scenario
     from fleet.traffic import load_scenario
 
-    _settings, fleet_spec, launcher = _load(config, spec)
     try:
         plan = load_scenario(scenario)
     except YamlConfigError as exc:
         fail(str(exc), code=2)
+    _settings, fleet_spec, launcher = _load(config, spec or _scenario_spec(plan))
+    _check_served(plan, fleet_spec)
     if gateway is None and not direct:
         gateway = fleet_spec.gateway_url()
     by_model: dict[str, list[str]] = {}
@@ -316,11 +392,12 @@ def simulate(
     from fleetscope.stores import migrate_all, open_clickhouse
     from storage.errors import StoreError
 
-    settings, fleet_spec, _launcher = _load(config, spec)
     try:
         plan = load_scenario(scenario)
     except YamlConfigError as exc:
         fail(str(exc), code=2)
+    settings, fleet_spec, _launcher = _load(config, spec or _scenario_spec(plan))
+    _check_served(plan, fleet_spec)
     unknown = sorted({e.replica for e in plan.events} - {r.name for r in fleet_spec.replicas})
     if unknown:
         fail(f"scenario {plan.name!r} has events for replicas not in the fleet: {', '.join(unknown)}", code=2)

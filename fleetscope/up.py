@@ -185,20 +185,35 @@ class _CollectorThread:
 
 
 def _make_models(spec: Any, replicas: list[Any], echo: Callable[[str], None]) -> None:
-    """The missing tiny models, each written by a child process (torch stays out of this one)."""
+    """The missing tiny models, then the missing LoRA adapters the replicas list, each written by a
+    child process (torch stays out of this one)."""
+
+    def run(what: str, args: list[str]) -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", "fleetscope", "fleet", *args], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise UpError(f"generating {what} failed: {(done.stderr or done.stdout).strip()[-500:]}")
+
     for name in sorted({r.model for r in replicas}):
         model = spec.models[name]
         if (model.path / "config.json").is_file() or not model.generate:
             continue
-        echo(f"  generating model {name} ({model.generate}) in {model.path}")
-        done = subprocess.run(
-            [sys.executable, "-m", "fleetscope", "fleet", "make-model", str(model.path), "--size", model.generate],
-            capture_output=True,
-            text=True,
-            check=False,
+        echo(f"  generating model {name} ({model.generate}{', repeating' if model.repeat else ''}) in {model.path}")
+        run(
+            f"model {name}",
+            ["make-model", str(model.path), "--size", model.generate] + (["--repeat"] if model.repeat else []),
         )
-        if done.returncode != 0:
-            raise UpError(f"generating model {name} failed: {(done.stderr or done.stdout).strip()[-500:]}")
+    for name in sorted({a for r in replicas for a in r.adapters}):
+        adapter = spec.adapters[name]
+        if (adapter.path / "adapter_config.json").is_file() or not adapter.generate:
+            continue
+        base = spec.models[adapter.base].path
+        echo(f"  generating adapter {name} (rank {adapter.rank}, for {adapter.base}) in {adapter.path}")
+        run(
+            f"adapter {name}",
+            ["make-adapter", str(adapter.path), "--base", str(base), "--rank", str(adapter.rank)],
+        )
 
 
 def warm_up(spec: Any, echo: Callable[[str], None]) -> None:
@@ -354,6 +369,19 @@ def _serve_dashboard(host: str, port: int) -> None:
     bootstrap.run(str(ROOT / "dashboard" / "app.py"), False, [], flags)
 
 
+def _check_served(scenario_name: str, spec: Any, spec_path: Path) -> None:
+    """``UpError`` (one line) when the scenario asks for models or adapters the fleet does not serve."""
+    from fleet.traffic import load_scenario, unserved
+
+    scenario = load_scenario(scenario_name)
+    missing = unserved(scenario, spec.served(), spec.auto_model())
+    if missing:
+        hint = f"; it plays on {scenario.fleet}: FLEETSCOPE_FLEET_SPEC={scenario.fleet}" if scenario.fleet else ""
+        raise UpError(
+            f"scenario {scenario.name!r} asks for {', '.join(missing)}, which no replica of {spec_path} serves{hint}"
+        )
+
+
 def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print) -> bool:
     """Run everything until stopped (see the module docstring); True when everything was written."""
     # gRPC (the OTLP receiver) says at INFO level, on every child started, that it skips its fork handlers
@@ -375,6 +403,8 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
     spec_path = derived_spec(settings.fleet.spec, work / "fleet.yaml", fleet=opts.fleet, replicas=opts.replicas)
     settings = settings.model_copy(update={"fleet": settings.fleet.model_copy(update={"spec": spec_path})})
     spec = load_spec(spec_path)
+    if opts.scenario is not None and not opts.no_fleet:
+        _check_served(opts.scenario, spec, settings.fleet.spec)
     launcher = Launcher(spec, settings.data_dir / "fleet", spec_path=Path(spec_path).resolve())
     if not opts.no_fleet and any(r.engine == "vllm" for r in spec.replicas):
         try:  # the install check: is there a vLLM to start?

@@ -19,7 +19,7 @@ async def _main(spec_path: Path) -> None:
     spec = load_spec(spec_path)
     if spec.gateway is None:
         raise YamlConfigError(f"{spec_path}: no gateway section")
-    replicas = [ReplicaState(r.name, r.model, spec.url(r)) for r in spec.replicas]
+    replicas = [ReplicaState(r.name, r.model, spec.url(r), adapters=tuple(r.adapters)) for r in spec.replicas]
     gateway = Gateway(spec.gateway, replicas)
     await gateway.start(spec.host, spec.gateway.port)
     print(

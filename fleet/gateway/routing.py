@@ -4,8 +4,9 @@
   hard requests (long prompt, high max_tokens, or a tenant rule) go to the large model, the
   rest to the small one; the reason says which rule decided. A client naming a served model
   is pinned to it.
-- Among the healthy replicas of that model: **round_robin**, **least_loaded** (fewest in-flight
-  requests at the gateway; ties broken round-robin) or **affinity** (rendezvous hashing of the
+- Among the healthy replicas of that model (or LoRA adapter: the replicas that list it):
+  **round_robin**, **least_loaded** (fewest in-flight requests at the gateway; ties broken
+  round-robin) or **affinity** (rendezvous hashing of the
   session id, else of the prompt prefix: the same key lands on the same replica while it is
   healthy, and only the keys of a replica that leaves move).
 """
@@ -32,6 +33,10 @@ class ReplicaState:
     url: str
     healthy: bool = True
     in_flight: int = 0
+    adapters: tuple[str, ...] = ()  # LoRA adapters it serves, each asked for by its own name
+
+    def serves(self, model: str) -> bool:
+        return model == self.model or model in self.adapters
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ class Router:
     _cycles: dict[str, itertools.count[int]] = field(default_factory=dict)
 
     def models(self) -> list[str]:
-        return sorted({r.model for r in self.replicas})
+        return sorted({r.model for r in self.replicas} | {a for r in self.replicas for a in r.adapters})
 
     def choose_model(self, requested: str, tenant: str, prompt_tokens: int, max_tokens: int) -> tuple[str, str, str]:
         """(model, route prefix, reason)."""
@@ -85,7 +90,7 @@ class Router:
         return requested, "pinned", "client named the model"
 
     def choose_replica(self, model: str, affinity_key: str) -> tuple[ReplicaState, str]:
-        pool = [r for r in self.replicas if r.model == model and r.healthy]
+        pool = [r for r in self.replicas if r.serves(model) and r.healthy]
         if not pool:
             raise NoReplica(f"no healthy replica serves {model!r}")
         policy = self.spec.policy

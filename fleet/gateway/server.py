@@ -101,8 +101,11 @@ class _Record:
         times = self.token_times
         if times:
             self.ttft_seconds = times[0] - t0
-            if len(times) > 1:
-                self.itl_seconds = (times[-1] - times[0]) / (len(times) - 1)
+            # per token: a chunk can carry several (speculative decoding's accepted drafts come
+            # with the step's own token), so the gaps are shared by the tokens, not the chunks
+            tokens = max(len(times), self.completion_tokens)
+            if tokens > 1 and len(times) > 1:
+                self.itl_seconds = (times[-1] - times[0]) / (tokens - 1)
         data = {k: v for k, v in self.__dict__.items() if k != "token_times"}
         data["prefix_hash"] = f"{self.prefix_hash:016x}"
         return data

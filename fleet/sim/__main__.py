@@ -26,7 +26,15 @@ def replicas_from_args(args: argparse.Namespace) -> tuple[list[SimReplica], str 
 
     spec = load_spec(args.spec)
     reps = [
-        SimReplica(r.name, r.model, r.port, engine_config(r.engine_args), r.gpu_type, r.gpu_count)
+        SimReplica(
+            r.name,
+            r.model,
+            r.port,
+            engine_config(r.engine_args, r.speculative, r.max_loras if r.adapters else 0),
+            r.gpu_type,
+            r.gpu_count,
+            adapters=tuple(r.adapters),
+        )
         for r in spec.replicas
         if r.engine == "sim"
     ]

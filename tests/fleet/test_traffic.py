@@ -11,8 +11,19 @@ import pytest
 
 from common.yamlfile import YamlConfigError
 from fleet.gateway.routing import Router
+from fleet.model import successor_chain
+from fleet.sim.engine import ACCEPT_PREDICTABLE, ACCEPT_UNPREDICTABLE, prompt_acceptance
 from fleet.spec import load_spec
-from fleet.traffic import LengthDist, load_scenario, next_gap, plan_request, rate_at, system_prompt
+from fleet.traffic import (
+    TOKEN_ID_RANGE,
+    LengthDist,
+    edit_prompt,
+    load_scenario,
+    next_gap,
+    plan_request,
+    rate_at,
+    system_prompt,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ["steady", "long-context-rollout", "tenant-shift", "replica-crash"]
@@ -94,6 +105,38 @@ def test_tenant_shift_sends_the_new_tenant_to_the_large_model() -> None:
     assert not any(p.tenant == "bigcorp" for p in (plan_request(scenario.mix_at(10)[1], rng) for _ in range(500)))
 
 
+def test_acceptance_collapse_prompts_stop_being_predictable() -> None:
+    """On real engines acceptance comes from the prompts: the predictable share of the requests
+    (draft_acceptance) gets edit prompts whose greedy continuation on the repeat model is already
+    in the prompt, where an n-gram drafter finds it; the rest gets random token ids."""
+    scenario = load_scenario("acceptance-collapse")
+    rng = random.Random(7)
+    for at, share in ((0, 1.0), (300, 0.1)):
+        mix = scenario.mix_at(at)[1]
+        plans = [plan_request(mix, rng, {"tiny-repeat": 2048}) for _ in range(3000)]
+        assert sum(p.predictable for p in plans) / len(plans) == pytest.approx(share, abs=0.02)
+        # the simulator reads the same off the prompt: high for the edits, low for the others
+        assert {prompt_acceptance(p.prompt) for p in plans if p.predictable} == {ACCEPT_PREDICTABLE}
+        others = [prompt_acceptance(p.prompt) for p in plans if not p.predictable]  # a random prompt may,
+        assert sum(a == ACCEPT_UNPREDICTABLE for a in others) >= 0.99 * len(others)  # rarely, hold the pair too
+        for plan in plans[:300]:
+            assert all(TOKEN_ID_RANGE[0] <= t <= TOKEN_ID_RANGE[1] for t in plan.prompt)
+            body = plan.prompt[mix.shared_prefix_tokens if plan.shared_prefix else 0 :]
+            if plan.predictable:  # the document, then its first 4 tokens: the rewrite goes on
+                document = body[:-4]
+                assert body[-4:] == document[:4] and document == [body[0]] + successor_chain(body[0], len(body) - 5)
+                assert successor_chain(plan.prompt[-1], len(document) - 4) == document[4:]
+    assert all(len(edit_prompt(7, n)) == n for n in range(0, 1300))
+
+
+def test_mixes_without_draft_acceptance_keep_random_prompts() -> None:
+    mix = load_scenario("steady").mix
+    assert mix.draft_acceptance is None
+    plans = [plan_request(mix, random.Random(8)) for _ in range(500)]
+    assert not any(p.predictable for p in plans)
+    assert {prompt_acceptance(p.prompt) for p in plans} == {ACCEPT_UNPREDICTABLE}
+
+
 def test_poisson_arrivals_match_the_rate_and_bursts() -> None:
     scenario = load_scenario("long-context-rollout")
     mix = scenario.mix
@@ -118,6 +161,7 @@ def test_bad_phase_names_the_phase(tmp_path: Path) -> None:
 def test_unknown_scenario_lists_the_shipped_ones() -> None:
     with pytest.raises(
         YamlConfigError,
-        match="shipped ones are engine-stall, long-context-rollout, replica-crash, router-shift, steady, tenant-shift",
+        match="shipped ones are acceptance-collapse, adapter-thrash, engine-stall, long-context-rollout, replica-crash, "
+        "router-shift, steady, tenant-shift",
     ):
         load_scenario("black-friday")
