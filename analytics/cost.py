@@ -24,6 +24,10 @@ Out: DataFrames with ``.attrs["plan"]``:
        with ``idle="separate"``), ``spend``, ``share`` and ``cost_per_million_tokens``; a pool
        no request-log row accounts for is an ``(unattributed)`` row. Tenant and route filters
        pick tenants after the sharing (a tenant's cost does not depend on the filter);
+     - ``cost_by_adapter``: the same showback per LoRA adapter: an adapter's requests (the
+       request log's ``model`` is the adapter's name) share its base model's pool with the base
+       model's own requests, by weighted tokens; ``[adapter, base, requests, ..., spend,
+       cost_per_million_tokens]``;
      - ``cost_views``: ``gpu_spend``, ``cost_per_token`` by model and ``cost_by_tenant`` for one
        window, the uptime read once (the Cost page);
      - ``compare_reference``: what the same tokens would cost at reference API prices per 1M
@@ -40,6 +44,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 from typing_extensions import Unpack
 
+from analytics.adapters import adapter_pools
 from analytics.counters import series_latest
 from analytics.filters import Filters
 from analytics.frames import query_df
@@ -57,6 +62,7 @@ __all__ = [
     "ReferencePrice",
     "TokenWeights",
     "compare_reference",
+    "cost_by_adapter",
     "cost_by_tenant",
     "cost_per_token",
     "cost_views",
@@ -243,6 +249,28 @@ def cost_by_tenant(
     return _showback(client, spend, start, end, weights or TokenWeights(), idle, scope)
 
 
+def cost_by_adapter(
+    client: Client,
+    start: datetime,
+    end: datetime,
+    prices: dict[str, float],
+    *,
+    weights: TokenWeights | None = None,
+    **scope: Unpack[Scope],
+) -> pd.DataFrame:
+    """Showback per LoRA adapter: its share of its base model pool's spend (idle in proportion),
+    by weighted tokens; one row per adapter that had requests in the window."""
+    tier, retention, now, filters = scope_parts(scope)
+    pools = adapter_pools(client)
+    if not pools:  # no replica serves adapters: nothing to read
+        return pd.DataFrame(columns=["adapter", "base", *SHOWBACK_MEASURES])
+    spend = gpu_spend(client, start, end, prices, filters=filters, tier=tier, retention=retention, now=now)
+    out = _showback(client, spend, start, end, weights or TokenWeights(), "share", scope, by="model", pools=pools)
+    out = out[out["model"].isin(list(pools))].rename(columns={"model": "adapter"})
+    out.insert(1, "base", out["adapter"].map(pools))
+    return out.reset_index(drop=True)
+
+
 def _showback(
     client: Client,
     spend: pd.DataFrame,
@@ -251,12 +279,20 @@ def _showback(
     weights: TokenWeights,
     idle: str,
     scope: Scope,
+    by: str = "tenant",
+    pools: dict[str, str] | None = None,
 ) -> pd.DataFrame:
-    """``cost_by_tenant`` from the pools' spend already read (``spend``: ``gpu_spend`` with the
-    model and replica filters alone)."""
+    """``cost_by_tenant`` (or per requested model, ``by="model"``) from the pools' spend already
+    read (``spend``: ``gpu_spend`` with the model and replica filters alone). A request for a LoRA
+    adapter (``pools``: adapter -> base model; read when not given) is costed in its base model's
+    pool."""
     tier, retention, now, filters = scope_parts(scope)
     pool_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
-    pools = spend.groupby("model")[["busy_spend", "idle_spend"]].sum()
+    pool_spend = spend.groupby("model")[["busy_spend", "idle_spend"]].sum()
+    pools = adapter_pools(client) if pools is None else pools
+    if pool_filters and pool_filters.model:  # an adapter's rows belong to its base model's pool
+        extra = [a for a, base in pools.items() if base in pool_filters.model]
+        pool_filters = Filters(model=[*pool_filters.model, *extra], replica=pool_filters.replica)
     tokens = request_totals(
         client,
         start,
@@ -274,10 +310,11 @@ def _showback(
         + tokens["cached_tokens"] * weights.cached
         + tokens["completion_tokens"] * weights.output
     )
-    pool_tokens = tokens.groupby("model")["weighted_tokens"].transform("sum")
+    tokens["pool"] = tokens["model"].map(lambda m: pools.get(m, m))
+    pool_tokens = tokens.groupby("pool")["weighted_tokens"].transform("sum")
     pool_share = (tokens["weighted_tokens"] / pool_tokens).where(pool_tokens > 0, 0.0)
-    tokens["direct"] = pool_share * tokens["model"].map(pools["busy_spend"]).fillna(0.0)
-    pool_idle = pool_share * tokens["model"].map(pools["idle_spend"]).fillna(0.0)
+    tokens["direct"] = pool_share * tokens["pool"].map(pool_spend["busy_spend"]).fillna(0.0)
+    pool_idle = pool_share * tokens["pool"].map(pool_spend["idle_spend"]).fillna(0.0)
     tokens["idle"] = pool_idle if idle == "share" else 0.0
     if filters and (filters.tenant or filters.route):
         keep = pd.Series(True, index=tokens.index)
@@ -287,45 +324,46 @@ def _showback(
             keep &= tokens["route"].isin(filters.route)
         tokens = tokens[keep]
     measures = ["requests", "prompt_tokens", "completion_tokens", "cached_tokens", "weighted_tokens", "direct", "idle"]
-    out = tokens.groupby("tenant", as_index=False)[measures].sum()
-    extra = []
+    out = tokens.groupby(by, as_index=False)[measures].sum()
+    added: list[dict[str, object]] = []
     if not (filters and (filters.tenant or filters.route)):
-        used = set(tokens.loc[tokens["weighted_tokens"] > 0, "model"])
-        unused = pools[~pools.index.isin(used)]  # spend no request-log row accounts for
+        used = set(tokens.loc[tokens["weighted_tokens"] > 0, "pool"])
+        unused = pool_spend[~pool_spend.index.isin(used)]  # spend no request-log row accounts for
         if len(unused) and float(unused.sum().sum()) > 0:
-            extra.append(
+            added.append(
                 {
-                    "tenant": UNATTRIBUTED,
+                    by: UNATTRIBUTED,
                     "direct": float(unused["busy_spend"].sum()),
                     "idle": float(unused["idle_spend"].sum()) if idle == "share" else 0.0,
                 }
             )
         if idle == "separate" and float(spend["idle_spend"].sum()) > 0:
-            extra.append({"tenant": IDLE, "direct": 0.0, "idle": float(spend["idle_spend"].sum())})
-    if extra:
-        out = pd.concat([out, pd.DataFrame([{c: 0.0 for c in measures} | row for row in extra])], ignore_index=True)
+            added.append({by: IDLE, "direct": 0.0, "idle": float(spend["idle_spend"].sum())})
+    if added:
+        rows = [{**dict.fromkeys(measures, 0.0), **row} for row in added]
+        out = pd.concat([out, pd.DataFrame(rows)], ignore_index=True)
     out["spend"] = out["direct"] + out["idle"]
     total = float(out["spend"].sum())
     out["share"] = out["spend"] / total if total > 0 else 0.0
     billed = out["prompt_tokens"] + out["completion_tokens"]
     out["cost_per_million_tokens"] = (out["spend"] / billed * 1e6).where(billed > 0)
-    out = out[
-        [
-            "tenant",
-            "requests",
-            "prompt_tokens",
-            "completion_tokens",
-            "cached_tokens",
-            "weighted_tokens",
-            "share",
-            "direct",
-            "idle",
-            "spend",
-            "cost_per_million_tokens",
-        ]
-    ]
+    out = out[[by, *SHOWBACK_MEASURES]]
     out.attrs.update(plan=plan_used, spend_plan=spend.attrs["plan"], weights=weights)
     return out
+
+
+SHOWBACK_MEASURES = [
+    "requests",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "weighted_tokens",
+    "share",
+    "direct",
+    "idle",
+    "spend",
+    "cost_per_million_tokens",
+]
 
 
 class CostViews(NamedTuple):

@@ -19,6 +19,7 @@ __all__ = [
     "ITL",
     "KV_CACHE_USAGE",
     "LATENCIES",
+    "LORA_INFO",
     "PREEMPTIONS",
     "PREFIX_HITS",
     "PREFIX_QUERIES",
@@ -26,6 +27,10 @@ __all__ = [
     "QUEUE",
     "REQUESTS_RUNNING",
     "REQUESTS_WAITING",
+    "SPEC_ACCEPTED",
+    "SPEC_ACCEPTED_PER_POS",
+    "SPEC_DRAFTS",
+    "SPEC_DRAFT_TOKENS",
     "TPOT",
     "TTFT",
     "Latency",
@@ -42,6 +47,15 @@ PREFIX_QUERIES = "vllm:prefix_cache_queries_total"  # tokens
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 CACHED_PROMPT_TOKENS = "vllm:prompt_tokens_cached_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
+# speculative decoding (only engines started with a speculative config report them)
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"  # draft proposals (one per request per decode step)
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"  # tokens proposed
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"  # proposed tokens the target model accepted
+SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"  # label position: 0, 1, ...
+# LoRA (engines started with --enable-lora): a gauge whose *value* is the time the engine last
+# stepped in a state and whose labels are the state: max_lora, running_lora_adapters and
+# waiting_lora_adapters (comma-joined adapter names); one series per state seen
+LORA_INFO = "vllm:lora_requests_info"
 # histograms (family names: the series are ``_bucket``, ``_sum``, ``_count``)
 ITERATION_TOKENS = "vllm:iteration_tokens_total"  # tokens per engine step
 TTFT = "vllm:time_to_first_token_seconds"

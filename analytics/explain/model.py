@@ -48,6 +48,8 @@ PRIORITY = (
     "model mix",
     "request rate",
     "stalled replicas",
+    "adapter waiting",
+    "draft acceptance",
     "KV-cache saturation",
     "replicas up",
     "prefix-cache hit rate",

@@ -13,6 +13,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
+from analytics.adapters import blocked_over_time
 from analytics.explain.scoring import split_at
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
@@ -21,7 +22,7 @@ from analytics.saturation import KV, RUNNING, WAITING
 from analytics.stalls import stalled_steps
 from analytics.tiers import param_time
 from analytics.timeseries import counter_rates_over_time, gauges_over_time, histogram_quantiles_over_time
-from analytics.vllm import LATENCIES, PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES
+from analytics.vllm import LATENCIES, PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES, SPEC_ACCEPTED, SPEC_DRAFT_TOKENS
 from common.timeutil import as_utc
 from storage.clickhouse import Client
 
@@ -89,13 +90,26 @@ def capacity(client: Client, start: datetime, end: datetime, step: int, filters:
     grid = grid.join(kv["avg"].rename("kv_avg")).join(kv["max"].rename("kv_peak"))
     grid = grid.join((waiting["avg"] * waiting["series"]).rename("waiting"))  # summed over the fleet
     grid = grid.join(running["replicas"].rename("replicas_up"))
-    rates = counter_rates_over_time(
-        client, [PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES], start, end, "fleet", step=step, filters=filters
-    )
-    for name, metric in (("preemptions", PREEMPTIONS), ("hits", PREFIX_HITS), ("queries", PREFIX_QUERIES)):
+    counters = {
+        "preemptions": PREEMPTIONS,
+        "hits": PREFIX_HITS,
+        "queries": PREFIX_QUERIES,
+        "draft_tokens": SPEC_DRAFT_TOKENS,
+        "accepted": SPEC_ACCEPTED,
+    }
+    rates = counter_rates_over_time(client, list(counters.values()), start, end, "fleet", step=step, filters=filters)
+    for name, metric in counters.items():
         r = rates[rates["metric"] == metric]
         grid = grid.join(r.set_index("ts")["increase"].rename(name))
     grid["prefix_hit_rate"] = grid["hits"] / grid["queries"].where(grid["queries"] > 0)
+    # speculative decoding: accepted / proposed draft tokens (NaN where no replica drafts)
+    grid["draft_acceptance"] = grid["accepted"] / grid["draft_tokens"].where(grid["draft_tokens"] > 0)
+    # LoRA: adapters waiting for a slot (none where no replica serves adapters)
+    blocked = blocked_over_time(client, start, end, step, filters=filters)
+    if len(blocked):
+        grid = grid.join(blocked.set_index("ts")[["blocked"]].rename(columns={"blocked": "adapters_blocked"}))
+        grid["adapters_blocked"] = grid["adapters_blocked"].fillna(0.0)
+
     # replicas that held requests and generated no token in the step (a wedged engine still scrapes as up)
     wedged = stalled_steps(client, start, end, step=step, filters=filters)
     wedged = wedged[wedged["stalled"]]
@@ -104,6 +118,8 @@ def capacity(client: Client, start: datetime, end: datetime, step: int, filters:
     # (first stalled step, stalled steps) per replica, for the evidence's words (plain values: pandas
     # compares attrs when frames are joined)
     grid.attrs["stalled_replicas"] = {str(r): (f["ts"].min(), len(f)) for r, f in wedged.groupby("replica")}
+    grid.attrs["blocked_adapters"] = dict(blocked.attrs.get("blocked_adapters") or {})  # each one's intervals
+    grid.attrs["max_lora"] = list(blocked.attrs.get("max_lora") or [])
     grid.index.name = "ts"
     return grid
 

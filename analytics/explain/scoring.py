@@ -167,9 +167,11 @@ def capacity_evidence(
     def frac(frame: pd.DataFrame, condition: pd.Series) -> float:
         return float(condition.mean()) if len(frame) else 0.0
 
+    # requests waiting for a LoRA adapter slot wait for the adapter, not for KV blocks or compute
+    adapter_wait = (cap["adapters_blocked"] > 0) if "adapters_blocked" in cap else pd.Series(False, index=cap.index)
     if "kv_peak" in cap:
         # full, or so full that the next request's blocks do not fit: requests wait at half use
-        on = (cap["kv_peak"] >= SATURATED) | ((cap["waiting"] > 0.5) & (cap["kv_peak"] >= PRESSURE))
+        on = (cap["kv_peak"] >= SATURATED) | ((cap["waiting"] > 0.5) & (cap["kv_peak"] >= PRESSURE) & ~adapter_wait)
         f_b, f_a = frac(before, on[before.index]), frac(after, on[after.index])
         moved = moved_at(cap["kv_avg"], break_at, step)
         lead, factor = timing(moved, break_at, step)
@@ -194,9 +196,9 @@ def capacity_evidence(
                 step,
             )
         )
-        queue_on = (cap["waiting"] > 0.5) & ~on
+        queue_on = (cap["waiting"] > 0.5) & ~on & ~adapter_wait
     else:
-        queue_on = cap["waiting"] > 0.5
+        queue_on = (cap["waiting"] > 0.5) & ~adapter_wait
     q_b, q_a = frac(before, queue_on[before.index]), frac(after, queue_on[after.index])
     moved = moved_at(cap["waiting"], break_at, step)
     lead, factor = timing(moved, break_at, step)
@@ -252,6 +254,29 @@ def capacity_evidence(
                     step,
                 )
             )
+    rows.extend(_draft_rows(cap, before, after, break_at, step))
+    if "adapters_blocked" in cap and bool(adapter_wait.any()):
+        f_b, f_a = frac(before, adapter_wait[before.index]), frac(after, adapter_wait[after.index])
+        moved = moved_at(cap["adapters_blocked"], break_at, step)
+        lead, factor = timing(moved, break_at, step)
+        waited = sorted((cap.attrs.get("blocked_adapters") or {}).items(), key=lambda item: -item[1])
+        slots = "/".join(str(m) for m in cap.attrs.get("max_lora") or []) or "?"
+        rows.append(
+            evidence_row(
+                "adapter waiting",
+                "capacity",
+                f"{f_b:.0%} of steps",
+                f"{f_a:.0%} of steps",
+                max(f_a - f_b, 0.0) * factor,
+                moved,
+                lead,
+                f"requests waited for a LoRA adapter slot (max_loras {slots}) in {f_b:.0%} -> {f_a:.0%} of steps, "
+                f"{before['adapters_blocked'].mean():.1f} -> {after['adapters_blocked'].mean():.1f} adapters waiting; "
+                f"most: {', '.join(name for name, _n in waited[:4]) or 'none named'}: more adapters wanted at once "
+                "than slots, so their requests wait and are swapped in turn",
+                step,
+            )
+        )
     ub, ua = before["replicas_up"].mean(), after["replicas_up"].mean()
     if pd.notna(ub) and ub > 0:
         moved = moved_at(cap["replicas_up"], break_at, step)
@@ -270,6 +295,35 @@ def capacity_evidence(
             )
         )
     return rows
+
+
+def _draft_rows(
+    cap: pd.DataFrame, before: pd.DataFrame, after: pd.DataFrame, break_at: pd.Timestamp, step: int
+) -> list[dict[str, Any]]:
+    """Speculative decoding's acceptance: a drop means fewer tokens per decode step."""
+    if "draft_tokens" not in cap or not (cap["draft_tokens"].fillna(0) > 0).any():
+        return []
+    tb, ta = before["draft_tokens"].sum(), after["draft_tokens"].sum()
+    if not (tb > 0 and ta > 0):
+        return []
+    ab, aa = before["accepted"].sum() / tb, after["accepted"].sum() / ta
+    moved = moved_at(cap["draft_acceptance"], break_at, step)
+    lead, factor = timing(moved, break_at, step)
+    return [
+        evidence_row(
+            "draft acceptance",
+            "capacity",
+            f"{ab:.0%}",
+            f"{aa:.0%}",
+            max(ab - aa, 0.0) * factor,
+            moved,
+            lead,
+            f"speculative decoding accepted {ab:.0%} -> {aa:.0%} of its draft tokens: each decode step emits "
+            "fewer tokens, so inter-token latency and the cost per output token rise (the text became harder "
+            "for the draft to predict)",
+            step,
+        )
+    ]
 
 
 def rate_evidence(

@@ -19,7 +19,7 @@ __all__ = ["sentence"]
 def sentence(ex: Explanation, latency: str, q: float, strata: pd.DataFrame, long_tokens: float) -> str:
     assert ex.break_at is not None, "a sentence is said about a break found"
     head = (
-        f"p{q * 100:g} {latency.upper()} rose from {ex.before:.2f}s to {ex.after:.2f}s at "
+        f"p{q * 100:g} {latency.upper()} rose from {_s(ex.before)} to {_s(ex.after)} at "
         f"{ex.break_at:%H:%M:%S} UTC (±{ex.step}s)"
     )
     if ex.onset is not None and ex.onset < ex.break_at:
@@ -39,16 +39,21 @@ def sentence(ex: Explanation, latency: str, q: float, strata: pd.DataFrame, long
         )
         if short["slowdown"] >= 1.5:
             verdict = (
-                f"; short prompts slowed too (p{q * 100:g} {short['q_before']:.2f}s -> {short['q_after']:.2f}s): "
+                f"; short prompts slowed too (p{q * 100:g} {_s(short['q_before'])} -> {_s(short['q_after'])}): "
                 "everyone got slower, contention" + (" brought on by a heavier mix" if heavier else "")
             )
         elif heavier and long is not None:
             verdict = (
-                f"; short prompts kept their latency ({short['q_before']:.2f}s -> {short['q_after']:.2f}s): "
+                f"; short prompts kept their latency ({_s(short['q_before'])} -> {_s(short['q_after'])}): "
                 f"the mix got heavier (prompts over {long_tokens:,.0f} tokens {long['share_before']:.0%} -> "
                 f"{long['share_after']:.0%})"
             )
     return f"{head}. Consistent with {', '.join(causes)}{verdict}."
+
+
+def _s(seconds: float) -> str:
+    """Seconds in words: milliseconds below a tenth of a second (an ITL of 8 ms is not "0.01s")."""
+    return f"{seconds * 1000:.1f} ms" if abs(seconds) < 0.1 else f"{seconds:.2f}s"
 
 
 def _band(bands: pd.DataFrame, name: str) -> dict[str, Any] | None:

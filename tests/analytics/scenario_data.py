@@ -37,12 +37,12 @@ class Run:
         return self.report.phases[name]
 
 
-def play(chdb_dir: Path, scenario: str, seed: int = 1) -> Run:
-    """``scenario`` played on the bundled fleet (fleet.yaml) ending 10 minutes ago."""
+def play(chdb_dir: Path, scenario: str, seed: int = 1, spec: str = "fleet.yaml") -> Run:
+    """``scenario`` played on the bundled fleet (``spec``: fleet.yaml) ending 10 minutes ago."""
     client = connect(f"chdb:{chdb_dir}", database=f"t_{uuid.uuid4().hex[:12]}", create_database=True)
     clickhouse_runner.apply(client)
     plan = load_scenario(scenario)
     end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=10)
     start = end - timedelta(seconds=plan.duration_s)
-    report = replay(client, load_spec(ROOT / "fleet.yaml"), plan, start, interval_s=INTERVAL, seed=seed)
+    report = replay(client, load_spec(ROOT / spec), plan, start, interval_s=INTERVAL, seed=seed)
     return Run(client, report)

@@ -1,0 +1,116 @@
+"""Showback per LoRA adapter on a hand-computed example, to the cent.
+
+One replica ``r`` serves the base model ``base`` and two adapters, ``ad-a`` and ``ad-b``, on an
+A10 at $1.50 per GPU-hour with 2 GPUs, up and busy the whole hour [T0, T0 + 1 h): spend
+1 h x 2 x $1.50 = $3.00. Its ``vllm:lora_requests_info`` series name both adapters, so their
+requests are costed in the base model's pool. The request log (default weights: a computed
+prompt token 1, a cached one 0.25, an output token 4):
+- ad-a: 10 rows of weight 1, 1,000 prompt tokens (none cached), 250 output:
+  1,000 + 250 x 4 = 2,000 weighted tokens each, 20,000 in all;
+- ad-b: 5 rows of weight 2 (10 requests), 400 prompt tokens of which 200 cached, 100 output:
+  200 + 200 x 0.25 + 100 x 4 = 650 each, 6,500 in all;
+- base: 20 rows of weight 1, 500 prompt, 125 output: 500 + 500 = 1,000 each, 20,000 in all.
+The pool's 46,500 weighted tokens share the $3.00: ad-a 20,000 / 46,500 x 3 = $1.2903,
+ad-b 6,500 / 46,500 x 3 = $0.4194, base $1.2903. Per 1M billed tokens (prompt + output):
+ad-a 1.2903 / 12,500 x 10^6 = $103.23; ad-b 0.4194 / 5,000 x 10^6 = $83.87.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analytics.adapters import adapter_pools, residency
+from analytics.cost import cost_by_adapter, cost_by_tenant
+from collector.convert import Batch, SeriesConverter
+from collector.exposition import parse
+from collector.scrape import ScrapeResult
+from collector.targets import make_target
+from collector.writer import Writer, WriterConfig
+from migrations import clickhouse_runner
+
+T0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+WINDOW = (T0, T0 + timedelta(hours=1))
+PRICES = {"A10": 1.50}
+
+
+def _exposition(at: float, minute: float) -> str:
+    # both adapters ran in every step; the value is when the engine last stepped in that state
+    lora = 'vllm:lora_requests_info{max_lora="2",waiting_lora_adapters="",running_lora_adapters="ad-a,ad-b"}'
+    return (
+        '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="base"} 2\n'
+        f"# TYPE vllm:lora_requests_info gauge\n{lora} {at}\n"
+    )
+
+
+@pytest.fixture
+def fleet(ch, tmp_path: Path):
+    clickhouse_runner.apply(ch)
+    writer = Writer(ch, WriterConfig(spool_dir=tmp_path))
+    target = make_target(
+        "10.0.0.1:8000",
+        job="vllm",
+        interval_s=15,
+        timeout_s=5,
+        labels={"replica": "r", "model": "base", "gpu_type": "A10", "gpu_count": "2"},
+    )
+    converter, batch = SeriesConverter(), Batch()
+    for i in range(60 * 4):  # a scrape every 15 s for the hour
+        ts = (T0 + timedelta(seconds=15 * i)).timestamp()
+        text = _exposition(ts - 1, i / 4)
+        converter.convert(ScrapeResult(target, ts, True, 0.01, 2, "", parse(text)), batch)
+    writer.add_tables(batch.tables)
+    assert writer.flush()
+    rows = []
+    for model, n, weight, prompt, cached, output in (
+        ("ad-a", 10, 1.0, 1000, 0, 250),
+        ("ad-b", 5, 2.0, 400, 200, 100),
+        ("base", 20, 1.0, 500, 0, 125),
+    ):
+        rows += [
+            {
+                "ts": T0 + timedelta(minutes=2 * i + 1),
+                "source": "gateway",
+                "request_id": f"{model}-{i}",
+                "tenant": "acme",
+                "model": model,
+                "replica": "r",
+                "route": "pinned",
+                "prompt_tokens": prompt,
+                "cached_tokens": cached,
+                "completion_tokens": output,
+                "weight": weight,
+            }
+            for i in range(n)
+        ]
+    ch.insert_df("requests", pd.DataFrame(rows))
+    return ch
+
+
+def test_each_adapter_pays_its_share_of_its_base_models_pool_to_the_cent(fleet) -> None:
+    assert adapter_pools(fleet) == {"ad-a": "base", "ad-b": "base"}
+    out = cost_by_adapter(fleet, *WINDOW, PRICES).set_index("adapter")
+    assert list(out.index) == ["ad-a", "ad-b"]
+    assert set(out["base"]) == {"base"}
+    assert out.loc["ad-a", "requests"] == 10 and out.loc["ad-b", "requests"] == 10
+    assert round(out.loc["ad-a", "spend"], 2) == 1.29
+    assert round(out.loc["ad-b", "spend"], 2) == 0.42
+    assert round(out.loc["ad-a", "cost_per_million_tokens"], 2) == 103.23
+    assert round(out.loc["ad-b", "cost_per_million_tokens"], 2) == 83.87
+
+
+def test_tenant_showback_counts_adapter_requests_in_the_base_pool(fleet) -> None:
+    # one tenant sent everything: it pays the whole $3.00, nothing is left unattributed
+    tenants = cost_by_tenant(fleet, *WINDOW, PRICES).set_index("tenant")
+    assert list(tenants.index) == ["acme"]
+    assert round(tenants.loc["acme", "spend"], 2) == 3.00
+
+
+def test_residency_reads_the_adapters_from_the_engine_states(fleet) -> None:
+    found = residency(fleet, *WINDOW).set_index("adapter")
+    assert list(found.index) == ["ad-a", "ad-b"]
+    assert (found["resident_share"] == 1.0).all()
+    assert (found["blocked_share"] == 0.0).all()
