@@ -467,8 +467,45 @@ def _sql(ctx: Context, text: str, at: datetime) -> list[Sample]:
     return out
 
 
+def _acceptance(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    from analytics.specdecode import acceptance
+
+    start, end = _window(at, p)
+    df = acceptance(ctx.client, start, end, p["by"])
+    df = df[df["draft_tokens"] >= p["min_draft_tokens"]]
+    return _frame(df, [p["by"]], "acceptance_rate")
+
+
+def _acceptance_drop(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    """The acceptance rate of the ``baseline`` before the window minus the window's (points, 0-1)."""
+    from analytics.specdecode import acceptance
+
+    start, end = _window(at, p)
+    now = acceptance(ctx.client, start, end, p["by"])
+    then = acceptance(ctx.client, start - timedelta(seconds=p["baseline"]), start, p["by"])
+    both = now.merge(then, on=p["by"], suffixes=("", "_then"))
+    both = both[(both["draft_tokens"] >= p["min_draft_tokens"]) & (both["draft_tokens_then"] >= p["min_draft_tokens"])]
+    both["drop"] = both["acceptance_rate_then"] - both["acceptance_rate"]
+    return [
+        Sample(
+            {p["by"]: str(getattr(r, p["by"]))},
+            float(r.drop),
+            {"before": float(r.acceptance_rate_then), "after": float(r.acceptance_rate)},
+        )
+        for r in both.itertuples(index=False)
+    ]
+
+
+def _adapter_waiting(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    from analytics.adapters import residency
+
+    start, end = _window(at, p)
+    return _frame(residency(ctx.client, start, end), ["replica", "adapter"], "blocked_share")
+
+
 W = Param("1m")
 W5 = Param("5m")
+MIN_DRAFTS = Param("100", "number", help="draft tokens the window must hold (fewer: no value)")
 SIGNALS: dict[str, Signal] = {
     s.name: s
     for s in (
@@ -604,6 +641,29 @@ SIGNALS: dict[str, Signal] = {
             {"window": Param("15m"), "baseline": Param("1h"), "by": Param("model", "choice", ("model", "tenant"))},
             _cost_jump,
             ("model",),
+        ),
+        Signal(
+            "draft_acceptance",
+            "speculative decoding: accepted / proposed draft tokens (0-1), replicas that draft",
+            {"window": W5, "by": BY, "min_draft_tokens": MIN_DRAFTS},
+            _acceptance,
+            ("replica",),
+        ),
+        Signal(
+            "draft_acceptance_drop",
+            "speculative decoding: the acceptance rate of the `baseline` before the window minus the "
+            "window's (0-1); $extra.before and $extra.after",
+            {"window": Param("10m"), "baseline": Param("1h"), "by": BY, "min_draft_tokens": MIN_DRAFTS},
+            _acceptance_drop,
+            ("replica",),
+        ),
+        Signal(
+            "adapter_waiting",
+            "LoRA: share of a replica's scrape intervals in which requests for the adapter waited for an "
+            "adapter slot (every slot running another adapter)",
+            {"window": W5},
+            _adapter_waiting,
+            ("replica", "adapter"),
         ),
         Signal(
             "drift_share",
