@@ -1,7 +1,9 @@
 """Cache & capacity: KV-cache usage per replica over time (heatmap, with the replicas that stalled
 outlined), requests waiting and running, preemptions, prefix-cache hit rate, headroom per model
 pool and the scale-out recommendation with its reasons (single replicas named: stalled or
-saturated ones). Renders what ``analytics`` returns; no SQL here."""
+saturated ones); where replicas serve LoRA adapters, which adapters ran, which waited for an
+adapter slot, and each adapter's traffic and latency. Renders what ``analytics`` returns; no SQL
+here."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from analytics.adapters import adapter_traffic, blocked_over_time, residency
 from analytics.filters import Filters
 from analytics.metrics import gauge_summary
 from analytics.prefix import CLASSES, MAX_SPAN, misses_words, prefix_misses
@@ -220,6 +223,34 @@ if st.toggle(
         per = misses.groupby(by, as_index=False)[list(CLASSES)].sum()
         per["hit_rate"] = per["hit"] / per[list(CLASSES)].sum(axis=1).where(lambda x: x > 0)
         st.dataframe(table(per[[by, "hit_rate", *MISS_NAMES]]), hide_index=True, width="stretch")
+
+lora = cached(residency, client, v.start, v.end, filters=v.filters)
+if len(lora):  # replicas that serve LoRA adapters
+    st.subheader("LoRA adapters")
+    names = sorted(set(lora["adapter"]))
+    blocked = cached(blocked_over_time, client, v.start, v.end, int(step or 60), filters=v.filters)
+    if len(blocked):
+        st.altair_chart(
+            with_annotations(
+                alt.Chart(plain(blocked))
+                .mark_area(opacity=0.8)
+                .encode(
+                    x=time_x(v),
+                    y=alt.Y("blocked:Q", title="adapters waiting for a slot"),
+                    tooltip=[TS_TIP, alt.Tooltip("blocked:Q", format=".1f"), alt.Tooltip("waiting:Q", format=".1f")],
+                ),
+                ctx,
+            ),
+            width="stretch",
+        )
+    traffic = cached(adapter_traffic, client, v.start, v.end, names, filters=v.filters)
+    shown_lora = lora.merge(traffic.rename(columns={"model": "adapter"}), on="adapter", how="left")
+    st.caption(
+        "Running: the share of the replica's active scrape intervals in which the adapter ran; waiting for a slot: "
+        "its requests waited while every adapter slot (max_loras) ran another adapter, which raises their TTFT."
+    )
+    cols = ["replica", "adapter", "resident_share", "blocked_share", "requests", "ttft_p50", "ttft_p99", "itl_p99"]
+    st.dataframe(table(shown_lora[cols]), hide_index=True, width="stretch")
 
 st.subheader("Headroom and scale-out")
 room = got["room"]

@@ -1,6 +1,6 @@
 """Cost: spend by model and replica with its idle share, cost per 1M tokens (and per input /
 cached / output token) over the window and over time (by fleet, model or tenant, each rise marked
-and linked to Investigate), tenant showback (CSV download), and the same tokens at hosted-API
+and linked to Investigate), tenant showback (CSV download), spend per LoRA adapter, and the same tokens at hosted-API
 prices. Renders what ``analytics`` returns; no SQL here."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from analytics.cost import compare_reference, cost_views
+from analytics.cost import compare_reference, cost_by_adapter, cost_views
 from analytics.cost_series import cost_over_time
 from dashboard.cache import call
 from dashboard.context import page_context, plain, shown
@@ -27,6 +27,7 @@ by = st.session_state.get("cost_by", "fleet")
 got = ctx.fetch(
     views=call(cost_views, v.start, v.end, prices, weights=weights, filters=v.filters),
     series=call(cost_over_time, v.start, v.end, prices, by=by, weights=weights, filters=v.filters),
+    adapters=call(cost_by_adapter, v.start, v.end, prices, weights=weights, filters=v.filters),
 )
 try:
     spend, per_model, tenants = got["views"]
@@ -96,6 +97,18 @@ else:
         "`--enable-prompt-tokens-details` (0 without it). Each table weighs its tokens by its own count."
     )
     st.download_button("Download CSV", tenants.to_csv(index=False), file_name="showback.csv", mime="text/csv")
+adapters = got["adapters"]
+if len(adapters):
+    st.subheader("Spend per LoRA adapter")
+    st.caption(
+        "An adapter's requests share its base model's pool with the base model's own requests, by weighted tokens "
+        "(idle time in proportion), as the tenant showback shares it."
+    )
+    st.dataframe(
+        table(adapters[["adapter", "base", "requests", "share", "spend", "cost_per_million_tokens"]]),
+        hide_index=True,
+        width="stretch",
+    )
 if ctx.settings is not None:
     st.subheader("Self-hosted vs API list prices")
     st.dataframe(table(compare_reference(fleet, ctx.settings.cost.references())), hide_index=True, width="stretch")

@@ -1,6 +1,7 @@
 """Latency: TTFT / ITL / TPOT / e2e / queue percentiles over time by model or replica, from the
 engines' histograms and the request log side by side; a heatmap of the engines' histogram;
-SLO attainment and goodput.
+SLO attainment and goodput; where replicas decode speculatively, their draft acceptance (over
+time, per replica and per draft position) and the decode speed-up it buys.
 Renders what ``analytics`` returns; no SQL here."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import streamlit as st
 
 from analytics.latency import LATENCIES, LEVELS, latency_over_time
 from analytics.slo import goodput, slo_attainment
+from analytics.specdecode import acceptance, acceptance_over_time, by_position
 from dashboard.cache import cached
 from dashboard.context import page_context, plain
 from dashboard.format import table
@@ -85,3 +87,56 @@ else:
     )
     good = cached(goodput, client, tuple(targets), v.start, v.end, filters=v.filters)
     st.dataframe(table(good), hide_index=True, width="stretch")
+
+spec = cached(acceptance, client, v.start, v.end, "replica", filters=v.filters)
+if len(spec):  # replicas that decode speculatively
+    st.subheader("Speculative decoding")
+    total = spec[["drafts", "draft_tokens", "accepted"]].sum()
+    cols = st.columns(3)
+    cols[0].metric(
+        "Draft acceptance",
+        f"{total['accepted'] / total['draft_tokens']:.0%}" if total["draft_tokens"] else "–",
+        help="Accepted / proposed draft tokens over the range, every replica that drafts.",
+    )
+    cols[1].metric(
+        "Tokens per decode step",
+        f"{1 + total['accepted'] / total['drafts']:.2f}" if total["drafts"] else "–",
+        help="1 + accepted / drafts: a step's own token and the drafts accepted with it.",
+    )
+    cols[2].metric(
+        "Decode speed-up (at most)",
+        f"{spec['speedup'].max():.2f}×" if spec["speedup"].notna().any() else "–",
+        help="Output tokens / decode steps taken, on the best replica: the steps saved, verification cost left out.",
+    )
+    over = cached(acceptance_over_time, client, v.start, v.end, "replica", filters=v.filters)
+    over = over.dropna(subset=["acceptance_rate"])
+    if len(over):
+        st.altair_chart(
+            with_annotations(
+                alt.Chart(plain(with_gaps(over, over.attrs.get("step"), ["replica"])))
+                .mark_line(**LINE)
+                .encode(
+                    x=time_x(v),
+                    y=alt.Y("acceptance_rate:Q", title="draft acceptance", axis=alt.Axis(format="%")),
+                    color=alt.Color("replica:N"),
+                    tooltip=[
+                        TS_TIP,
+                        "replica:N",
+                        alt.Tooltip("acceptance_rate:Q", format=".0%"),
+                        alt.Tooltip("mean_accepted_length:Q", format=".2f"),
+                    ],
+                ),
+                ctx,
+            ),
+            width="stretch",
+        )
+    positions = cached(by_position, client, v.start, v.end, "replica", filters=v.filters)
+    if len(positions):
+        wide = positions.pivot_table(index="replica", columns="position", values="rate").reset_index()
+        wide.columns = ["replica", *(f"position_{int(c) + 1}_rate" for c in wide.columns[1:])]
+        spec = spec.merge(wide, on="replica", how="left")
+    st.caption(
+        "A drop in acceptance means each decode step emits fewer tokens: inter-token latency and the cost per "
+        "output token rise. Position n: the share of drafts whose n-th token was accepted."
+    )
+    st.dataframe(table(spec), hide_index=True, width="stretch")
