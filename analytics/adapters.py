@@ -14,6 +14,9 @@ Out: - ``states``: ``[ts, replica, max_lora, running, waiting, blocked]``, one r
      - ``adapter_names``: the adapters the engines reported in the window;
      - ``adapter_pools``: each adapter the engines ever reported -> the model pool (base model)
        of the replicas serving it (what its requests are costed against);
+     - ``engine_filters`` / ``request_filters``: a model filter as the engines' series see it
+       (an adapter's name becomes its base model: the engines label everything with the base)
+       and as the request log sees it (a base model brings its adapters' requests along);
      - ``adapter_traffic``: ``[model, requests, prompt_tokens, completion_tokens, ttft_p50,
        ttft_p99, itl_p99, e2e_p99]`` per adapter, from the request log (an adapter is asked for
        by its name, so it is the request's ``model``).
@@ -34,8 +37,9 @@ from datetime import datetime, timedelta
 import pandas as pd
 from typing_extensions import Unpack
 
+from analytics.filters import Filters
 from analytics.frames import query_df
-from analytics.requests import request_quantiles, request_totals
+from analytics.requests import log_source, request_quantiles, request_totals
 from analytics.tiers import param_time
 from analytics.vllm import LORA_INFO
 from analytics.window import Scope, scope_parts
@@ -47,12 +51,32 @@ __all__ = [
     "adapter_pools",
     "adapter_traffic",
     "blocked_over_time",
+    "engine_filters",
+    "request_filters",
     "residency",
     "states",
 ]
 
 LOOKBACK = timedelta(minutes=10)
 STATE_COLUMNS = ["ts", "replica", "max_lora", "running", "waiting", "blocked"]
+
+
+def engine_filters(filters: Filters | None, pools: dict[str, str]) -> Filters | None:
+    """``filters`` for the engines' series: adapter names in its model filter become their base
+    model (the engines' series carry the base model's name)."""
+    if not filters or not filters.model or not any(m in pools for m in filters.model):
+        return filters
+    models = sorted({pools.get(m, m) for m in filters.model})
+    return Filters(model=models, replica=filters.replica, tenant=filters.tenant, route=filters.route)
+
+
+def request_filters(filters: Filters | None, pools: dict[str, str]) -> Filters | None:
+    """``filters`` for the request log: a base model in its model filter brings the requests for
+    its adapters along (they ran on its replicas)."""
+    if not filters or not filters.model:
+        return filters
+    models = sorted(set(filters.model) | {a for a, base in pools.items() if base in filters.model})
+    return Filters(model=models, replica=filters.replica, tenant=filters.tenant, route=filters.route)
 
 
 def _names(value: str) -> tuple[str, ...]:
@@ -62,7 +86,10 @@ def _names(value: str) -> tuple[str, ...]:
 def states(client: Client, start: datetime, end: datetime, **scope: Unpack[Scope]) -> pd.DataFrame:
     """The adapter states each replica's engine was in, scrape by scrape (module docstring)."""
     _tier, _retention, _now, filters = scope_parts(scope)
-    where, params = filters.series("") if filters else ("", {})
+    pools = adapter_pools(client) if filters and filters.model else {}
+    asked = {m for m in (filters.model if filters else ()) if m in pools}  # adapters asked for by name
+    series_filters = engine_filters(filters, pools)
+    where, params = series_filters.series("") if series_filters else ("", {})
     params = dict(
         params, metric=LORA_INFO, a=param_time(start - LOOKBACK), start=param_time(start), end=param_time(end)
     )
@@ -94,6 +121,9 @@ def states(client: Client, start: datetime, end: datetime, **scope: Unpack[Scope
         tuple(a for a in w if a not in r) if len(r) >= m > 0 else ()
         for r, w, m in zip(df["running"], df["waiting"], df["max_lora"], strict=True)
     ]
+    if asked:  # only the adapters asked for (the slots they waited for were taken by any adapter)
+        for column in ("running", "waiting", "blocked"):
+            df[column] = df[column].map(lambda names: tuple(n for n in names if n in asked))
     return df[STATE_COLUMNS].sort_values(["ts", "replica"], ignore_index=True)
 
 
@@ -200,9 +230,15 @@ def adapter_traffic(
     ]
     if not adapters:
         return pd.DataFrame(columns=columns)
-    totals = request_totals(client, start, end, ("model",), source=None, **scope)
+    tier, retention, now, filters = scope_parts(scope)
+    # one request log (the gateway's, else the engines' spans), never their sum; a base model asked for
+    # brings its adapters along
+    filters = request_filters(filters, adapter_pools(client))
+    kw: Scope = {"tier": tier, "retention": retention, "now": now, "filters": filters}
+    source = log_source(client, start, end, filters)
+    totals = request_totals(client, start, end, ("model",), source=source, **kw)
     quantiles = request_quantiles(
-        client, ("ttft", "itl", "e2e"), (0.5, 0.99), start, end, ("model",), source=None, **scope
+        client, ("ttft", "itl", "e2e"), (0.5, 0.99), start, end, ("model",), source=source, **kw
     )
     df = totals.merge(quantiles, on="model", how="left")
     df = df[df["model"].isin(adapters)].rename(

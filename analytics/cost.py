@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 from typing_extensions import Unpack
 
-from analytics.adapters import adapter_pools
+from analytics.adapters import adapter_pools, engine_filters, request_filters
 from analytics.counters import series_latest
 from analytics.filters import Filters
 from analytics.frames import query_df
@@ -244,9 +244,20 @@ def cost_by_tenant(
     if idle not in ("share", "separate"):
         raise ValueError("idle must be 'share' (in proportion to use) or 'separate' (its own row)")
     # shares are taken over every tenant of a pool; tenant and route filters only pick rows after
-    pool_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
-    spend = gpu_spend(client, start, end, prices, filters=pool_filters, tier=tier, retention=retention, now=now)
+    spend = gpu_spend(
+        client, start, end, prices, filters=_spend_filters(client, filters), tier=tier, retention=retention, now=now
+    )
     return _showback(client, spend, start, end, weights or TokenWeights(), idle, scope)
+
+
+def _spend_filters(client: Client, filters: Filters | None) -> Filters | None:
+    """The model and replica filters as the engines see them: an adapter's name is its base model's
+    pool (its spend is what the adapter shares)."""
+    if not filters:
+        return None
+    engine = engine_filters(filters, adapter_pools(client)) if filters.model else filters
+    assert engine is not None
+    return Filters(model=engine.model, replica=engine.replica)
 
 
 def cost_by_adapter(
@@ -264,7 +275,9 @@ def cost_by_adapter(
     pools = adapter_pools(client)
     if not pools:  # no replica serves adapters: nothing to read
         return pd.DataFrame(columns=["adapter", "base", *SHOWBACK_MEASURES])
-    spend = gpu_spend(client, start, end, prices, filters=filters, tier=tier, retention=retention, now=now)
+    spend = gpu_spend(
+        client, start, end, prices, filters=_spend_filters(client, filters), tier=tier, retention=retention, now=now
+    )
     out = _showback(client, spend, start, end, weights or TokenWeights(), "share", scope, by="model", pools=pools)
     out = out[out["model"].isin(list(pools))].rename(columns={"model": "adapter"})
     out.insert(1, "base", out["adapter"].map(pools))
@@ -290,9 +303,11 @@ def _showback(
     pool_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
     pool_spend = spend.groupby("model")[["busy_spend", "idle_spend"]].sum()
     pools = adapter_pools(client) if pools is None else pools
-    if pool_filters and pool_filters.model:  # an adapter's rows belong to its base model's pool
-        extra = [a for a, base in pools.items() if base in pool_filters.model]
-        pool_filters = Filters(model=[*pool_filters.model, *extra], replica=pool_filters.replica)
+    asked: set[str] = set()  # the requested models, after the sharing: a base model with its adapters
+    if pool_filters and pool_filters.model:  # the whole pool's rows share its spend
+        asked = set(request_filters(pool_filters, pools).model)  # type: ignore[union-attr]
+        base = engine_filters(pool_filters, pools)
+        pool_filters = request_filters(base, pools)
     tokens = request_totals(
         client,
         start,
@@ -316,6 +331,9 @@ def _showback(
     tokens["direct"] = pool_share * tokens["pool"].map(pool_spend["busy_spend"]).fillna(0.0)
     pool_idle = pool_share * tokens["pool"].map(pool_spend["idle_spend"]).fillna(0.0)
     tokens["idle"] = pool_idle if idle == "share" else 0.0
+    picked = bool(asked) and not asked >= set(tokens["model"])  # an adapter asked for by name: its rows
+    if picked:
+        tokens = tokens[tokens["model"].isin(asked)]
     if filters and (filters.tenant or filters.route):
         keep = pd.Series(True, index=tokens.index)
         if filters.tenant:
@@ -326,7 +344,7 @@ def _showback(
     measures = ["requests", "prompt_tokens", "completion_tokens", "cached_tokens", "weighted_tokens", "direct", "idle"]
     out = tokens.groupby(by, as_index=False)[measures].sum()
     added: list[dict[str, object]] = []
-    if not (filters and (filters.tenant or filters.route)):
+    if not (filters and (filters.tenant or filters.route)) and not picked:
         used = set(tokens.loc[tokens["weighted_tokens"] > 0, "pool"])
         unused = pool_spend[~pool_spend.index.isin(used)]  # spend no request-log row accounts for
         if len(unused) and float(unused.sum().sum()) > 0:
@@ -388,8 +406,9 @@ def cost_views(
     spend depends on the model and replica filters alone, so the showback's pools are the same."""
     tier, retention, now, filters = scope_parts(scope)
     weights = weights or TokenWeights()
-    pool_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
-    spend = gpu_spend(client, start, end, prices, filters=pool_filters, tier=tier, retention=retention, now=now)
+    spend = gpu_spend(
+        client, start, end, prices, filters=_spend_filters(client, filters), tier=tier, retention=retention, now=now
+    )
     per_model = _per_token(spend, _engine_tokens(client, start, end, "model", scope), "model", weights)
     return CostViews(spend, per_model, _showback(client, spend, start, end, weights, "share", scope))
 

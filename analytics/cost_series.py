@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 from typing_extensions import Unpack
 
+from analytics.adapters import adapter_pools, engine_filters, request_filters
 from analytics.changepoints import regression
 from analytics.cost import FLEET, TokenWeights
 from analytics.counters import series_latest
@@ -211,7 +212,11 @@ def cost_over_time(
         raise ValueError(f"by must be one of {', '.join(BY)}, not {by!r}")
     tier, retention, now, filters = scope_parts(scope)
     weights = weights or TokenWeights()
-    spend = spend_over_time(client, start, end, prices, step=step, **scope)
+    pools = adapter_pools(client)  # a LoRA adapter's requests share its base model's pool
+    spend_filters = engine_filters(filters, pools)
+    spend = spend_over_time(
+        client, start, end, prices, step=step, tier=tier, retention=retention, now=now, filters=spend_filters
+    )
     s = int(spend.attrs["step"])
     a, b = align(start, end, timedelta(seconds=s))
     if by in ("fleet", "model", "replica"):
@@ -226,7 +231,11 @@ def cost_over_time(
         return out
     # tenants and routes: each pool's spend per step shared by the request log's weighted tokens
     source = log_source(client, a, b, filters)
-    pool_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
+    pool_filters = (
+        request_filters(Filters(model=spend_filters.model, replica=spend_filters.replica), pools)
+        if spend_filters
+        else None
+    )
     rows = request_totals(
         client,
         a,
@@ -240,19 +249,22 @@ def cost_over_time(
         filters=pool_filters,
     )
     rows["ts"] = pd.to_datetime(rows["ts"], utc=True) if len(rows) else rows.get("ts")
+    rows["pool"] = [pools.get(m, m) for m in rows["model"]]  # an adapter's requests: its base model's pool
     computed = rows["prompt_tokens"] - rows["cached_tokens"]
     rows["weighted"] = (
         computed * weights.input + rows["cached_tokens"] * weights.cached + rows["completion_tokens"] * weights.output
     )
-    pools = spend.groupby(["ts", "model"])[["spend", "idle_spend", "busy_spend"]].sum()
-    pool_weight = rows.groupby(["ts", "model"])["weighted"].transform("sum")
+    money = spend.groupby(["ts", "model"])[["spend", "idle_spend", "busy_spend"]].sum()
+    pool_weight = rows.groupby(["ts", "pool"])["weighted"].transform("sum")
     share = (rows["weighted"] / pool_weight).where(pool_weight > 0, 0.0)
-    keys = pd.MultiIndex.from_frame(rows[["ts", "model"]]) if len(rows) else pd.MultiIndex.from_arrays([[], []])
+    keys = pd.MultiIndex.from_frame(rows[["ts", "pool"]]) if len(rows) else pd.MultiIndex.from_arrays([[], []])
     for column in ("spend", "idle_spend", "busy_spend"):
-        pool_value = pools[column].reindex(keys).to_numpy(float) if len(rows) else np.array([])
+        pool_value = money[column].reindex(keys).to_numpy(float) if len(rows) else np.array([])
         rows[column] = share.to_numpy(float) * np.nan_to_num(pool_value)
-    used = set(zip(rows.loc[rows["weighted"] > 0, "ts"], rows.loc[rows["weighted"] > 0, "model"], strict=True))
-    unused = pools[[key not in used for key in pools.index]]
+    used = set(zip(rows.loc[rows["weighted"] > 0, "ts"], rows.loc[rows["weighted"] > 0, "pool"], strict=True))
+    unused = money[[key not in used for key in money.index]]
+    if filters and filters.model:  # the models asked for (a base model with its adapters), after the sharing
+        rows = rows[rows["model"].isin(request_filters(filters, pools).model)]  # type: ignore[union-attr]
     if filters and (filters.tenant if by == "tenant" else filters.route):
         rows = rows[rows[by].isin(filters.tenant if by == "tenant" else filters.route)]
     df = rows.groupby(["ts", by], as_index=False)[COLUMNS].sum()

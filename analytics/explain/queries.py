@@ -13,7 +13,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from analytics.adapters import blocked_over_time
+from analytics.adapters import adapter_pools, blocked_over_time, engine_filters
 from analytics.explain.scoring import split_at
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
@@ -82,6 +82,8 @@ def step_grid(start: datetime, end: datetime, step: int) -> pd.DatetimeIndex:
 
 
 def capacity(client: Client, start: datetime, end: datetime, step: int, filters: Filters | None) -> pd.DataFrame:
+    if filters and filters.model:  # the engines label an adapter's work with its base model
+        filters = engine_filters(filters, adapter_pools(client))
     grid = pd.DataFrame(index=step_grid(start, end, step))
     # one query for the gauges over the fleet, one for the counters
     gauges = gauges_over_time(client, [KV, RUNNING, WAITING], start, end, "fleet", step=step, filters=filters)

@@ -246,8 +246,10 @@ if len(lora):  # replicas that serve LoRA adapters
     traffic = cached(adapter_traffic, client, v.start, v.end, names, filters=v.filters)
     shown_lora = lora.merge(traffic.rename(columns={"model": "adapter"}), on="adapter", how="left")
     st.caption(
-        "Running: the share of the replica's active scrape intervals in which the adapter ran; waiting for a slot: "
-        "its requests waited while every adapter slot (max_loras) ran another adapter, which raises their TTFT."
+        "Of the scrape intervals in which the replica's engine stepped: the share in which the adapter ran at some "
+        "point, and the share in which its requests waited for a slot at some point (every adapter slot, max_loras, "
+        "ran another adapter), which raises their TTFT; adapters taking turns in one slot can each run in most "
+        "intervals. Requests and latency are the adapter's over the fleet."
     )
     cols = ["replica", "adapter", "resident_share", "blocked_share", "requests", "ttft_p50", "ttft_p99", "itl_p99"]
     st.dataframe(table(shown_lora[cols]), hide_index=True, width="stretch")

@@ -102,7 +102,7 @@ if len(adapters):
     st.subheader("Spend per LoRA adapter")
     st.caption(
         "An adapter's requests share its base model's pool with the base model's own requests, by weighted tokens "
-        "(idle time in proportion), as the tenant showback shares it."
+        "(idle time in proportion), as the tenant showback shares it; Share is of the whole fleet's spend."
     )
     st.dataframe(
         table(adapters[["adapter", "base", "requests", "share", "spend", "cost_per_million_tokens"]]),

@@ -103,10 +103,12 @@ if len(spec):  # replicas that decode speculatively
         f"{1 + total['accepted'] / total['drafts']:.2f}" if total["drafts"] else "–",
         help="1 + accepted / drafts: a step's own token and the drafts accepted with it.",
     )
+    output = spec["generation_tokens"].sum()
     cols[2].metric(
         "Decode speed-up (at most)",
-        f"{spec['speedup'].max():.2f}×" if spec["speedup"].notna().any() else "–",
-        help="Output tokens / decode steps taken, on the best replica: the steps saved, verification cost left out.",
+        f"{output / (output - total['accepted']):.2f}×" if output > total["accepted"] else "–",
+        help="Output tokens / decode steps taken, over the replicas that draft: the steps saved, verification cost "
+        "left out.",
     )
     over = cached(acceptance_over_time, client, v.start, v.end, "replica", filters=v.filters)
     over = over.dropna(subset=["acceptance_rate"])

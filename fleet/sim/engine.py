@@ -235,6 +235,7 @@ class SimEngine:
         self.usable_blocks = config.num_blocks - NULL_BLOCKS
         self.free_blocks = self.usable_blocks
         self.stalled = False  # test hook: a wedged engine (see the module docstring)
+        self.wall_offset = 0.0  # added to step times where a wall-clock time is reported (a real-time driver's)
         self.cached: OrderedDict[str, None] = OrderedDict()  # free blocks that still hold a prefix (LRU)
         self.in_use: dict[str, int] = {}  # prefix hash -> running requests holding that block
         self.resident: OrderedDict[str, None] = OrderedDict()  # adapters loaded in slots (LRU)
@@ -404,6 +405,11 @@ class SimEngine:
             if request in self.running and request.blocks * cfg.block_size >= tokens:
                 decoding.append(request)
         budget = cfg.max_num_batched_tokens - len(decoding)
+        # drafts are verified beside the running requests' decodes, before any prefill (vLLM schedules
+        # the running requests' spec tokens first), k tokens each, as far as the budget goes
+        drafted = min(len(decoding), max(budget, 0) // cfg.spec_tokens) if cfg.spec_tokens else 0
+        verified = drafted * cfg.spec_tokens
+        budget -= verified
         prefill_tokens = 0
         prefilling: list[SimRequest] = []
         for request in self.running:  # continue chunked prefills
@@ -436,9 +442,6 @@ class SimEngine:
             prefill_tokens += chunk
             prefilling.append(request)
         self.waiting.extendleft(reversed(skipped))
-        verified = 0
-        if cfg.spec_tokens:  # drafts verified beside each decode, as far as the budget goes
-            verified = min(cfg.spec_tokens * len(decoding), max(budget, 0))
         duration = (
             cfg.step_overhead_s
             + (prefill_tokens + verified) * cfg.prefill_token_s
@@ -446,7 +449,6 @@ class SimEngine:
             + loads * cfg.lora_load_s
         ) / cfg.speed
         end = now + duration
-        self.stats.observe("iteration_tokens", prefill_tokens + len(decoding))
         produced: list[SimRequest] = []
         finished: list[SimRequest] = []
         for request in prefilling:
@@ -457,13 +459,15 @@ class SimEngine:
                 self._register_prefix(request)
                 produced.append(request)
         produced.extend(decoding)
-        drafting = set(map(id, decoding[: verified // cfg.spec_tokens])) if cfg.spec_tokens else set()
+        drafting = set(map(id, decoding[:drafted]))
+        generated = 0
         for request in produced:
             tokens = 1
             if id(request) in drafting:
                 tokens += self._verify(request)
             tokens = min(tokens, request.max_tokens - request.generated)
             request.step_tokens = tokens
+            generated += tokens
             request.generated += tokens
             self.stats.generation_tokens += tokens
             if request.first_token_at is None:
@@ -473,6 +477,7 @@ class SimEngine:
             request.last_token_at = end
             if request.generated >= request.max_tokens:
                 finished.append(request)
+        self.stats.observe("iteration_tokens", prefill_tokens + generated - sum(1 for r in prefilling if r.prefilled))
         if cfg.max_loras:
             self._record_adapters(end)
         for request in finished:
@@ -509,7 +514,7 @@ class SimEngine:
     def _record_adapters(self, end: float) -> None:
         running = sorted({r.lora for r in self.running if r.lora})
         waiting = sorted({r.lora for r in self.waiting if r.lora})
-        self.stats.lora_states[(",".join(running), ",".join(waiting))] = end
+        self.stats.lora_states[(",".join(running), ",".join(waiting))] = end + self.wall_offset
 
     def _finish(self, request: SimRequest, end: float, reason: str) -> None:
         self.running.remove(request)

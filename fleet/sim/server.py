@@ -63,6 +63,8 @@ class SimReplica:
             queue.put_nowait(RuntimeError("engine restarted"))
         self.waiters = {}
         self.engine = SimEngine(self.config)
+        # the step loop runs on the event loop's monotonic clock; vLLM reports adapter states in epoch time
+        self.engine.wall_offset = time.time() - time.monotonic()
         self.exposition = Exposition(self.engine, self.model, started=time.time())
 
     def resource(self) -> dict[str, str]:

@@ -23,8 +23,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analytics.adapters import adapter_pools, residency
+from analytics.adapters import adapter_pools, adapter_traffic, residency
 from analytics.cost import cost_by_adapter, cost_by_tenant
+from analytics.cost_series import cost_over_time
+from analytics.filters import Filters
 from collector.convert import Batch, SeriesConverter
 from collector.exposition import parse
 from collector.scrape import ScrapeResult
@@ -114,3 +116,32 @@ def test_residency_reads_the_adapters_from_the_engine_states(fleet) -> None:
     assert list(found.index) == ["ad-a", "ad-b"]
     assert (found["resident_share"] == 1.0).all()
     assert (found["blocked_share"] == 0.0).all()
+
+
+def test_a_filter_on_an_adapter_reads_its_base_pool_and_keeps_the_adapter(fleet) -> None:
+    # the engines label everything with the base model: the adapter's spend is its share of that pool
+    only_a = Filters(model="ad-a")
+    out = cost_by_adapter(fleet, *WINDOW, PRICES, filters=only_a)
+    assert list(out["adapter"]) == ["ad-a"] and round(out["spend"].iloc[0], 2) == 1.29
+    tenants = cost_by_tenant(fleet, *WINDOW, PRICES, filters=only_a).set_index("tenant")
+    assert list(tenants.index) == ["acme"] and round(tenants.loc["acme", "spend"], 2) == 1.29
+    assert list(residency(fleet, *WINDOW, filters=only_a)["adapter"]) == ["ad-a"]
+    # the base model brings its adapters' requests along
+    traffic = adapter_traffic(fleet, *WINDOW, ["ad-a", "ad-b"], filters=Filters(model="base")).set_index("model")
+    assert list(traffic.index) == ["ad-a", "ad-b"] and list(traffic["requests"]) == [10, 10]
+
+
+def test_cost_over_time_shares_each_minutes_pool_with_the_adapters_requests(fleet) -> None:
+    # a minute of the pool costs $3.00 / 60 = $0.05. ad-a has a request in the odd minutes 1..19: in
+    # minutes 1..9 beside base (1,000) and ad-b (2 x 650) weighted tokens, 2,000 / 4,300 of it; in
+    # 11..19 beside base alone, 2,000 / 3,000: 5 x 0.05 x (2000/4300 + 2000/3000) = $0.2829
+    series = cost_over_time(fleet, *WINDOW, PRICES, by="tenant", step=60, filters=Filters(model="ad-a"))
+    assert set(series["tenant"]) == {"acme"}
+    assert round(series["spend"].sum(), 4) == 0.2829
+
+
+def test_adapter_traffic_reads_one_request_log_not_both(fleet) -> None:
+    spans = fleet.query_df("SELECT * FROM requests WHERE model = 'ad-a'")
+    fleet.insert_df("requests", spans.assign(source="otlp", request_id=spans["request_id"] + "-span"))
+    traffic = adapter_traffic(fleet, *WINDOW, ["ad-a"]).set_index("model")
+    assert traffic.loc["ad-a", "requests"] == 10  # the gateway's log, not the gateway's and the spans' sum
