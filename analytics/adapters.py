@@ -93,28 +93,31 @@ def states(client: Client, start: datetime, end: datetime, **scope: Unpack[Scope
     params = dict(
         params, metric=LORA_INFO, a=param_time(start - LOOKBACK), start=param_time(start), end=param_time(end)
     )
+    # the states that grew since the scrape before, found in the store (a series first seen after its
+    # replica's first scrape in the read is new); only those rows come back
     sql = f"""
-        SELECT v.ts AS ts, v.fingerprint AS fingerprint, v.value AS value, s.replica AS replica,
-               s.labels['running_lora_adapters'] AS running, s.labels['waiting_lora_adapters'] AS waiting,
-               toUInt32OrZero(s.labels['max_lora']) AS max_lora
-        FROM samples AS v
-        INNER JOIN (
-            SELECT fingerprint, argMax(replica, last_seen) AS replica, argMax(model, last_seen) AS model,
-                   argMax(labels, last_seen) AS labels
-            FROM series WHERE metric = {{metric:String}} GROUP BY fingerprint
-        ) AS s ON s.fingerprint = v.fingerprint
-        WHERE v.metric = {{metric:String}} AND v.ts >= {{a:DateTime64(3)}} AND v.ts < {{end:DateTime64(3)}}
-              {"AND " + where if where else ""}
-        ORDER BY v.fingerprint, v.ts"""
+        SELECT ts, replica, running, waiting, max_lora FROM (
+            SELECT v.ts AS ts, v.value AS value, s.replica AS replica,
+                   s.labels['running_lora_adapters'] AS running, s.labels['waiting_lora_adapters'] AS waiting,
+                   toUInt32OrZero(s.labels['max_lora']) AS max_lora,
+                   lagInFrame(toNullable(v.value), 1, NULL) OVER (
+                       PARTITION BY v.fingerprint ORDER BY v.ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS prev,
+                   min(v.ts) OVER (PARTITION BY s.replica) AS first_scrape
+            FROM samples AS v
+            INNER JOIN (
+                SELECT fingerprint, argMax(replica, last_seen) AS replica, argMax(model, last_seen) AS model,
+                       argMax(labels, last_seen) AS labels
+                FROM series WHERE metric = {{metric:String}} GROUP BY fingerprint
+            ) AS s ON s.fingerprint = v.fingerprint
+            WHERE v.metric = {{metric:String}} AND v.ts >= {{a:DateTime64(3)}} AND v.ts < {{end:DateTime64(3)}}
+                  {"AND " + where if where else ""}
+        )
+        WHERE ts >= {{start:DateTime64(3)}} AND (value > prev OR (prev IS NULL AND ts > first_scrape))
+        ORDER BY ts, replica"""
     df = query_df(client, sql, parameters=params)
     if df.empty:
         return pd.DataFrame(columns=STATE_COLUMNS)
     df["ts"] = pd.to_datetime(df["ts"], utc=True)
-    prev = df.groupby("fingerprint")["value"].shift()
-    first_scrape = df.groupby("replica")["ts"].transform("min")
-    # grew since the scrape before; a series first seen after its replica's first scrape is new
-    seen = (df["value"] > prev) | (prev.isna() & (df["ts"] > first_scrape))
-    df = df[seen & (df["ts"] >= pd.Timestamp(start))].copy()
     df["running"] = df["running"].map(_names)
     df["waiting"] = df["waiting"].map(_names)
     df["blocked"] = [
