@@ -86,6 +86,10 @@ def _names(value: str) -> tuple[str, ...]:
 def states(client: Client, start: datetime, end: datetime, **scope: Unpack[Scope]) -> pd.DataFrame:
     """The adapter states each replica's engine was in, scrape by scrape (module docstring)."""
     _tier, _retention, _now, filters = scope_parts(scope)
+    if not client.query(
+        "SELECT 1 FROM series WHERE metric = {m:String} LIMIT 1", parameters={"m": LORA_INFO}
+    ).result_rows:
+        return pd.DataFrame(columns=STATE_COLUMNS)  # no replica ever served an adapter
     pools = adapter_pools(client) if filters and filters.model else {}
     asked = {m for m in (filters.model if filters else ()) if m in pools}  # adapters asked for by name
     series_filters = engine_filters(filters, pools)

@@ -39,7 +39,7 @@ from analytics.vllm import GENERATION_TOKENS, SPEC_ACCEPTED, SPEC_ACCEPTED_PER_P
 from analytics.window import Scope
 from storage.clickhouse import Client
 
-__all__ = ["COUNTERS", "acceptance", "acceptance_over_time", "by_position", "rates"]
+__all__ = ["COUNTERS", "acceptance", "acceptance_over_time", "by_position", "present", "rates"]
 
 COUNTERS = {SPEC_DRAFTS: "drafts", SPEC_DRAFT_TOKENS: "draft_tokens", SPEC_ACCEPTED: "accepted"}
 COLUMNS = [
@@ -53,6 +53,12 @@ COLUMNS = [
     "draft_efficiency",
     "speedup",
 ]
+
+
+def present(client: Client, metric: str) -> bool:
+    """Whether any series of ``metric`` was ever stored (a cheap read of the series table)."""
+    rows = client.query("SELECT 1 FROM series WHERE metric = {m:String} LIMIT 1", parameters={"m": metric})
+    return bool(rows.result_rows)
 
 
 def rates(df: pd.DataFrame) -> pd.DataFrame:
@@ -90,6 +96,8 @@ def acceptance(
     replica decodes speculatively."""
     if by not in ("replica", "model", "fleet"):
         raise ValueError(f"by must be replica, model or fleet, not {by!r}")
+    if not present(client, SPEC_DRAFTS):  # no replica ever drafted: one look at the series, not the samples
+        return pd.DataFrame(columns=[by, *COLUMNS])
     df = counter_increases(client, [*COUNTERS, GENERATION_TOKENS], start, end, "replica", **scope)
     wide = df.pivot_table(index="replica", columns="metric", values="increase", aggfunc="sum")
     if SPEC_DRAFTS not in wide.columns:
@@ -109,6 +117,8 @@ def by_position(
     client: Client, start: datetime, end: datetime, by: str = "replica", **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """The acceptance of each draft position per ``by``: accepted at the position / drafts."""
+    if not present(client, SPEC_DRAFTS):
+        return pd.DataFrame(columns=[by, "position", "accepted", "drafts", "rate"])
     df = counter_increases(client, [SPEC_ACCEPTED_PER_POS, SPEC_DRAFTS], start, end, "fingerprint", **scope)
     if df.empty:
         return pd.DataFrame(columns=[by, "position", "accepted", "drafts", "rate"])

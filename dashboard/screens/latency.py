@@ -89,7 +89,8 @@ else:
     st.dataframe(table(good), hide_index=True, width="stretch")
 
 spec = cached(acceptance, client, v.start, v.end, "replica", filters=v.filters)
-if len(spec):  # replicas that decode speculatively
+spec = spec[spec["drafts"] > 0]  # replicas that decoded speculatively in the range
+if len(spec):
     st.subheader("Speculative decoding")
     total = spec[["drafts", "draft_tokens", "accepted"]].sum()
     cols = st.columns(3)
