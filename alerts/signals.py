@@ -496,6 +496,13 @@ def _acceptance_drop(ctx: Context, p: dict[str, Any], at: datetime) -> list[Samp
     ]
 
 
+def _deferred(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
+    from analytics.adapters import deferred
+
+    start, end = _window(at, p)
+    return _frame(deferred(ctx.client, start, end), ["replica"], "deferred_avg")
+
+
 def _adapter_waiting(ctx: Context, p: dict[str, Any], at: datetime) -> list[Sample]:
     from analytics.adapters import residency
 
@@ -655,6 +662,13 @@ SIGNALS: dict[str, Signal] = {
             "window's (0-1); $extra.before and $extra.after",
             {"window": Param("10m"), "baseline": Param("1h"), "by": BY, "min_draft_tokens": MIN_DRAFTS},
             _acceptance_drop,
+            ("replica",),
+        ),
+        Signal(
+            "requests_deferred",
+            "LoRA: mean requests a replica held back for an adapter slot (vLLM's waiting reason 'deferred')",
+            {"window": W5},
+            _deferred,
             ("replica",),
         ),
         Signal(

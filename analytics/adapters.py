@@ -11,6 +11,12 @@ Out: - ``states``: ``[ts, replica, max_lora, running, waiting, blocked]``, one r
      - ``blocked_over_time``: ``[ts, blocked, waiting]`` per step over the fleet: adapters waiting
        for a slot (and waiting at all), the mean over the step's scrapes, summed over replicas
        (``.attrs``: ``blocked_adapters``, each blocked adapter's scrape intervals, and ``max_lora``);
+     - ``deferred_over_time`` / ``deferred``: requests the engines hold back for want of an adapter
+       slot (vLLM's ``vllm:num_requests_waiting_by_reason{reason="deferred"}``: the LoRA budget,
+       or a KV transfer), per step summed over the fleet / per replica over the window; on vLLM
+       0.32 this is what shows slot contention: a waiting request reaches ``lora_requests_info``
+       only once it is scheduled (its queued and scheduled events come together), so there an
+       adapter is hardly ever listed as waiting behind another one;
      - ``adapter_names``: the adapters the engines reported in the window;
      - ``adapter_pools``: each adapter the engines ever reported -> the model pool (base model)
        of the replicas serving it (what its requests are costed against);
@@ -51,6 +57,8 @@ __all__ = [
     "adapter_pools",
     "adapter_traffic",
     "blocked_over_time",
+    "deferred",
+    "deferred_over_time",
     "engine_filters",
     "request_filters",
     "residency",
@@ -58,6 +66,7 @@ __all__ = [
 ]
 
 LOOKBACK = timedelta(minutes=10)
+WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
 STATE_COLUMNS = ["ts", "replica", "max_lora", "running", "waiting", "blocked"]
 
 
@@ -198,6 +207,50 @@ def _interval(st: pd.DataFrame) -> float:
     gaps = st.groupby("replica")["ts"].diff().dt.total_seconds()
     gaps = gaps[gaps > 0]
     return float(gaps.mode().iloc[0]) if len(gaps) else 5.0
+
+
+DEFERRED = (
+    "SELECT v.ts AS ts, s.replica AS replica, v.value AS value FROM samples AS v "
+    "INNER JOIN (SELECT fingerprint, argMax(replica, last_seen) AS replica, argMax(model, last_seen) AS model, "
+    "argMax(labels, last_seen) AS labels FROM series WHERE metric = {{metric:String}} GROUP BY fingerprint) AS s "
+    "ON s.fingerprint = v.fingerprint WHERE v.metric = {{metric:String}} AND s.labels['reason'] = 'deferred' "
+    "AND v.ts >= {{start:DateTime64(3)}} AND v.ts < {{end:DateTime64(3)}} {where}"
+)
+
+
+def _deferred_rows(client: Client, start: datetime, end: datetime, scope: Scope) -> pd.DataFrame:
+    _tier, _retention, _now, filters = scope_parts(scope)
+    if filters and filters.model:
+        filters = engine_filters(filters, adapter_pools(client))
+    where, params = filters.series("s.") if filters else ("", {})
+    params = dict(params, metric=WAITING_BY_REASON, start=param_time(start), end=param_time(end))
+    df = query_df(client, DEFERRED.format(where="AND " + where if where else ""), parameters=params)
+    df["ts"] = pd.to_datetime(df["ts"], utc=True)
+    return df
+
+
+def deferred_over_time(
+    client: Client, start: datetime, end: datetime, step: int, **scope: Unpack[Scope]
+) -> pd.DataFrame:
+    """``[ts, deferred]``: requests held back for an adapter slot per step, each replica's mean over
+    the step summed over the fleet (raw samples)."""
+    df = _deferred_rows(client, start, end, scope)
+    if df.empty:
+        return pd.DataFrame(columns=["ts", "deferred"])
+    df["step"] = df["ts"].dt.floor(f"{int(step)}s")
+    per = df.groupby(["step", "replica"])["value"].mean().groupby("step").sum()
+    return per.rename("deferred").reset_index().rename(columns={"step": "ts"})
+
+
+def deferred(client: Client, start: datetime, end: datetime, **scope: Unpack[Scope]) -> pd.DataFrame:
+    """``[replica, deferred_avg, deferred_max]``: requests held back for an adapter slot per replica."""
+    df = _deferred_rows(client, start, end, scope)
+    if df.empty:
+        return pd.DataFrame(columns=["replica", "deferred_avg", "deferred_max"])
+    out: pd.DataFrame = df.groupby("replica", as_index=False).agg(
+        deferred_avg=("value", "mean"), deferred_max=("value", "max")
+    )
+    return out
 
 
 def adapter_names(client: Client, start: datetime, end: datetime, **scope: Unpack[Scope]) -> list[str]:

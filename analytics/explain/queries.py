@@ -13,7 +13,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from analytics.adapters import adapter_pools, blocked_over_time, engine_filters
+from analytics.adapters import adapter_pools, blocked_over_time, deferred_over_time, engine_filters
 from analytics.explain.scoring import split_at
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
@@ -111,6 +111,12 @@ def capacity(client: Client, start: datetime, end: datetime, step: int, filters:
     if len(blocked):
         grid = grid.join(blocked.set_index("ts")[["blocked"]].rename(columns={"blocked": "adapters_blocked"}))
         grid["adapters_blocked"] = grid["adapters_blocked"].fillna(0.0)
+    # requests the engines hold back for an adapter slot (vLLM's waiting reason "deferred"): what real
+    # engines report of slot contention
+    held = deferred_over_time(client, start, end, step, filters=filters)
+    if len(held) and float(held["deferred"].max()) > 0:
+        grid = grid.join(held.set_index("ts")[["deferred"]].rename(columns={"deferred": "adapters_deferred"}))
+        grid["adapters_deferred"] = grid["adapters_deferred"].fillna(0.0)
 
     # replicas that held requests and generated no token in the step (a wedged engine still scrapes as up)
     wedged = stalled_steps(client, start, end, step=step, filters=filters)

@@ -168,7 +168,11 @@ def capacity_evidence(
         return float(condition.mean()) if len(frame) else 0.0
 
     # requests waiting for a LoRA adapter slot wait for the adapter, not for KV blocks or compute
-    adapter_wait = (cap["adapters_blocked"] > 0) if "adapters_blocked" in cap else pd.Series(False, index=cap.index)
+    adapter_wait = pd.Series(False, index=cap.index)
+    if "adapters_blocked" in cap:  # an adapter listed waiting while every slot ran another (the simulator's)
+        adapter_wait |= cap["adapters_blocked"] > 0
+    if "adapters_deferred" in cap:  # requests held back for a slot (vLLM's waiting reason "deferred")
+        adapter_wait |= cap["adapters_deferred"] > 0.5
     if "kv_peak" in cap:
         # full, or so full that the next request's blocks do not fit: requests wait at half use
         on = (cap["kv_peak"] >= SATURATED) | ((cap["waiting"] > 0.5) & (cap["kv_peak"] >= PRESSURE) & ~adapter_wait)
@@ -255,9 +259,9 @@ def capacity_evidence(
                 )
             )
     rows.extend(_draft_rows(cap, before, after, break_at, step))
-    if "adapters_blocked" in cap and bool(adapter_wait.any()):
+    if bool(adapter_wait.any()):
         f_b, f_a = frac(before, adapter_wait[before.index]), frac(after, adapter_wait[after.index])
-        moved = moved_at(cap["adapters_blocked"], break_at, step)
+        moved = moved_at(adapter_wait.astype(float), break_at, step)
         lead, factor = timing(moved, break_at, step)
         waited = sorted((cap.attrs.get("blocked_adapters") or {}).items(), key=lambda item: -item[1])
         slots = "/".join(str(m) for m in cap.attrs.get("max_lora") or []) or "?"
@@ -270,10 +274,15 @@ def capacity_evidence(
                 max(f_a - f_b, 0.0) * factor,
                 moved,
                 lead,
-                f"requests waited for a LoRA adapter slot (max_loras {slots}) in {f_b:.0%} -> {f_a:.0%} of steps, "
-                f"{before['adapters_blocked'].mean():.1f} -> {after['adapters_blocked'].mean():.1f} adapters waiting; "
-                f"most: {', '.join(name for name, _n in waited[:4]) or 'none named'}: more adapters wanted at once "
-                "than slots, so their requests wait and are swapped in turn",
+                f"requests waited for a LoRA adapter slot (max_loras {slots}) in {f_b:.0%} -> {f_a:.0%} of steps"
+                + (
+                    f", {before['adapters_deferred'].mean():.1f} -> {after['adapters_deferred'].mean():.1f} requests "
+                    "deferred"
+                    if "adapters_deferred" in cap
+                    else ""
+                )
+                + (f"; adapters waiting most: {', '.join(name for name, _n in waited[:4])}" if waited else "")
+                + ": more adapters wanted at once than slots, so their requests wait and are swapped in turn",
                 step,
             )
         )

@@ -11,7 +11,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from analytics.adapters import adapter_traffic, blocked_over_time, residency
+from analytics.adapters import adapter_traffic, blocked_over_time, deferred_over_time, residency
 from analytics.filters import Filters
 from analytics.metrics import gauge_summary
 from analytics.prefix import CLASSES, MAX_SPAN, misses_words, prefix_misses
@@ -228,16 +228,27 @@ lora = cached(residency, client, v.start, v.end, filters=v.filters)
 if len(lora):  # replicas that serve LoRA adapters
     st.subheader("LoRA adapters")
     names = sorted(set(lora["adapter"]))
+    # requests held back for a slot (vLLM's waiting reason "deferred") and the adapters listed waiting
+    # behind another (what the simulator reports; vLLM 0.32 lists an adapter once its request is scheduled)
+    held = cached(deferred_over_time, client, v.start, v.end, int(step or 60), filters=v.filters)
     blocked = cached(blocked_over_time, client, v.start, v.end, int(step or 60), filters=v.filters)
-    if len(blocked):
+    waits = pd.concat(
+        [
+            held.rename(columns={"deferred": "value"}).assign(what="requests deferred")[["ts", "what", "value"]],
+            blocked.rename(columns={"blocked": "value"}).assign(what="adapters waiting")[["ts", "what", "value"]],
+        ],
+        ignore_index=True,
+    )
+    if len(waits) and float(waits["value"].max()) > 0:
         st.altair_chart(
             with_annotations(
-                alt.Chart(plain(blocked))
-                .mark_area(opacity=0.8)
+                alt.Chart(plain(waits))
+                .mark_line(**LINE)
                 .encode(
                     x=time_x(v),
-                    y=alt.Y("blocked:Q", title="adapters waiting for a slot"),
-                    tooltip=[TS_TIP, alt.Tooltip("blocked:Q", format=".1f"), alt.Tooltip("waiting:Q", format=".1f")],
+                    y=alt.Y("value:Q", title="waiting for an adapter slot (avg per step)"),
+                    color=alt.Color("what:N", title=""),
+                    tooltip=[TS_TIP, "what:N", alt.Tooltip("value:Q", format=".1f")],
                 ),
                 ctx,
             ),

@@ -28,7 +28,8 @@ What is modelled, as in vLLM's V1 scheduler:
 - LoRA adapters (``max_loras`` > 0): a request for an adapter runs only while its adapter holds
   one of the ``max_loras`` slots of the running batch; a waiting request whose adapter is not
   among the running ones while every slot is taken is skipped (vLLM's scheduler does the same)
-  and waits; an adapter not resident in a slot is loaded first (``lora_load_s`` of the step);
+  and waits (counted as vLLM's waiting reason "deferred"); an adapter not resident in a slot is
+  loaded first (``lora_load_s`` of the step);
   each step's (running adapters, waiting adapters) is recorded with its time, as vLLM's
   ``vllm:lora_requests_info`` gauge records it;
 - step time = ``step_overhead_s + (prefill_tokens + verified draft tokens) * prefill_token_s +
@@ -235,6 +236,7 @@ class SimEngine:
         self.usable_blocks = config.num_blocks - NULL_BLOCKS
         self.free_blocks = self.usable_blocks
         self.stalled = False  # test hook: a wedged engine (see the module docstring)
+        self.deferred = 0  # waiting requests the last step skipped for want of an adapter slot
         self.wall_offset = 0.0  # added to step times where a wall-clock time is reported (a real-time driver's)
         self.cached: OrderedDict[str, None] = OrderedDict()  # free blocks that still hold a prefix (LRU)
         self.in_use: dict[str, int] = {}  # prefix hash -> running requests holding that block
@@ -442,6 +444,7 @@ class SimEngine:
             prefill_tokens += chunk
             prefilling.append(request)
         self.waiting.extendleft(reversed(skipped))
+        self.deferred = len(skipped)  # vLLM's waiting reason "deferred": held back by the LoRA budget
         duration = (
             cfg.step_overhead_s
             + (prefill_tokens + verified) * cfg.prefill_token_s

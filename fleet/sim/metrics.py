@@ -144,8 +144,10 @@ class Exposition:
         if sample == "vllm:spec_decode_num_accepted_tokens_per_pos_total":
             position = int(labels["position"])
             return lambda: s.spec_accepted_per_pos[position]
-        if sample == "vllm:num_requests_waiting_by_reason":
-            return (lambda: len(e.waiting)) if labels.get("reason") == "capacity" else (lambda: 0.0)
+        if sample == "vllm:num_requests_waiting_by_reason":  # deferred: held back by the LoRA budget
+            if labels.get("reason") == "deferred":
+                return lambda: min(e.deferred, len(e.waiting))
+            return lambda: len(e.waiting) - min(e.deferred, len(e.waiting))
         if sample == "vllm:request_success_total":
             reason = labels.get("finished_reason", "")
             return lambda: s.finished.get(reason, 0)

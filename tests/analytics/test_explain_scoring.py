@@ -70,6 +70,21 @@ def test_stalled_replicas_and_replicas_down_are_capacity_evidence() -> None:
     assert math.isclose(rows["replicas up"]["score"], 1 - 2 / 3, abs_tol=1e-4)
 
 
+def test_requests_deferred_for_an_adapter_slot_are_adapter_waiting_not_kv_pressure() -> None:
+    # what vLLM 0.32 reports of LoRA slot contention: requests held back ("deferred"), with the cache half
+    # full; its lora_requests_info lists no adapter waiting behind another
+    grid = capacity_grid(60, 30, waiting=6.0, kv_peak=0.6)
+    grid["adapters_deferred"] = [0.0] * 30 + [6.0] * 30
+    grid.attrs["max_lora"] = [1]
+    rows = rank(capacity_evidence(grid, steps(60)[30], steps(60)[-1] + pd.Timedelta(seconds=STEP), STEP))
+    top = rows.iloc[0]
+    assert top["signal"] == "adapter waiting" and top["score"] == 1.0
+    assert "0.0 -> 6.0 requests deferred" in top["detail"] and "max_loras 1" in top["detail"]
+    others = rows.set_index("signal")
+    assert others.loc["KV-cache saturation", "score"] == 0.0  # waiting for an adapter, not for KV blocks
+    assert others.loc["queueing without KV saturation", "score"] == 0.0
+
+
 def test_ties_go_to_the_signal_nearer_a_decision() -> None:
     cap = evidence_row("KV-cache saturation", "capacity", "0%", "80%", 0.604, None, None, "", STEP)
     tenant = evidence_row("tenant mix", "mix", "10%", "40%", 0.600, None, None, "", 0)  # within 0.02: a tie

@@ -71,3 +71,15 @@ def test_the_exposition_adds_vllms_spec_decode_and_lora_families() -> None:
     assert all(s.labels["max_lora"] == "2" and s.value > 0 for s in lora)
     plain = _families(Exposition(SimEngine(EngineConfig()), "tiny").render())
     assert "vllm:lora_requests_info" not in plain and "vllm:spec_decode_num_drafts" not in plain
+
+
+def test_a_request_held_back_for_an_adapter_slot_is_waiting_for_reason_deferred() -> None:
+    engine = SimEngine(EngineConfig(max_loras=1))
+    exposition = Exposition(engine, "tiny")
+    for request in (_request(0, lora="a"), _request(1, lora="b"), _request(2, lora="b")):
+        engine.submit(request)
+    engine.step(0.0)  # a runs; both requests for b are skipped
+    reasons = {
+        s.labels["reason"]: s.value for s in _families(exposition.render())["vllm:num_requests_waiting_by_reason"]
+    }
+    assert reasons == {"capacity": 0.0, "deferred": 2.0}  # vLLM: "deferred by transient constraints (LoRA budget)"
