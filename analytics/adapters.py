@@ -43,6 +43,7 @@ from datetime import datetime, timedelta
 import pandas as pd
 from typing_extensions import Unpack
 
+from analytics.counters import present, series_latest
 from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.requests import log_source, request_quantiles, request_totals
@@ -95,9 +96,7 @@ def _names(value: str) -> tuple[str, ...]:
 def states(client: Client, start: datetime, end: datetime, **scope: Unpack[Scope]) -> pd.DataFrame:
     """The adapter states each replica's engine was in, scrape by scrape (module docstring)."""
     _tier, _retention, _now, filters = scope_parts(scope)
-    if not client.query(
-        "SELECT 1 FROM series WHERE metric = {m:String} LIMIT 1", parameters={"m": LORA_INFO}
-    ).result_rows:
+    if not present(client, LORA_INFO):
         return pd.DataFrame(columns=STATE_COLUMNS)  # no replica ever served an adapter
     pools = adapter_pools(client) if filters and filters.model else {}
     asked = {m for m in (filters.model if filters else ()) if m in pools}  # adapters asked for by name
@@ -117,11 +116,7 @@ def states(client: Client, start: datetime, end: datetime, **scope: Unpack[Scope
                        PARTITION BY v.fingerprint ORDER BY v.ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS prev,
                    min(v.ts) OVER (PARTITION BY s.replica) AS first_scrape
             FROM samples AS v
-            INNER JOIN (
-                SELECT fingerprint, argMax(replica, last_seen) AS replica, argMax(model, last_seen) AS model,
-                       argMax(labels, last_seen) AS labels
-                FROM series WHERE metric = {{metric:String}} GROUP BY fingerprint
-            ) AS s ON s.fingerprint = v.fingerprint
+            INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
             WHERE v.metric = {{metric:String}} AND v.ts >= {{a:DateTime64(3)}} AND v.ts < {{end:DateTime64(3)}}
                   {"AND " + where if where else ""}
         )
@@ -209,22 +204,19 @@ def _interval(st: pd.DataFrame) -> float:
     return float(gaps.mode().iloc[0]) if len(gaps) else 5.0
 
 
-DEFERRED = (
-    "SELECT v.ts AS ts, s.replica AS replica, v.value AS value FROM samples AS v "
-    "INNER JOIN (SELECT fingerprint, argMax(replica, last_seen) AS replica, argMax(model, last_seen) AS model, "
-    "argMax(labels, last_seen) AS labels FROM series WHERE metric = {{metric:String}} GROUP BY fingerprint) AS s "
-    "ON s.fingerprint = v.fingerprint WHERE v.metric = {{metric:String}} AND s.labels['reason'] = 'deferred' "
-    "AND v.ts >= {{start:DateTime64(3)}} AND v.ts < {{end:DateTime64(3)}} {where}"
-)
-
-
 def _deferred_rows(client: Client, start: datetime, end: datetime, scope: Scope) -> pd.DataFrame:
     _tier, _retention, _now, filters = scope_parts(scope)
     if filters and filters.model:
         filters = engine_filters(filters, adapter_pools(client))
     where, params = filters.series("s.") if filters else ("", {})
     params = dict(params, metric=WAITING_BY_REASON, start=param_time(start), end=param_time(end))
-    df = query_df(client, DEFERRED.format(where="AND " + where if where else ""), parameters=params)
+    sql = (
+        f"SELECT v.ts AS ts, s.replica AS replica, v.value AS value FROM samples AS v "
+        f"INNER JOIN ({series_latest('metric')}) AS s ON s.fingerprint = v.fingerprint "
+        "WHERE v.metric = {metric:String} AND s.labels['reason'] = 'deferred' "
+        "AND v.ts >= {start:DateTime64(3)} AND v.ts < {end:DateTime64(3)}" + (f" AND {where}" if where else "")
+    )
+    df = query_df(client, sql, parameters=params)
     df["ts"] = pd.to_datetime(df["ts"], utc=True)
     return df
 

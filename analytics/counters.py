@@ -22,7 +22,7 @@ from analytics.frames import query_df
 from analytics.tiers import param_time
 from storage.clickhouse import Client
 
-__all__ = ["GROUPS", "LABELS", "SERIES_LATEST", "increase", "series_latest", "sums_by_labels"]
+__all__ = ["GROUPS", "LABELS", "SERIES_LATEST", "increase", "present", "series_latest", "sums_by_labels"]
 
 # one row per fingerprint (series rows are re-written to refresh last_seen)
 SERIES_LATEST = """
@@ -42,6 +42,12 @@ GROUPS = {
 }
 # the same, over the series ``s`` alone (``sums_by_labels`` groups by series labels)
 LABELS = {**GROUPS, "fingerprint": "s.fingerprint"}
+
+
+def present(client: Client, metric: str) -> bool:
+    """Whether any series of ``metric`` was ever stored (one look at the series table, not the samples)."""
+    rows = client.query("SELECT 1 FROM series WHERE metric = {m:String} LIMIT 1", parameters={"m": metric})
+    return bool(rows.result_rows)
 
 
 def series_latest(metric_param: str | None = None, *, many: bool = False) -> str:

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 from typing_extensions import Unpack
 
+from analytics.counters import present, series_latest
 from analytics.frames import query_df
 from analytics.metrics import counter_increases
 from analytics.stalls import replica_models
@@ -39,7 +40,7 @@ from analytics.vllm import GENERATION_TOKENS, SPEC_ACCEPTED, SPEC_ACCEPTED_PER_P
 from analytics.window import Scope
 from storage.clickhouse import Client
 
-__all__ = ["COUNTERS", "acceptance", "acceptance_over_time", "by_position", "present", "rates"]
+__all__ = ["COUNTERS", "acceptance", "acceptance_over_time", "by_position", "rates"]
 
 COUNTERS = {SPEC_DRAFTS: "drafts", SPEC_DRAFT_TOKENS: "draft_tokens", SPEC_ACCEPTED: "accepted"}
 COLUMNS = [
@@ -53,12 +54,6 @@ COLUMNS = [
     "draft_efficiency",
     "speedup",
 ]
-
-
-def present(client: Client, metric: str) -> bool:
-    """Whether any series of ``metric`` was ever stored (a cheap read of the series table)."""
-    rows = client.query("SELECT 1 FROM series WHERE metric = {m:String} LIMIT 1", parameters={"m": metric})
-    return bool(rows.result_rows)
 
 
 def rates(df: pd.DataFrame) -> pd.DataFrame:
@@ -124,8 +119,7 @@ def by_position(
         return pd.DataFrame(columns=[by, "position", "accepted", "drafts", "rate"])
     labels = query_df(
         client,
-        "SELECT fingerprint, argMax(replica, last_seen) AS replica, argMax(labels['position'], last_seen) AS position "
-        "FROM series WHERE metric IN {m:Array(String)} GROUP BY fingerprint",
+        f"SELECT fingerprint, replica, labels['position'] AS position FROM ({series_latest('m', many=True)})",
         parameters={"m": [SPEC_ACCEPTED_PER_POS, SPEC_DRAFTS]},
     )
     df = df.merge(labels, on="fingerprint")
