@@ -21,8 +21,9 @@ Out: DataFrames, one row per target (or per target and burn-rate window):
        ``goodput_per_s``, ``gpus`` (average GPUs up), ``goodput_per_gpu_s``, and ``good_tokens``
        (their prompt + output tokens);
      - ``cost_per_slo_tokens``: per model and ``(fleet)``: GPU spend / SLO-compliant tokens x 10^6
-       beside spend / all tokens (both token counts from the same request log); with a tenant or
-       route filter, the spend is their tokens' share of each pool.
+       beside spend / all tokens (both token counts from the same request log); a model's spend is
+       its requests' part of their pool's (``analytics.allocation``'s rule, the minutes nobody used
+       counted to the pool's model); with a tenant or route filter, their part alone.
      - ``window_coverage``: the share of a window the store holds data for (1 when its samples
        begin at or before the window's start): a burn rate over a window the data covers only
        in part is a rate over less time than it claims (a young fleet's "3 days" are minutes).
@@ -40,7 +41,8 @@ import numpy as np
 import pandas as pd
 from typing_extensions import Unpack
 
-from analytics.cost import FLEET, gpu_hours, gpu_spend
+from analytics.allocation import allocate, picked
+from analytics.cost import FLEET, gpu_hours
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
 from analytics.metrics import bucket_quantile, bucket_share_below, histogram_buckets
@@ -292,15 +294,19 @@ def cost_per_slo_tokens(
     filters: Filters | None = None,
 ) -> pd.DataFrame:
     """Per model and ``(fleet)``: spend / tokens of the requests that met every SLO x 10^6, beside
-    the plain cost per 1M tokens of the same request log: what missed SLOs cost on top."""
-    pool_filters = Filters(model=filters.model, replica=filters.replica) if filters else None
+    the plain cost per 1M tokens of the same request log: what missed SLOs cost on top. A model's
+    spend is its requests' part of their pool's (``analytics.allocation``, as the showback shares
+    it), the pool's minutes nobody used counted to the pool's own model; with a tenant or route
+    filter, their part alone."""
     good = goodput(client, targets, start, end, source=source, filters=filters)
-    spend = gpu_spend(client, start, end, prices, filters=pool_filters).groupby("model")["spend"].sum()
+    shares = allocate(client, start, end, prices, filters=filters)
+    payers = picked(shares.payers, filters, shares.pool_of)
+    spend = payers.groupby("model")[["direct", "idle"]].sum().sum(axis=1)
+    if not (filters and (filters.tenant or filters.route)):
+        unused = shares.unattributed.groupby("pool")[["direct", "idle"]].sum().sum(axis=1)
+        spend = spend.add(unused, fill_value=0.0)
     df = good[["model", "requests", "good", "tokens", "good_tokens"]].copy()
     df["spend"] = df["model"].map(spend).fillna(0.0)
-    if filters and (filters.tenant or filters.route):  # their share of each pool, by tokens
-        pool = goodput(client, targets, start, end, source=source, filters=pool_filters).set_index("model")["tokens"]
-        df["spend"] *= (df["tokens"] / df["model"].map(pool)).where(df["model"].map(pool) > 0, 0.0)
     fleet = df.drop(columns=["model"]).sum().to_frame().T
     fleet.insert(0, "model", FLEET)
     df = pd.concat([df, fleet], ignore_index=True) if len(df) else df

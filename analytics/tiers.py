@@ -44,6 +44,7 @@ __all__ = [
     "coverage",
     "param_time",
     "plan",
+    "plan_read",
     "time_param",
 ]
 
@@ -221,3 +222,19 @@ def plan(
     if chosen.rollup:
         start, end = _align(start, end, chosen.resolution)
     return Plan(chosen, start, end)
+
+
+def plan_read(
+    client: Client,
+    start: datetime,
+    end: datetime,
+    *,
+    kind: str = "samples",
+    tier: str | None = None,
+    retention: Retention | None = None,
+    now: datetime | None = None,
+) -> Plan:
+    """``plan`` for a read through ``client``: where each tier's data begins is looked up
+    (``coverage``) unless a tier is forced."""
+    data = coverage(client, kind) if tier is None else None
+    return plan(start, end, now=now, retention=retention, kind=kind, tier=tier, data=data)

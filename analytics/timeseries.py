@@ -37,7 +37,7 @@ from analytics.counters import GROUPS, LABELS, series_latest, sums_by_labels
 from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.metrics import LOOKBACK, SETTINGS, one_metric
-from analytics.tiers import Plan, align, between, coverage, param_time, plan
+from analytics.tiers import Plan, align, between, param_time, plan_read
 from analytics.window import Scope, scope_parts
 from storage.clickhouse import Client
 from storage.retention import Retention
@@ -78,15 +78,7 @@ def _plan(
     retention: Retention | None,
     now: datetime | None,
 ) -> Plan:
-    return plan(
-        start,
-        end,
-        now=now,
-        retention=retention,
-        kind="samples",
-        tier=tier,
-        data=coverage(client, "samples") if tier is None else None,
-    )
+    return plan_read(client, start, end, tier=tier, retention=retention, now=now)
 
 
 def _step(p: Plan, step: float | None) -> tuple[Plan, int]:

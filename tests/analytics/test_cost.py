@@ -2,17 +2,21 @@
 (a counter reset), priced from the metadata DB. Every expected figure is worked out by hand in
 the comments, to the cent.
 
-The fleet, over the 2-hour window [T0, T0 + 2 h):
-- replica a: H100 ($2.00 per GPU-hour), 1 GPU, model m-a; up the whole 2 h, busy (requests
-  running) for the first 90 minutes, idle the last 30. Its counters reach 900k prompt tokens
-  (100k of them cached) and 200k output tokens by minute 90.
-- replica b: L4 ($0.80), 2 GPUs, model m-b; up from minute 60 only, busy minutes 60-99, idle
-  100-119. It served 300k prompt / 60k output tokens, restarted at minute 90 (its counters
-  fell to 0: a reset), then served 100k prompt / 40k output more.
-- request log (gateway, sampled): acme 100 rows of weight 2 on m-a (1,000 prompt, 200 output
-  tokens); globex 50 rows of weight 4 (500 prompt of which 100 cached, 500 output), half on m-a
-  and half on m-b.
+The fleet, over the 2-hour window [T0, T0 + 2 h), scraped every 15 s:
+- replica a: H100 ($2.00 per GPU-hour), 1 GPU, model m-a; scraped from a minute before the
+  window to its end, so it is up the whole 2 h (each minute from the scrape before its first to
+  its own last one), busy (requests running) for the first 90 minutes, idle the last 30. Its
+  counters reach 900k prompt tokens (100k of them cached) and 200k output tokens by minute 90.
+- replica b: L4 ($0.80), 2 GPUs, model m-b; first scraped at 59:45, so up from then to the end:
+  minutes 60-119 of the window (its first scrape, alone in minute 59, is an instant), busy
+  minutes 60-99, idle 100-119. It served 300k prompt / 60k output tokens, restarted at minute 90
+  (its counters fell to 0: a reset), then served 100k prompt / 40k output more.
+- request log (gateway): acme one row of weight 2 (1,000 prompt, 200 output tokens) on m-a in
+  every minute 0-89; globex one row of weight 4 (500 prompt of which 100 cached, 500 output) on
+  m-a in minutes 0-29 and on m-b in minutes 60-89.
 The samples go through the collector's parser and converter, which mark the counter reset.
+The rule (analytics.allocation): each minute's spend of a pool is shared among the requests the
+log holds for it in that minute, by weighted tokens; a minute nobody used is unattributed.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from collector.writer import Writer, WriterConfig
 from migrations import clickhouse_runner, metadata_runner
 from storage.catalog import gpu_prices, set_gpu_price
 from storage.metadata import make_engine, make_sessionmaker
+from tests.analytics.agreement import disagreements, figures
 
 T0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=4)
 WINDOW = (T0, T0 + timedelta(hours=2))
@@ -61,7 +66,7 @@ def exposition(model: str, running: float, prompt: float, cached: float, output:
 
 
 def replica_a(minute: float) -> str:
-    done = min(minute, 90) / 90
+    done = max(0.0, min(minute, 90)) / 90
     return exposition("m-a", 3 if minute < 90 else 0, 900_000 * done, 100_000 * done, 200_000 * done)
 
 
@@ -76,7 +81,7 @@ def replica_b(minute: float) -> str:
 def fleet(ch, spool: Path) -> None:
     clickhouse_runner.apply(ch)
     writer = Writer(ch, WriterConfig(spool_dir=spool))
-    plan = [("a", "H100", "1", 0, replica_a), ("b", "L4", "2", 60, replica_b)]
+    plan = [("a", "H100", "1", -1, replica_a), ("b", "L4", "2", 59.75, replica_b)]
     for name, gpu, count, first, render in plan:
         target = make_target(
             f"10.0.0.{ord(name)}:8000",
@@ -86,7 +91,7 @@ def fleet(ch, spool: Path) -> None:
             labels={"replica": name, "model": f"m-{name}", "gpu_type": gpu, "gpu_count": count},
         )
         converter, batch = SeriesConverter(), Batch()
-        for i in range(first * 4, 120 * 4):  # a scrape every 15 s
+        for i in range(int(first * 4), 120 * 4 + 1):  # a scrape every 15 s, the last at the window's end
             minute = i / 4
             text = render(minute)
             converter.convert(
@@ -104,24 +109,25 @@ def fleet(ch, spool: Path) -> None:
         writer.add_tables(batch.tables)
     assert writer.flush()
     rows = []
-    for tenant, n, weight, prompt, cached, output in (
-        ("acme", 100, 2.0, 1000, 0, 200),
-        ("globex", 50, 4.0, 500, 100, 500),
+    for tenant, minutes, model, weight, prompt, cached, output in (
+        ("acme", range(90), "m-a", 2.0, 1000, 0, 200),
+        ("globex", range(30), "m-a", 4.0, 500, 100, 500),
+        ("globex", range(60, 90), "m-b", 4.0, 500, 100, 500),
     ):
         rows += [
             {
-                "ts": T0 + timedelta(minutes=i),
+                "ts": T0 + timedelta(minutes=i, seconds=20),
                 "source": "gateway",
-                "request_id": f"{tenant}-{i}",
+                "request_id": f"{tenant}-{model}-{i}",
                 "tenant": tenant,
-                "model": "m-b" if tenant == "globex" and i % 2 else "m-a",
+                "model": model,
                 "route": "pinned",
                 "prompt_tokens": prompt,
                 "cached_tokens": cached,
                 "completion_tokens": output,
                 "weight": weight,
             }
-            for i in range(n)
+            for i in minutes
         ]
     ch.insert_df("requests", pd.DataFrame(rows))
 
@@ -173,27 +179,41 @@ def test_cost_per_million_tokens_counts_across_the_restart(ch, prices, tmp_path)
     assert round(ref["reference_cost"], 4) == 0.3675 and round(ref["ratio"], 2) == round(5.60 / 0.3675, 2)
 
 
-def test_showback_shares_each_pool_by_weighted_tokens(ch, prices, tmp_path) -> None:
+def test_showback_shares_each_pool_minute_by_minute_by_weighted_tokens(ch, prices, tmp_path) -> None:
     fleet(ch, tmp_path)
     weights = TokenWeights(input=1, cached=0.25, output=4)
     df = cost_by_tenant(ch, *WINDOW, prices, weights=weights, tier="raw").set_index("tenant")
-    # weighted tokens per request: acme 1,000 + 200 x 4 = 1,800; globex 400 + 100 x 0.25 + 500 x 4 = 2,425
-    # pool m-a ($3.00 busy, $1.00 idle): acme 200 x 1,800 = 360,000, globex 100 x 2,425 = 242,500
-    #   -> acme 0.5975: direct $1.79, idle $0.60; globex 0.4025: direct $1.21, idle $0.40
-    # pool m-b ($1.07 busy, $0.53 idle): globex alone
-    assert round(df.loc["acme", "direct"], 2) == 1.79 and round(df.loc["acme", "idle"], 2) == 0.60
-    assert round(df.loc["globex", "direct"], 2) == 2.27 and round(df.loc["globex", "idle"], 2) == 0.94
-    assert round(df.loc["acme", "spend"], 2) == 2.39 and round(df.loc["globex", "spend"], 2) == 3.21
+    # weighted tokens per row: acme 2 x (1,000 + 200 x 4) = 3,600; globex 4 x (400 + 100 x 0.25 + 500 x 4) = 9,700
+    # m-a costs $2.00 / 60 = $0.0333 a minute, busy minutes 0-89, idle 90-119:
+    #   minutes 0-29, both: acme 3,600 / 13,300 = 0.2707 of it, globex 0.7293 -> 30 x 0.0333 = $1.00 shared:
+    #   acme $0.2707, globex $0.7293; minutes 30-89, acme alone: 60 x 0.0333 = $2.00; minutes 90-119: nobody
+    # m-b costs $0.80 x 2 / 60 = $0.0267 a minute: minutes 60-89 globex alone ($0.80); 90-99 busy and 100-119
+    #   idle with nobody ($0.27 + $0.53)
+    assert round(df.loc["acme", "direct"], 2) == 2.27 and round(df.loc["acme", "idle"], 2) == 0.00
+    assert round(df.loc["globex", "direct"], 2) == 1.53 and round(df.loc["globex", "idle"], 2) == 0.00
+    # nobody's: m-a's idle half hour ($1.00) and m-b's last 30 minutes ($0.27 busy + $0.53 idle)
+    assert round(df.loc["(unattributed)", "direct"], 2) == 0.27 and round(df.loc["(unattributed)", "idle"], 2) == 1.53
     assert round(df["spend"].sum(), 2) == 5.60
-    # acme billed 200 x 1,200 tokens: $2.39 / 240,000 x 1M = $9.96; globex $3.21 / 200,000 x 1M = $16.05
-    assert round(df.loc["acme", "cost_per_million_tokens"], 2) == 9.96
-    assert round(df.loc["globex", "cost_per_million_tokens"], 2) == 16.05
+    # acme billed 90 x 2 x 1,200 = 216,000 tokens: $2.2707 / 216,000 x 1M = $10.51;
+    # globex 60 x 4 x 1,000 = 240,000: $1.5293 / 240,000 x 1M = $6.37
+    assert round(df.loc["acme", "cost_per_million_tokens"], 2) == 10.51
+    assert round(df.loc["globex", "cost_per_million_tokens"], 2) == 6.37
     separate = cost_by_tenant(ch, *WINDOW, prices, weights=weights, idle="separate", tier="raw").set_index("tenant")
-    assert round(separate.loc["acme", "spend"], 2) == 1.79 and round(separate.loc["globex", "spend"], 2) == 2.27
+    assert round(separate.loc["acme", "spend"], 2) == 2.27 and round(separate.loc["globex", "spend"], 2) == 1.53
+    # every idle minute on its own row ($1.00 + $0.53), the busy minutes nobody used unattributed
     assert round(separate.loc["(idle)", "spend"], 2) == 1.53
+    assert round(separate.loc["(unattributed)", "spend"], 2) == 0.27
     # a tenant's cost does not depend on the filter that picks it
     only = cost_by_tenant(ch, *WINDOW, prices, weights=weights, tier="raw", filters=Filters(tenant="acme"))
-    assert list(only["tenant"]) == ["acme"] and round(only["spend"].iloc[0], 2) == 2.39
+    assert list(only["tenant"]) == ["acme"] and round(only["spend"].iloc[0], 2) == 2.27
+    # nor on the window it is read over: its two hours are the sum of its two single hours
+    hours = [
+        cost_by_tenant(ch, T0 + timedelta(hours=h), T0 + timedelta(hours=h + 1), prices, weights=weights, tier="raw")
+        .set_index("tenant")
+        .loc["acme", "spend"]
+        for h in (0, 1)
+    ]
+    assert sum(hours) == pytest.approx(df.loc["acme", "spend"], rel=1e-9)
 
 
 def test_the_cost_page_reads_the_same_figures_at_once(ch, prices, tmp_path) -> None:
@@ -209,14 +229,15 @@ def test_the_cost_page_reads_the_same_figures_at_once(ch, prices, tmp_path) -> N
         pd.testing.assert_frame_equal(views.tenants, tenants)
     everything = cost_views(ch, *WINDOW, prices, weights=weights, tier="raw")
     assert round(everything.per_model.set_index("model").loc["(fleet)", "spend"], 2) == 5.60
-    assert round(everything.tenants.set_index("tenant").loc["acme", "spend"], 2) == 2.39
+    assert round(everything.tenants.set_index("tenant").loc["acme", "spend"], 2) == 2.27
 
 
 def test_spend_without_request_rows_is_unattributed(ch, prices, tmp_path) -> None:
     fleet(ch, tmp_path)
     ch.command("ALTER TABLE requests DELETE WHERE model = 'm-b' SETTINGS mutations_sync = 1")
     df = cost_by_tenant(ch, *WINDOW, prices, tier="raw").set_index("tenant")
-    assert round(df.loc["(unattributed)", "spend"], 2) == 1.60  # b's pool, which no logged request used
+    # all of b's pool ($1.60), which no logged request used now, and m-a's idle half hour ($1.00)
+    assert round(df.loc["(unattributed)", "spend"], 2) == 2.60
     assert round(df["spend"].sum(), 2) == 5.60
 
 
@@ -276,3 +297,22 @@ def test_a_replica_that_starts_and_stops_mid_step_costs_the_same_per_token_in_ev
     assert steps["cost_per_million_tokens"].to_numpy() == pytest.approx(2.00 / 3600 / 1000 * 1e6, rel=1e-9)
     # the spend is the time between the first and the last scrape: 8 min 45 s
     assert steps["spend"].sum() == pytest.approx(2.00 * 525 / 3600, rel=1e-9)
+
+
+@pytest.mark.parametrize("weights", [TokenWeights(), TokenWeights(input=1, cached=0.1, output=8)])
+def test_showback_series_and_explain_read_one_number(ch, prices, tmp_path, weights) -> None:
+    """The fleet, each pool and each tenant over the hour before and after minute 60 (and the half
+    hour either side of minute 80 for m-b, which served from minute 75): the showback, the series'
+    mean over the same steps and explain's before / after agree, whatever the token weights."""
+    fleet(ch, tmp_path)
+    views = [None, Filters(model="m-a"), Filters(tenant="acme"), Filters(tenant="globex")]
+    rows = figures(ch, WINDOW, prices, views, at=T0 + timedelta(minutes=60), step=60, weights=weights)
+    rows += figures(ch, WINDOW, prices, [Filters(model="m-b")], at=T0 + timedelta(minutes=80), step=60, weights=weights)
+    assert len(rows) == 10 and not disagreements(rows), pd.DataFrame(rows).to_string()
+    by_view = {(r["view"], r["period"]): r["explain"] for r in rows}
+    # acme before minute 60: its share of m-a's $1.00 in minutes 0-29 (at 1 : 0.25 : 4, 3,600 / 13,300), the
+    # whole $1.00 of minutes 30-59; 60 rows x 2 x 1,200 = 144,000 tokens
+    acme = 2 * (1000 * weights.input + 200 * weights.output)
+    globex = 4 * (400 * weights.input + 100 * weights.cached + 500 * weights.output)
+    expected = (acme / (acme + globex) + 1.00) / 144_000 * 1e6
+    assert by_view[("tenant acme", "before")] == pytest.approx(expected, rel=1e-9)

@@ -117,21 +117,25 @@ def test_goodput_counts_requests_meeting_every_target(run) -> None:
     assert df.loc["tiny-small", "good"] == pytest.approx(good["weight"].sum())
     seconds = (run.end - run.start).total_seconds()
     assert df.loc["tiny-small", "goodput_per_s"] == pytest.approx(good["weight"].sum() / seconds)
-    assert df.loc["tiny-small", "gpus"] == pytest.approx(2.0)  # two 1-GPU replicas, up all along
-    assert df.loc["tiny-small", "goodput_per_gpu_s"] == pytest.approx(df.loc["tiny-small", "goodput_per_s"] / 2)
+    # two 1-GPU replicas, up from their first scrape (5 s in) to the end
+    assert df.loc["tiny-small", "gpus"] == pytest.approx(2.0 * (seconds - 5) / seconds, rel=1e-3)
+    assert df.loc["tiny-small", "goodput_per_gpu_s"] == pytest.approx(
+        df.loc["tiny-small", "goodput_per_s"] / df.loc["tiny-small", "gpus"]
+    )
     assert df.loc["tiny-small", "attainment"] < df.loc["tiny-large", "attainment"]
 
 
 def test_slo_compliant_tokens_cost_more_when_requests_miss(run) -> None:
     df = cost_per_slo_tokens(run.client, TARGETS, run.start, run.end, PRICES).set_index("model")
     small = df.loc["tiny-small"]
-    # two 1-GPU replicas at $0.10 per GPU-hour for the 15-minute run
-    assert small["spend"] == pytest.approx(2 * 0.10 * 0.25)
+    # two 1-GPU replicas at $0.10 per GPU-hour for the 15-minute run, from their first scrape 5 s in
+    spend = 2 * 0.10 * (900 - 5) / 3600
+    assert small["spend"] == pytest.approx(spend, rel=1e-6)
     good = run.client.query(
         "SELECT sum(weight * (prompt_tokens + completion_tokens)) FROM requests WHERE source = 'gateway' "
         "AND model = 'tiny-small' AND ttft_seconds <= 1 AND tpot_seconds <= 0.1 AND outcome = 'ok'"
     ).result_rows[0][0]
-    assert small["cost_per_million_slo_tokens"] == pytest.approx(0.05 / good * 1e6)
+    assert small["cost_per_million_slo_tokens"] == pytest.approx(spend / good * 1e6, rel=1e-6)
     assert small["cost_per_million_slo_tokens"] > small["cost_per_million_tokens"]
     acme = cost_per_slo_tokens(
         run.client, TARGETS, run.start, run.end, PRICES, filters=Filters(tenant="acme")

@@ -1,0 +1,416 @@
+"""The one cost rule: what each replica costs, bucket by bucket, and who pays for it.
+
+Every cost number fleetscope shows (the showback, the cost series, explain's before / after and
+its parts, the Cost page, the cost alerts, the planner's spend) is a sum of this module's
+buckets, so that a tenant's figure over a window is the same wherever it is read.
+
+In:  a client, a window ``[start, end)``, GPU prices (``{gpu_type: USD per GPU-hour}``),
+     ``TokenWeights`` and the scope (filters by model and replica pick the pools; tier,
+     retention, now).
+Out: - ``grain``: the bucket the rule works in: a minute where the samples are read raw or from
+       the 1-minute rollup, an hour on the hourly tiers (the 6-hour tier is read as hours);
+     - ``uptime``: per step (a whole number of grains; ``None``: the window) and replica
+       ``[ts, replica, model, gpu_type, gpu_count, up_seconds, busy_seconds]``. A replica costs
+       while its engine reports ``vllm:num_requests_running``: in each grain bucket it is up from
+       the sample before the bucket's first one to its own last one (the span its token
+       counters' increases cover, so that adjacent windows add up and a replica's first or last
+       minute is neither free nor spiky), unless that sample came longer before than the
+       replica's scrapes do (2.5 times its median gap, at least a grain, at most 15 minutes: a
+       crash or the collector away is time down); then from the bucket's first sample. A scrape
+       interval longer than a grain (a minute) counts each gap in the bucket of the sample that
+       ends it, as the counters count its tokens. Busy: buckets where that gauge was above 0 at
+       some scrape;
+     - ``priced``: adds ``spend`` = up seconds x GPUs x price / 3600 (DESIGN.md section 5; idle
+       included), ``idle_spend`` (up but not busy) and ``busy_spend``; a replica without a GPU
+       label or a price raises ``KeyError`` naming it (a missing price must not read as free);
+     - ``engine_tokens``: per step (or the window) and ``by`` (model or replica) the engines'
+       prompt, cached prompt and output tokens (reset-aware counter increases): the tokens of
+       the fleet and of its pools;
+     - ``allocate`` -> ``Shares``: in each grain bucket, each model pool's spend (busy and idle)
+       is shared among the requests the log holds for it in that bucket by weighted tokens
+       (a computed prompt token weighs ``input``, a cached one ``cached``, an output token
+       ``output``; a LoRA adapter's requests are costed in their base model's pool). ``payers``:
+       per step, pool and (model, tenant, route): tokens, ``weighted_tokens``, ``direct`` (the
+       busy spend's share) and ``idle``; ``unattributed``: per step and pool, the spend of
+       buckets in which no logged request used the pool (an idle pool, or requests the sampled
+       log left out).
+
+Why the bucket and not the window: shares taken per bucket add up over time (a tenant's day is
+the sum of its hours), so the showback over a window, the series' steps over the same window and
+explain's two periods are sums of the same numbers and agree. Sharing a whole window's spend by
+the whole window's tokens would charge a tenant for hours it sent nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+import pandas as pd
+from typing_extensions import Unpack
+
+from analytics.adapters import adapter_pools, engine_filters, request_filters
+from analytics.counters import series_latest
+from analytics.filters import Filters
+from analytics.frames import query_df
+from analytics.metrics import LOOKBACK, counter_increases
+from analytics.requests import log_source, request_totals
+from analytics.tiers import HOUR, SIX_HOURS, Plan, align, between, param_time, plan, plan_read
+from analytics.timeseries import counter_rates_over_time
+from analytics.vllm import CACHED_PROMPT_TOKENS, GENERATION_TOKENS, PROMPT_TOKENS, REQUESTS_RUNNING
+from analytics.window import Scope, scope_parts
+from storage.clickhouse import Client
+
+__all__ = [
+    "FLEET",
+    "IDLE",
+    "MONEY",
+    "TOKENS",
+    "UNATTRIBUTED",
+    "UP_METRIC",
+    "Shares",
+    "TokenWeights",
+    "allocate",
+    "engine_side",
+    "engine_tokens",
+    "grain",
+    "picked",
+    "priced",
+    "spend_plan",
+    "uptime",
+    "weighted",
+]
+
+UP_METRIC = REQUESTS_RUNNING  # every vLLM engine reports it; present while it is up
+FLEET = "(fleet)"
+IDLE = "(idle)"
+UNATTRIBUTED = "(unattributed)"  # spend of pools no request-log row accounts for
+MONEY = ["spend", "idle_spend", "busy_spend"]
+TOKENS = ["prompt_tokens", "cached_tokens", "completion_tokens"]
+ENGINE_COUNTERS = {
+    PROMPT_TOKENS: "prompt_tokens",
+    CACHED_PROMPT_TOKENS: "cached_tokens",
+    GENERATION_TOKENS: "completion_tokens",
+}
+PAYER_KEYS = ["model", "tenant", "route"]
+LOOKBACK_MS = int(LOOKBACK.total_seconds() * 1000)  # the longest gap between samples still counted as up
+STALE_INTERVALS = 2.5  # a gap this many times the replica's usual one is time down (a crash, a failed scrape)
+
+
+@dataclass(frozen=True)
+class TokenWeights:
+    """Relative cost of a computed prompt token, a cached prompt token and an output token
+    (API price lists run about 1 : 0.1-0.5 : 4)."""
+
+    input: float = 1.0
+    cached: float = 0.25
+    output: float = 4.0
+
+    def __post_init__(self) -> None:
+        if min(self.input, self.cached, self.output) < 0 or self.input + self.output <= 0:
+            raise ValueError("token weights must be >= 0, with input + output > 0")
+
+
+def weighted(df: pd.DataFrame, weights: TokenWeights) -> pd.Series:
+    """Weighted tokens of rows with ``prompt_tokens``, ``cached_tokens`` (part of the prompt) and
+    ``completion_tokens``."""
+    computed = df["prompt_tokens"] - df["cached_tokens"]
+    return computed * weights.input + df["cached_tokens"] * weights.cached + df["completion_tokens"] * weights.output
+
+
+# --------------------------------------------------------------------------- the grain and the spend
+
+
+def spend_plan(client: Client, start: datetime, end: datetime, scope: Scope) -> Plan:
+    """The samples' read plan for the window (the 6-hour tier read as hours: uptime counts
+    buckets, and a gap inside a 6-hour bucket would count as up)."""
+    tier, retention, now, _filters = scope_parts(scope)
+    p = plan_read(client, start, end, tier=tier, retention=retention, now=now)
+    if p.tier is SIX_HOURS:
+        p = plan(start, end, now=now, retention=retention, kind="samples", tier=HOUR.name)
+    return p
+
+
+def grain(p: Plan) -> int:
+    """Seconds per bucket of the rule on plan ``p``'s tier: 3600 on the hourly tiers, else 60."""
+    return 3600 if p.tier in (HOUR, SIX_HOURS) else 60
+
+
+def whole_step(step: float, g: int) -> int:
+    """``step`` rounded up to a whole number of grains ``g``."""
+    if step < 1:
+        raise ValueError(f"step must be at least 1 second, got {step}")
+    return max(g, math.ceil(int(step) / g) * g)
+
+
+def uptime(
+    client: Client,
+    start: datetime,
+    end: datetime,
+    *,
+    step: int | None = None,
+    by: str = "replica",
+    **scope: Unpack[Scope],
+) -> pd.DataFrame:
+    """Seconds up and busy per replica, per step of ``step`` seconds (a whole number of grains,
+    epoch-aligned) or over the window (``None``); the window is widened to whole steps (grains).
+    ``by="model"``: summed per model pool and GPU kind (``replica`` then names the pool, and
+    ``replicas`` counts them). ``.attrs``: ``plan`` (the window answered), ``grain``, ``step``."""
+    if by not in ("replica", "model"):
+        raise ValueError("by must be 'replica' or 'model'")
+    _tier, _retention, _now, filters = scope_parts(scope)
+    p = spend_plan(client, start, end, scope)
+    g = grain(p)
+    s = whole_step(step, g) if step is not None else None
+    a, b = align(p.start, p.end, timedelta(seconds=s or g))
+    if p.tier.rollup:
+        per_bucket = "max(v.value_max) AS peak, min(v.value_first).1 AS first_t, max(v.value_last).1 AS last_t"
+    else:
+        per_bucket = "max(v.value) AS peak, min(v.ts) AS first_t, max(v.ts) AS last_t"
+    condition, params = filters.series() if filters else ("", {})
+    series = f"({series_latest('metric')}) AS s WHERE {condition or 1}"
+    ts = f"toDateTime64(toStartOfInterval(u.b, INTERVAL {s} SECOND), 3, 'UTC') AS ts, " if s else ""
+    # per replica (its series joined first: an engine's several series are one replica) and bucket: up from
+    # the sample before the bucket's first, when that one came no later than the replica's scrapes do
+    # (STALE_INTERVALS of its median gap, at least a grain, at most LOOKBACK), to its own last sample
+    stale = f"least({LOOKBACK_MS}, greatest({g * 1000}, {STALE_INTERVALS} * typical))"
+    sql = f"""
+        SELECT {ts}{"m.model" if by == "model" else "m.replica"} AS replica, m.model AS model,
+               m.gpu_type AS gpu_type, m.gpu_count AS gpu_count, uniqExact(m.replica) AS replicas,
+               sum(u.up) AS up_seconds, sumIf(u.up, u.peak > 0) AS busy_seconds
+        FROM (
+            SELECT k, b, peak,
+                   greatest(0, dateDiff('millisecond',
+                                        if(gap IS NOT NULL AND gap <= {stale}, assumeNotNull(prev_t), first_t),
+                                        last_t) / 1000) AS up
+            FROM (
+                SELECT k, b, peak, first_t, last_t, prev_t, gap, median(gap) OVER (PARTITION BY k) AS typical
+                FROM (
+                    SELECT k, b, peak, first_t, last_t,
+                           lagInFrame(toNullable(last_t), 1, NULL) OVER w AS prev_t,
+                           dateDiff('millisecond', prev_t, first_t) AS gap
+                    FROM (SELECT s.k AS k, toDateTime64(toStartOfInterval(v.ts, INTERVAL {g} SECOND), 3, 'UTC') AS b,
+                                 {per_bucket}
+                          FROM {p.samples} AS v
+                          INNER JOIN (SELECT fingerprint, cityHash64(s.replica) AS k FROM {series}) AS s
+                              ON s.fingerprint = v.fingerprint
+                          WHERE v.metric = {{metric:String}} AND {between(p.tier.rollup, "v.ts", start="lookback")}
+                          GROUP BY k, b)
+                    WINDOW w AS (PARTITION BY k ORDER BY b ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
+                )
+            )
+            WHERE b >= {{start:DateTime64(3)}}
+        ) AS u
+        INNER JOIN (SELECT cityHash64(s.replica) AS k, s.replica AS replica, any(s.model) AS model,
+                           any(s.labels['gpu_type']) AS gpu_type,
+                           toUInt32OrZero(any(s.labels['gpu_count'])) AS gpu_count
+                    FROM {series} GROUP BY replica) AS m ON m.k = u.k
+        GROUP BY {"ts, " if s else ""}{"" if by == "model" else "m.replica, "}model, gpu_type, gpu_count
+        ORDER BY {"ts, " if s else ""}replica, gpu_type, gpu_count"""
+    params.update(
+        metric=UP_METRIC,
+        start=param_time(a),
+        end=param_time(b),
+        lookback=param_time(a - max(LOOKBACK, timedelta(seconds=g))),
+    )
+    df = query_df(client, sql, parameters=params)
+    if s:
+        df["ts"] = pd.to_datetime(df["ts"], utc=True).astype("datetime64[ns, UTC]")
+    if s is None:  # a gap before the window's first sample is counted in it (as the counters count its tokens)
+        span = (b - a).total_seconds() * (df["replicas"] if by == "model" else 1)
+        df["up_seconds"] = df["up_seconds"].clip(upper=span)
+    df["up_seconds"] = df["up_seconds"].astype(float)
+    df["busy_seconds"] = df["busy_seconds"].clip(upper=df["up_seconds"]).astype(float)
+    df["gpu_count"] = df["gpu_count"].astype(int).clip(lower=1)
+    df.attrs.update(plan=Plan(p.tier, a, b), grain=g, step=s)
+    return df
+
+
+def priced(df: pd.DataFrame, prices: dict[str, float]) -> pd.DataFrame:
+    """``uptime`` rows with their ``spend``, ``idle_spend`` and ``busy_spend`` (USD)."""
+    unlabelled = sorted(set(df.loc[df["gpu_type"] == "", "replica"]))
+    if unlabelled:
+        raise KeyError(
+            f"no gpu_type label on {', '.join(repr(r) for r in unlabelled[:5])}: give the scrape target "
+            "gpu_type and gpu_count labels (the fleet spec does) to price it"
+        )
+    missing = sorted(set(df["gpu_type"]) - set(prices))
+    if missing:
+        raise KeyError(
+            f"no GPU price for {', '.join(repr(m) for m in missing)}: add one (USD per GPU-hour, fleetscope prices set)"
+        )
+    per_second = df["gpu_count"] * df["gpu_type"].map(prices).astype(float) / 3600.0
+    df["spend"] = df["up_seconds"] * per_second
+    df["idle_spend"] = (df["up_seconds"] - df["busy_seconds"]) * per_second
+    df["busy_spend"] = df["spend"] - df["idle_spend"]
+    return df
+
+
+def engine_tokens(client: Client, p: Plan, by: str, step: int | None, scope: Scope) -> pd.DataFrame:
+    """The engines' tokens per ``by`` (model, replica) over plan ``p``'s window (as ``uptime``
+    answered it), per step or (``None``) over the whole window: ``[ts?, by, prompt_tokens,
+    cached_tokens, completion_tokens]``."""
+    _tier, retention, now, filters = scope_parts(scope)
+    kw: Scope = {"tier": p.tier.name, "retention": retention, "now": now, "filters": filters}
+    columns = ([] if step is None else ["ts"]) + [by]
+    if step is None:
+        found = counter_increases(client, list(ENGINE_COUNTERS), p.start, p.end, by, **kw)
+    else:
+        found = counter_rates_over_time(client, list(ENGINE_COUNTERS), p.start, p.end, by, step=step, **kw)
+    if found.empty:  # typed, so that it merges with the spend's steps
+        empty = {c: pd.Series(dtype=object) for c in columns}
+        if step is not None:
+            empty["ts"] = pd.Series(dtype="datetime64[ns, UTC]")
+        return pd.DataFrame({**empty, **{name: pd.Series(dtype=float) for name in TOKENS}})
+    wide = found.pivot_table(index=columns, columns="metric", values="increase", aggfunc="sum")
+    wide = wide.reindex(columns=list(ENGINE_COUNTERS)).rename(columns=ENGINE_COUNTERS).fillna(0.0).clip(lower=0.0)
+    wide.columns.name = None
+    out = wide.reset_index()
+    if step is not None:
+        out["ts"] = pd.to_datetime(out["ts"], utc=True).astype("datetime64[ns, UTC]")
+    return out
+
+
+# --------------------------------------------------------------------------- the sharing
+
+
+@dataclass
+class Shares:
+    """A window's spend and who pays it (``allocate``)."""
+
+    step: int | None  # seconds per row of ``payers`` (None: the window)
+    plan: Plan  # the samples' plan: the window answered, whole grains
+    grain: int
+    source: str | None  # the request log read (gateway, otlp) or None
+    pools: pd.DataFrame  # [ts?, pool, spend, idle_spend, busy_spend, up_seconds]: every pool's spend
+    payers: pd.DataFrame  # [ts?, pool, model, tenant, route, requests, *TOKENS, weighted_tokens, direct, idle]
+    unattributed: pd.DataFrame  # [ts?, pool, direct, idle]
+    pool_of: dict[str, str]  # adapter -> its base model's pool
+    weights: TokenWeights
+
+
+def engine_side(client: Client, filters: Filters | None) -> Filters | None:
+    """The model and replica filters as the engines' series see them (what they know: an
+    adapter's name is its base model's pool)."""
+    if not filters or not (filters.model or filters.replica):
+        return None
+    only = Filters(model=filters.model, replica=filters.replica)
+    return engine_filters(only, adapter_pools(client)) if filters.model else only
+
+
+def picked(payers: pd.DataFrame, filters: Filters | None, pool_of: dict[str, str]) -> pd.DataFrame:
+    """The payers the filters ask for, after the sharing: tenants, routes, and models by name (an
+    adapter asked for by name is its own rows; a base model brings its adapters along)."""
+    if not filters:
+        return payers
+    keep = pd.Series(True, index=payers.index)
+    if filters.model:
+        asked = set(filters.model) | {a for a, base in pool_of.items() if base in filters.model}
+        keep &= payers["model"].isin(asked)
+    if filters.tenant:
+        keep &= payers["tenant"].isin(filters.tenant)
+    if filters.route:
+        keep &= payers["route"].isin(filters.route)
+    return payers[keep]
+
+
+def _pool_filters(filters: Filters | None, pools: dict[str, str]) -> tuple[Filters | None, Filters | None]:
+    """(the filters of the engines' series, of the request log) that pick the pools asked for: an
+    adapter's name is its base model's pool, and a pool's every request shares its spend (tenant
+    and route filters pick payers after the sharing)."""
+    if not filters or not (filters.model or filters.replica):
+        return None, None
+    engine = engine_filters(Filters(model=filters.model, replica=filters.replica), pools)
+    assert engine is not None
+    return engine, request_filters(engine, pools)
+
+
+def allocate(
+    client: Client,
+    start: datetime,
+    end: datetime,
+    prices: dict[str, float],
+    *,
+    weights: TokenWeights | None = None,
+    step: int | None = None,
+    **scope: Unpack[Scope],
+) -> Shares:
+    """Each pool's spend, bucket by bucket, shared among the requests that used it (module
+    docstring); summed per step of ``step`` seconds (whole grains) or over the window (None).
+    Model and replica filters pick the pools; tenant and route filters are the caller's to apply
+    to ``payers`` (a payer's share does not depend on which payers are shown)."""
+    tier, retention, now, filters = scope_parts(scope)
+    weights = weights or TokenWeights()
+    pool_of = adapter_pools(client)
+    engine, logged = _pool_filters(filters, pool_of)
+    spend = priced(_grain_uptime(client, start, end, step, engine, scope), prices)
+    p, g = spend.attrs["plan"], spend.attrs["grain"]
+    s = whole_step(step, g) if step is not None else None
+    money = spend.groupby(["ts", "model"], as_index=False)[[*MONEY, "up_seconds"]].sum()
+    money = money.rename(columns={"model": "pool"})
+    source = log_source(client, p.start, p.end, logged)
+    rows = request_totals(
+        client,
+        p.start,
+        p.end,
+        by=PAYER_KEYS,
+        source=source,
+        step=g,
+        tier=tier,
+        retention=retention,
+        now=now,
+        filters=logged,
+    )
+    if source is None or rows.empty:
+        rows = pd.DataFrame(
+            {"ts": pd.Series(dtype="datetime64[ns, UTC]"), **{k: pd.Series(dtype=object) for k in PAYER_KEYS}}
+        ).assign(requests=0.0, prompt_tokens=0.0, cached_tokens=0.0, completion_tokens=0.0)
+    rows = rows.drop(columns=["rows"], errors="ignore")
+    rows["ts"] = pd.to_datetime(rows["ts"], utc=True).astype("datetime64[ns, UTC]")
+    rows["pool"] = [pool_of.get(m, m) for m in rows["model"]]
+    rows["weighted_tokens"] = weighted(rows, weights).astype(float)
+    pool_weight = rows.groupby(["ts", "pool"])["weighted_tokens"].transform("sum")
+    share = (rows["weighted_tokens"] / pool_weight).where(pool_weight > 0, 0.0).to_numpy(float)
+    keyed = money.set_index(["ts", "pool"])
+    keys = pd.MultiIndex.from_frame(rows[["ts", "pool"]])
+    rows["direct"] = share * np.nan_to_num(keyed["busy_spend"].reindex(keys).to_numpy(float))
+    rows["idle"] = share * np.nan_to_num(keyed["idle_spend"].reindex(keys).to_numpy(float))
+    # the buckets of a pool no logged token used: nobody's to pay
+    pool_tokens = rows.groupby(["ts", "pool"])["weighted_tokens"].sum()
+    used = pool_tokens[pool_tokens > 0].index
+    free = money[~pd.MultiIndex.from_frame(money[["ts", "pool"]]).isin(used)]
+    unattributed = free.rename(columns={"busy_spend": "direct", "idle_spend": "idle"})[["ts", "pool", "direct", "idle"]]
+    measures = ["requests", *TOKENS, "weighted_tokens", "direct", "idle"]
+    payers = _per_step(rows, ["pool", *PAYER_KEYS], measures, s)
+    return Shares(
+        step=s,
+        plan=p,
+        grain=g,
+        source=source,
+        pools=_per_step(money, ["pool"], [*MONEY, "up_seconds"], s),
+        payers=payers,
+        unattributed=_per_step(unattributed, ["pool"], ["direct", "idle"], s),
+        pool_of=pool_of,
+        weights=weights,
+    )
+
+
+def _grain_uptime(
+    client: Client, start: datetime, end: datetime, step: int | None, engine: Filters | None, scope: Scope
+) -> pd.DataFrame:
+    """``uptime`` per grain bucket and pool over the window widened to whole steps."""
+    tier, retention, now, _filters = scope_parts(scope)
+    p = spend_plan(client, start, end, scope)
+    g = grain(p)
+    a, b = align(p.start, p.end, timedelta(seconds=whole_step(step, g) if step is not None else g))
+    return uptime(client, a, b, step=g, by="model", tier=p.tier.name, retention=retention, now=now, filters=engine)
+
+
+def _per_step(df: pd.DataFrame, keys: list[str], measures: list[str], step: int | None) -> pd.DataFrame:
+    """Grain rows summed per step (epoch-aligned) or, with no step, over the window."""
+    if step is None:
+        return df.groupby(keys, as_index=False, dropna=False)[measures].sum()
+    out = df.assign(ts=df["ts"].dt.floor(f"{step}s"))
+    return out.groupby(["ts", *keys], as_index=False, dropna=False)[measures].sum()
