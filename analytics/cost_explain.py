@@ -1,40 +1,37 @@
-"""Explain a rise in cost per 1M tokens: find its break, then attribute the change exactly.
+"""Explain a rise in cost per 1M tokens: find its break, then attribute the change to its causes.
 
-In:  a client, a window ``[start, end)``, GPU prices, ``Filters`` (one tenant, model or route is
-     the view explained; none: the fleet), ``TokenWeights``, optionally a step.
+In:  a client, a window ``[start, end)``, GPU prices, ``Filters`` (one tenant, model, LoRA adapter
+     or route is the view explained; none: the fleet), ``TokenWeights``, optionally a step and a
+     time to explain (``at``: the break is taken there instead of found).
 Out: a ``CostExplanation``:
      - ``series``: ``[ts, value, spend, tokens]``, the view's cost per 1M tokens per step
        (``analytics.cost_series``); ``break_at`` (the start of the rise, found as ``explain``
        finds a latency's: change points on the log, the run that stays 1.5x above the level
-       before it), ``before`` / ``after`` (USD per 1M tokens over the two periods) and
-       ``periods`` (the baseline's start, the break, the rise's end);
-     - ``pools``: per model pool and period: spend, the pool's tokens, the view's tokens in it,
-       the view's share ``s``, the pool's cost per 1M ``c``, replicas up, GPU-hours, idle and
-       cached shares;
-     - ``decomposition``: the change, after - before, as an exact shift-share (Kitagawa) sum over
-       pools p of the view's token share s_p and the pool's cost per token c_p = S_p / T_p:
-       ``mix`` = sum of delta-s_p x mean c_p (the view's tokens moving between pools of different
-       cost) and the rate term sum of mean s_p x delta-c_p, itself split exactly by c_p = S_p x
-       (1 / T_p) into ``volume`` (mean s_p x mean S_p x delta(1/T_p): the pool's spend spread over
-       more or fewer tokens) and ``spend`` (mean s_p x delta-S_p x mean(1/T_p): replicas added or
-       removed, more or less of the window up); for the fleet also ``idle pools`` (the spend of
-       pools that served no token, over the fleet's tokens). Means are of before and after, so
-       the parts add up to after - before; a pool with no tokens on one side counts as a mix
-       move at its cost on the other side. Each row has ``usd_per_million``, ``share`` of the
-       change and ``detail`` in words;
+       before it), ``before`` / ``after`` (USD per 1M tokens over the two periods: the showback's
+       figures for those periods, ``analytics.allocation``'s rule) and ``periods`` (the
+       baseline's start, the break, the rise's end);
+     - ``pools``: per model pool and period: spend, tokens, the view's tokens and its part of the
+       spend, the pool's cost per 1M, replicas up, GPU-hours, idle and cached shares;
+     - ``decomposition``: the change, after - before, as Shapley parts over the rule's factors
+       (``analytics.cost_parts``: the view's own ``traffic``, one row however many pools it
+       passed through; each pool's ``volume``, the other tokens it is shared with; each pool's
+       ``spend``); the parts add up to the change exactly and depend on no order. Each row has
+       ``usd_per_million``, ``share`` of the change and ``detail`` in words;
      - ``flows``: per tenant and pool, tokens and the tenant's share of its tokens in the pool,
        before and after (whose tokens left or arrived); ``routes``: per tenant, route and
        reason (the gateway's ``route_reason``, its numbers left out to group them), requests
        before and after; ``movers``: the tenants whose tokens changed pool, with the route and
        reason that sent them and their median prompt length before and after;
-     - ``evidence``: the decomposition's rows ranked by their share of the change, with the
-       router's part beside the volume rows it explains; ``problems``: what could not be
-       computed, in words; ``sentence``: one line, "consistent with", with the dollars.
+     - ``evidence``: the decomposition's rows that moved the cost, ranked by their share of the
+       change; ``problems``: what could not be computed, in words; ``sentence``: one line,
+       "consistent with", in dollars per 1M tokens per part.
 ``to_dict`` is the ``fleetscope explain --metric cost --format json`` document.
 
-Tokens are the request log's (weighted rows, the gateway's when it has rows: it knows tenants,
-routes and why the router chose them), spend is ``analytics.cost.gpu_spend``'s; without a request
-log the fleet and its pools are explained from the engines' counters, with no tenants or routes.
+Tokens: the fleet's and a pool's from the engines' counters (as ``cost_per_token`` counts them);
+a tenant's, route's or adapter's from the request log (the gateway's when it has rows: it knows
+tenants, routes and why the router chose them), with its part of each pool's spend shared bucket
+by bucket (``analytics.allocation``). Without a request log the fleet and its pools are explained
+from the engines alone, with no tenants or routes.
 """
 
 from __future__ import annotations
@@ -43,32 +40,33 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
+from analytics.adapters import adapter_pools
+from analytics.allocation import TOKENS, TokenWeights, allocate, engine_tokens
 from analytics.changepoints import regression
-from analytics.cost import TokenWeights, gpu_spend
-from analytics.cost_series import cost_over_time
+from analytics.cost_parts import Side, decompose, level
+from analytics.cost_series import cost_over_time, spend_over_time
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
-from analytics.metrics import counter_increases
 from analytics.requests import log_source
 from analytics.tiers import param_time
-from analytics.vllm import GENERATION_TOKENS, PROMPT_TOKENS
+from analytics.window import Scope
 from common.timeutil import as_utc
 from storage.clickhouse import Client
 
-__all__ = ["CostExplanation", "explain_cost", "shift_share"]
+__all__ = ["CostExplanation", "explain_cost", "json_safe"]
 
-KINDS = ("mix", "volume", "spend", "idle pools")
 MIN_STEPS = 8  # a break needs this many steps with tokens
+MOVED = 0.05  # a share of a tenant's tokens that changed pool by this much is a move
 
 
 @dataclass
 class CostExplanation:
-    view: str  # "the fleet", "tenant acme", "model tiny-small", "route ..."
+    view: str  # "the fleet", "tenant acme", "model tiny-small", "adapter support-bot", "route ..."
     source: str  # where the tokens were counted
     step: int
     series: pd.DataFrame
@@ -152,131 +150,119 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-# --------------------------------------------------------------------------- the decomposition
+# --------------------------------------------------------------------------- the view
 
 
-def shift_share(before: pd.DataFrame, after: pd.DataFrame, *, idle_pools: bool = False) -> pd.DataFrame:
-    """The exact decomposition of the view's cost per token (module docstring).
+class View(NamedTuple):
+    words: str  # "the fleet", "tenant acme", ...
+    by: str  # the cost series' ``by``: fleet, model, tenant, route, adapter
+    value: str | None  # the one picked
+    column: str | None  # the payers' column that picks the view (a payer view), None for the fleet or a pool
 
-    ``before`` / ``after``: indexed by pool, columns ``spend`` (S_p, USD), ``pool_tokens`` (T_p)
-    and ``view_tokens`` (x_p <= T_p), each per hour when the periods differ in length (the
-    ``volume`` and ``spend`` parts compare rates, not totals). ``idle_pools``: the view is the fleet, so the spend
-    of pools
-    with no tokens is its own (it is nobody's for a tenant). Returns ``[kind, pool,
-    usd_per_token]`` rows whose sum is C_after - C_before; ``ValueError`` when the view has no
-    tokens on a side (its cost per token is undefined there)."""
-    pools = sorted(set(before.index) | set(after.index))
-    b = before.reindex(pools).fillna(0.0)
-    a = after.reindex(pools).fillna(0.0)
-    xb, xa = _f(b["view_tokens"].sum()), _f(a["view_tokens"].sum())
-    if xb <= 0 or xa <= 0:
-        raise ValueError("no tokens served " + ("before the break" if xb <= 0 else "after the break"))
-    rows: list[dict[str, Any]] = []
-    for p in pools:
-        tb, ta = _f(b.at[p, "pool_tokens"]), _f(a.at[p, "pool_tokens"])
-        sb, sa = _f(b.at[p, "view_tokens"]) / xb, _f(a.at[p, "view_tokens"]) / xa
-        spend_b, spend_a = _f(b.at[p, "spend"]), _f(a.at[p, "spend"])
-        if tb > 0 and ta > 0:
-            cb, ca = spend_b / tb, spend_a / ta
-            s_mean = (sb + sa) / 2
-            rows.append({"kind": "mix", "pool": p, "usd_per_token": (sa - sb) * (cb + ca) / 2})
-            rows.append(
-                {"kind": "volume", "pool": p, "usd_per_token": s_mean * (spend_b + spend_a) / 2 * (1 / ta - 1 / tb)}
-            )
-            rows.append(
-                {"kind": "spend", "pool": p, "usd_per_token": s_mean * (spend_a - spend_b) * (1 / tb + 1 / ta) / 2}
-            )
-        elif tb > 0 or ta > 0:  # the pool served on one side only: all of it is a move
-            c = spend_b / tb if tb > 0 else spend_a / ta
-            rows.append({"kind": "mix", "pool": p, "usd_per_token": (sa - sb) * c})
-    if idle_pools:
-        ub = _f(b.loc[b["pool_tokens"] <= 0, "spend"].sum())
-        ua = _f(a.loc[a["pool_tokens"] <= 0, "spend"].sum())
-        if ub or ua:
-            rows.append({"kind": "idle pools", "pool": "", "usd_per_token": ua / xa - ub / xb})
-    return pd.DataFrame(rows, columns=["kind", "pool", "usd_per_token"])
+    @property
+    def payer(self) -> bool:
+        return self.column is not None
+
+    def pick(self) -> Filters | None:
+        if self.value is None:
+            return None
+        return Filters(model=self.value) if self.by in ("model", "adapter") else Filters(**{self.by: self.value})
 
 
-def view_cost(table: pd.DataFrame, *, idle_pools: bool = False) -> float:
-    """The view's cost per token on one side: sum of s_p c_p (+ idle pools' spend / X)."""
-    x = _f(table["view_tokens"].sum())
-    served = table[table["pool_tokens"] > 0]
-    cost = _f((served["view_tokens"] / x * served["spend"] / served["pool_tokens"]).sum())
-    if idle_pools:
-        cost += _f(table.loc[table["pool_tokens"] <= 0, "spend"].sum()) / x
-    return cost
+def _view(client: Client, filters: Filters | None) -> View:
+    """The view explained: the fleet, one pool, or one payer (tenant, route, adapter)."""
+    named = [(dim, getattr(filters, dim)) for dim in ("tenant", "model", "route") if filters and getattr(filters, dim)]
+    if len(named) > 1 or any(len(values) > 1 for _dim, values in named) or (filters and filters.replica):
+        raise ValueError(
+            "explain --metric cost explains one view: the fleet, or one tenant, one model (or adapter) or one route"
+        )
+    if not named:
+        return View("the fleet", "fleet", None, None)
+    dim, values = named[0]
+    value = values[0]
+    if dim == "model" and value in adapter_pools(client):
+        return View(f"adapter {value}", "adapter", value, "model")
+    if dim == "model":
+        return View(f"model {value}", "model", value, None)
+    return View(f"{dim} {value}", dim, value, dim)
 
 
 # --------------------------------------------------------------------------- reads
 
 
-def _view(filters: Filters | None) -> tuple[str, str | None, str | None]:
-    """(the words for the view, the series' ``by``, the value picked): one tenant, model or route."""
-    if filters is None:
-        return "the fleet", None, None
-    named = [(dim, getattr(filters, dim)) for dim in ("tenant", "model", "route") if getattr(filters, dim)]
-    if len(named) > 1 or any(len(values) > 1 for _dim, values in named) or filters.replica:
-        raise ValueError("explain --metric cost explains one view: the fleet, or one tenant, one model or one route")
-    if not named:
-        return "the fleet", None, None
-    dim, values = named[0]
-    return f"{dim} {values[0]}", dim, values[0]
+class Steps(NamedTuple):
+    """Per step over the periods: each pool's spend, the engines' tokens per pool, and (with a
+    request log) each payer's tokens and part of the spend."""
+
+    pools: pd.DataFrame  # [ts, pool, spend, idle_spend, busy_spend, up_seconds]
+    engine: pd.DataFrame  # [ts, model, prompt_tokens, cached_tokens, completion_tokens]
+    payers: pd.DataFrame  # [ts, pool, model, tenant, route, ..., weighted_tokens, direct, idle]
 
 
-def _period_tables(
+def _steps(
     client: Client,
-    start: datetime,
-    end: datetime,
+    periods: tuple[datetime, datetime, datetime],
     prices: dict[str, float],
+    weights: TokenWeights | None,
+    step: int,
+    tier: str,
     source: str | None,
-    dim: str | None,
-    value: str | None,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per pool: spend, pool tokens and view tokens, each per hour so that periods of different
-    lengths compare, and the pool's particulars; per tenant and pool: tokens) over ``[start, end)``."""
-    spend = gpu_spend(client, start, end, prices)
-    seconds = max((end - start).total_seconds(), 1.0)
-    hours = seconds / 3600
-    pools = spend.groupby("model").agg(
-        spend=("spend", "sum"),
-        idle_spend=("idle_spend", "sum"),
-        gpu_hours=("gpu_hours", "sum"),
-        up_seconds=("up_seconds", "sum"),
-    )
-    pools["replicas"] = pools["up_seconds"] / seconds
-    flows = pd.DataFrame(columns=["tenant", "model", "tokens", "cached"])
+) -> Steps:
+    start, end = periods[0], periods[2]
+    scope = Scope(tier=tier)
     if source is not None:
-        where, params = request_rows(source, None)
-        params.update(start=param_time(start), end=param_time(end))
-        flows = query_df(
-            client,
-            f"""
-            SELECT tenant, model, route, sum(weight * (prompt_tokens + completion_tokens)) AS tokens,
-                   sum(weight * cached_tokens) AS cached, sum(weight * prompt_tokens) AS prompt
-            FROM requests WHERE ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}} AND {where}
-                  AND model != '' AND status_code < 400
-            GROUP BY tenant, model, route""",
-            parameters=params,
-        )
-        pool_tokens = flows.groupby("model")["tokens"].sum()
-        cached = flows.groupby("model")["cached"].sum() / flows.groupby("model")["prompt"].sum().replace(0, np.nan)
-        view = flows if dim is None else flows[flows[dim] == value]
-        view_tokens = view.groupby("model")["tokens"].sum()
-    else:  # the engines' counters: the fleet and its pools only
-        found = counter_increases(client, [PROMPT_TOKENS, GENERATION_TOKENS], start, end, "model")
-        pool_tokens = found.groupby("model")["increase"].sum()
-        cached = pd.Series(dtype=float)
-        view_tokens = pool_tokens if dim is None else pool_tokens[pool_tokens.index == value]
-    index = sorted(set(pools.index) | set(pool_tokens.index))
+        shares = allocate(client, start, end, prices, weights=weights, step=step, **scope)
+        pools, payers, p = shares.pools, shares.payers, shares.plan
+    else:
+        spend = spend_over_time(client, start, end, prices, step=step, **scope)
+        columns = ["spend", "idle_spend", "busy_spend", "up_seconds"]
+        pools = spend.groupby(["ts", "model"], as_index=False)[columns].sum().rename(columns={"model": "pool"})
+        payers, p = pd.DataFrame(columns=["ts", "pool", "model", "tenant", "route", *TOKENS]), spend.attrs["plan"]
+    return Steps(pools, engine_tokens(client, p, "model", step, scope), payers)
+
+
+def _in(df: pd.DataFrame, a: datetime, b: datetime) -> pd.DataFrame:
+    if df.empty:
+        return df
+    ts = pd.to_datetime(df["ts"], utc=True)
+    return df[(ts >= pd.Timestamp(a)) & (ts < pd.Timestamp(b))]
+
+
+def _side(steps: Steps, view: View, a: datetime, b: datetime) -> tuple[Side, pd.DataFrame]:
+    """One period of the view (per hour) for ``cost_parts``, and the pools' particulars."""
+    hours = max((b - a).total_seconds(), 1.0) / 3600
+    pools = _in(steps.pools, a, b).groupby("pool")[["spend", "idle_spend", "up_seconds"]].sum()
+    engine = _in(steps.engine, a, b).groupby("model")[TOKENS].sum()
+    pool_tokens = (engine["prompt_tokens"] + engine["completion_tokens"]) if len(engine) else pd.Series(dtype=float)
+    payers = _in(steps.payers, a, b)
+    index = sorted(set(pools.index) | set(pool_tokens.index) | set(payers["pool"] if len(payers) else []))
     table = pd.DataFrame(index=pd.Index(index, name="pool"))
     table["spend"] = pools["spend"].reindex(index).fillna(0.0) / hours
     table["pool_tokens"] = pool_tokens.reindex(index).fillna(0.0).astype(float) / hours
-    table["view_tokens"] = view_tokens.reindex(index).fillna(0.0).astype(float) / hours
-    table["idle_share"] = (pools["idle_spend"] / pools["spend"]).reindex(index)
-    table["cached_share"] = cached.reindex(index)
-    table["replicas"] = pools["replicas"].reindex(index).fillna(0.0)
-    table["gpu_hours"] = pools["gpu_hours"].reindex(index).fillna(0.0)
-    return table, flows
+    if view.payer:
+        mine = payers[payers[view.column] == view.value] if len(payers) else payers
+        part = mine.groupby("pool")[["direct", "idle"]].sum().sum(axis=1) if len(mine) else pd.Series(dtype=float)
+        own = mine.groupby("pool")["weighted_tokens"].sum() if len(mine) else pd.Series(dtype=float)
+        every = payers.groupby("pool")["weighted_tokens"].sum() if len(payers) else pd.Series(dtype=float)
+        raw = (mine["prompt_tokens"] + mine["completion_tokens"]).groupby(mine["pool"]).sum() if len(mine) else None
+        table["view_spend"] = part.reindex(index).fillna(0.0)
+        table["view_weighted"] = own.reindex(index).fillna(0.0)
+        table["other_weighted"] = every.reindex(index).fillna(0.0) - table["view_weighted"]
+        table["view_tokens"] = (raw.reindex(index).fillna(0.0) if raw is not None else 0.0) / hours
+        table[["view_spend", "view_weighted", "other_weighted"]] /= hours
+    else:
+        if view.value is not None:  # one pool
+            table = table[table.index == view.value]
+        table["view_spend"] = table["spend"]
+        table["view_weighted"] = 0.0
+        table["other_weighted"] = 0.0
+        table["view_tokens"] = table["pool_tokens"]
+    x = _f(table["view_tokens"].sum())
+    table["idle_share"] = (pools["idle_spend"] / pools["spend"]).reindex(table.index)
+    table["replicas"] = (pools["up_seconds"] / (hours * 3600)).reindex(table.index).fillna(0.0)
+    cached = engine["cached_tokens"] / engine["prompt_tokens"].replace(0, np.nan) if len(engine) else None
+    table["cached_share"] = cached.reindex(table.index) if cached is not None else math.nan
+    return Side(table, x), table
 
 
 def _reason_kind(reason: str) -> str:
@@ -331,7 +317,26 @@ def _routes(client: Client, periods: tuple[datetime, datetime, datetime], source
     return out[columns].sort_values(["tenant", "requests_after"], ascending=[True, False], ignore_index=True)
 
 
-def _movers(flows_b: pd.DataFrame, flows_a: pd.DataFrame, routes: pd.DataFrame) -> pd.DataFrame:
+def _flows(payers_b: pd.DataFrame, payers_a: pd.DataFrame) -> pd.DataFrame:
+    """Per tenant and pool: tokens and the tenant's share of its tokens in the pool, before and after."""
+    columns = ["tenant", "pool", "tokens_before", "tokens_after", "share_before", "share_after"]
+    if payers_b.empty and payers_a.empty:
+        return pd.DataFrame(columns=columns)
+    per = {}
+    for name, f in (("before", payers_b), ("after", payers_a)):
+        tokens = f["prompt_tokens"] + f["completion_tokens"] if len(f) else pd.Series(dtype=float)
+        per[name] = tokens.groupby([f["tenant"], f["pool"]]).sum() if len(f) else pd.Series(dtype=float)
+    both = pd.concat(per, axis=1).fillna(0.0)
+    both.index.names = ["tenant", "pool"]
+    out = both.reset_index().rename(columns={"before": "tokens_before", "after": "tokens_after"})
+    for side in ("before", "after"):
+        total = out.groupby("tenant")[f"tokens_{side}"].transform("sum")
+        out[f"share_{side}"] = (out[f"tokens_{side}"] / total).where(total > 0, 0.0)
+    out = out[(out["tokens_before"] > 0) | (out["tokens_after"] > 0)]
+    return out[columns].sort_values(["tenant", "pool"], ignore_index=True)
+
+
+def _movers(flows: pd.DataFrame, routes: pd.DataFrame) -> pd.DataFrame:
     """The tenants whose tokens changed pool: per tenant, the pool it moved to, how much of its
     tokens (share before and after), the route and reason that sent them, and its prompts."""
     columns = [
@@ -347,28 +352,24 @@ def _movers(flows_b: pd.DataFrame, flows_a: pd.DataFrame, routes: pd.DataFrame) 
         "prompt_before",
         "prompt_after",
     ]
-    if flows_b.empty or flows_a.empty:
+    if flows.empty or not (flows["tokens_before"].sum() > 0 and flows["tokens_after"].sum() > 0):
         return pd.DataFrame(columns=columns)
-    shares = {}
-    for name, f in (("before", flows_b), ("after", flows_a)):
-        per = f.groupby(["tenant", "model"])["tokens"].sum()
-        shares[name] = per / per.groupby(level="tenant").transform("sum")
-    both = pd.concat(shares, axis=1).fillna(0.0)
-    both["moved"] = both["after"] - both["before"]
     rows = []
-    tokens_after = flows_a.groupby(["tenant", "model"])["tokens"].sum()
-    for key, row in both[both["moved"] > 0.05].iterrows():
-        tenant, pool = cast("tuple[str, str]", key)
+    moved = flows.assign(moved=flows["share_after"] - flows["share_before"])
+    for row in _records(
+        moved[(moved["moved"] > MOVED) & (moved.groupby("tenant")["tokens_before"].transform("sum") > 0)]
+    ):
+        tenant, pool = str(row["tenant"]), str(row["pool"])
         r = routes[(routes["tenant"] == tenant) & (routes["model"] == pool)] if len(routes) else routes
         top = r.sort_values("requests_after", ascending=False).iloc[0] if len(r) else None
         rows.append(
             {
                 "tenant": tenant,
                 "to_pool": pool,
-                "share_before": _f(row["before"]),
-                "share_after": _f(row["after"]),
+                "share_before": _f(row["share_before"]),
+                "share_after": _f(row["share_after"]),
                 "moved": _f(row["moved"]),
-                "tokens_after": _f(tokens_after.get((tenant, pool), 0.0)),
+                "tokens_after": _f(row["tokens_after"]),
                 "route": top["route"] if top is not None else "",
                 "reason": top["reason"] if top is not None else "",
                 "example": top["example"] if top is not None else "",
@@ -382,90 +383,193 @@ def _movers(flows_b: pd.DataFrame, flows_a: pd.DataFrame, routes: pd.DataFrame) 
 # --------------------------------------------------------------------------- words
 
 
-def _money(usd_per_token: float) -> str:
-    value = usd_per_token * 1e6
-    return f"{'+' if value >= 0 else '-'}${abs(value):,.4g}"
+def _money(usd_per_million: float) -> str:
+    return f"{'+' if usd_per_million >= 0 else '-'}${abs(usd_per_million):,.4g}"
 
 
 def _pct(before: float, after: float) -> str:
     if before <= 0:
-        return "from none"
-    return f"{(after / before - 1) * 100:+.0f}%"
+        return "from none" if after > 0 else "none"
+    change = (after / before - 1) * 100
+    return "unchanged" if abs(change) < 0.5 else f"{change:+.0f}%"
 
 
-def _detail(kind: str, pool: str, b: pd.DataFrame, a: pd.DataFrame, movers: pd.DataFrame) -> str:
-    if kind == "idle pools":
-        return "spend of pools that served no tokens, over the view's tokens"
-    tb, ta = (_f(t.at[pool, "pool_tokens"]) if pool in t.index else 0.0 for t in (b, a))
-    if kind == "mix":
-        sb, sa = (
-            _f(t.at[pool, "view_tokens"]) / max(_f(t["view_tokens"].sum()), 1e-9) if pool in t.index else 0.0
-            for t in (b, a)
-        )
-        return f"the view's tokens in {pool}: {sb:.0%} -> {sa:.0%}"
+def _fewer(before: float, after: float) -> str:
+    if before <= 0:
+        return "new"
+    return f"{abs(after / before - 1):.0%} {'fewer' if after < before else 'more'}"
+
+
+class Words(NamedTuple):
+    """What the parts' words are made of: both periods' tables, the flows and the movers."""
+
+    view: View
+    before: pd.DataFrame
+    after: pd.DataFrame
+    x: tuple[float, float]
+    flows: pd.DataFrame  # per tenant and pool, per hour
+    movers: pd.DataFrame
+
+
+def _at(t: pd.DataFrame, pool: str, column: str) -> float:
+    return _f(t.at[pool, column]) if pool in t.index and column in t.columns else 0.0
+
+
+def _moves(w: Words) -> tuple[list[str], list[str]]:
+    """The pools the view's tokens left and arrived in (its share of its tokens by this much)."""
+    b, a = w.before, w.after
+    pools = sorted(set(b.index) | set(a.index))
+    shares = {
+        p: (_at(b, p, "view_tokens") / max(w.x[0], 1e-12), _at(a, p, "view_tokens") / max(w.x[1], 1e-12)) for p in pools
+    }
+    left = [p for p, (sb, sa) in shares.items() if sb - sa > MOVED]
+    arrived = [p for p, (sb, sa) in shares.items() if sa - sb > MOVED]
+    return left, arrived
+
+
+def _others_moved(w: Words, pool: str) -> list[str]:
+    """Other tenants whose tokens left or arrived in ``pool``, biggest first, in words."""
+    if w.flows.empty:
+        return []
+    f = w.flows[w.flows["pool"] == pool]
+    if w.view.by == "tenant":
+        f = f[f["tenant"] != w.view.value]
+    f = f.assign(change=f["tokens_after"] - f["tokens_before"]).sort_values("change", key=abs, ascending=False)
+    out = []
+    for r in _records(f.head(2)):
+        if abs(_f(r["change"])) <= MOVED * max(_f(r["tokens_before"]), 1.0):
+            continue
+        before, after = _f(r["tokens_before"]), _f(r["tokens_after"])
+        went = "left" if after <= 0 else "arrived" if before <= 0 else f"per hour {_pct(before, after)}"
+        mover = w.movers[w.movers["tenant"] == r["tenant"]] if len(w.movers) else w.movers
+        how = ""
+        if len(mover) and mover.iloc[0]["example"]:
+            how = f" (route {mover.iloc[0]['route']}: {mover.iloc[0]['example']})"
+        out.append(f"tenant {r['tenant']}'s tokens {went}{how}")
+    return out
+
+
+def _label(kind: str, pool: str, w: Words) -> str:
+    """A part in a few words, for the sentence."""
+    if kind == "spend":
+        return f"{pool}'s spend per hour {_pct(_at(w.before, pool, 'spend'), _at(w.after, pool, 'spend'))}"
     if kind == "volume":
-        sb_, sa_ = (_f(t.at[pool, "spend"]) if pool in t.index else 0.0 for t in (b, a))
-        text = f"{pool}'s tokens per hour {_pct(tb, ta)}, its spend per hour {_pct(sb_, sa_)}"
-        per_hour = []
-        moved = movers[movers["to_pool"] != pool] if len(movers) else movers
-        for row in _records(moved.head(2)):
-            per_hour.append(
-                f"tenant {row['tenant']} moved {row['share_after']:.0%} of its tokens to {row['to_pool']}"
-                + (f" (route {row['route']}: {row['example']})" if row["example"] else "")
-            )
-        arrived = movers[movers["to_pool"] == pool] if len(movers) else movers
-        for row in _records(arrived.head(2)):
-            per_hour.append(
-                f"tenant {row['tenant']}'s tokens arrived from another pool"
-                + (f" (route {row['route']}: {row['example']})" if row["example"] else "")
-            )
-        return text + ("; " + "; ".join(per_hour) if per_hour else "")
-    rb, ra = (_f(t.at[pool, "replicas"]) if pool in t.index else 0.0 for t in (b, a))
-    ib, ia = (_f(t.at[pool, "idle_share"]) if pool in t.index else math.nan for t in (b, a))
-    idle = f", idle {ib:.0%} -> {ia:.0%}" if not (math.isnan(ib) or math.isnan(ia)) else ""
-    return f"{pool}'s replicas up {rb:.1f} -> {ra:.1f}{idle}"
+        ob, oa = _at(w.before, pool, "other_weighted"), _at(w.after, pool, "other_weighted")
+        return f"{pool}'s spend shared with {_fewer(ob, oa)} tokens of others"
+    left, arrived = _moves(w) if w.view.payer else ([], [])
+    if left or arrived:
+        moved = f"{w.view.words}'s tokens moving" + (f" from {', '.join(left)}" if left else "")
+        moved += f" to {', '.join(arrived)}" if arrived else ""
+        pct = w.x[1] / w.x[0] - 1 if w.x[0] > 0 else 0.0
+        return moved + (f", {_fewer(*w.x)} of them" if abs(pct) >= MOVED else "")
+    if w.view.by == "fleet":
+        return f"the fleet serving {_fewer(*w.x)} tokens per hour"
+    if not w.view.payer:
+        return f"{w.view.value} serving {_fewer(*w.x)} tokens per hour"
+    return f"{w.view.words} sending {_fewer(*w.x)} tokens per hour"
 
 
-def _sentence(ex: CostExplanation) -> str:
+def _detail(kind: str, pool: str, w: Words) -> str:
+    """A part in full, for the table."""
+    b, a = w.before, w.after
+    if kind == "spend":
+        rb, ra = _at(b, pool, "replicas"), _at(a, pool, "replicas")
+        ib, ia = (_f(t.at[pool, "idle_share"]) if pool in t.index else math.nan for t in (b, a))
+        idle = f", idle {ib:.0%} -> {ia:.0%}" if not (math.isnan(ib) or math.isnan(ia)) else ""
+        spend = _pct(_at(b, pool, "spend"), _at(a, pool, "spend"))
+        return f"{pool}'s spend per hour {spend}: replicas up {rb:.1f} -> {ra:.1f}{idle}"
+    if kind == "volume":
+        ob, oa = _at(b, pool, "other_weighted"), _at(a, pool, "other_weighted")
+        text = f"{pool}'s other weighted tokens per hour {_pct(ob, oa)}, its spend per hour "
+        text += _pct(_at(b, pool, "spend"), _at(a, pool, "spend"))
+        who = _others_moved(w, pool)
+        return text + ("; " + "; ".join(who) if who else "")
+    text = f"{'the fleet' if w.view.by == 'fleet' else w.view.value if not w.view.payer else w.view.words}'s"
+    text += f" tokens per hour {_pct(*w.x)}"
+    pools = sorted(set(b.index) | set(a.index))
+    per_pool = [
+        f"{p} {_pct(_at(b, p, 'view_tokens'), _at(a, p, 'view_tokens'))}"
+        for p in pools
+        if _at(b, p, "view_tokens") > 0 or _at(a, p, "view_tokens") > 0
+    ]
+    if len(per_pool) > 1 or w.view.by == "fleet":
+        text += " (" + ", ".join(per_pool) + ")"
+    left, arrived = _moves(w) if w.view.payer else ([], [])
+    for p in arrived:
+        sb, sa = _at(b, p, "view_tokens") / max(w.x[0], 1e-12), _at(a, p, "view_tokens") / max(w.x[1], 1e-12)
+        text += f"; {sb:.0%} -> {sa:.0%} of its tokens in {p}"
+    if not w.view.payer and len(w.flows):  # whose tokens changed the most
+        flows = w.flows if w.view.value is None else w.flows[w.flows["pool"] == w.view.value]
+        per_tenant = flows.groupby("tenant")[["tokens_before", "tokens_after"]].sum()
+        change = (per_tenant["tokens_after"] - per_tenant["tokens_before"]).sort_values(key=abs, ascending=False)
+        top = [
+            f"{t} {_pct(_f(per_tenant.at[t, 'tokens_before']), _f(per_tenant.at[t, 'tokens_after']))}"
+            for t in change.index[:2]
+        ]
+        if top:
+            text += "; tenants' tokens per hour: " + ", ".join(top)
+    return text
+
+
+def _sentence(ex: CostExplanation, w: Words) -> str:
     assert ex.break_at is not None
     change = ex.after - ex.before
+    verb = "rose" if change >= 0 else "fell"
     head = (
-        f"Cost per 1M tokens of {ex.view} rose from ${ex.before:,.4g} to ${ex.after:,.4g} at "
-        f"{ex.break_at:%H:%M:%S} UTC (±{ex.step}s; {_money(change / 1e6)}, {_pct(ex.before, ex.after)})"
+        f"Cost per 1M tokens of {ex.view} {verb} from ${ex.before:,.4g} to ${ex.after:,.4g} at "
+        f"{ex.break_at:%H:%M:%S} UTC (±{ex.step}s; {_money(change)}, {_pct(ex.before, ex.after)})"
     )
-    top = ex.evidence[ex.evidence["share"] > 0.05].head(3)
-    if top.empty:
+    along = ex.evidence[ex.evidence["share"] > 0.05].head(3)
+    if along.empty:
         return head + "; no single driver explains it (see the decomposition)."
+    against = ex.evidence[ex.evidence["share"] < 0]
+    offset = len(against) and _f(along["share"].max()) > 1.0
     parts = []
-    for r in _records(top):
-        pool, dollars = str(r["pool"]), _f(r["usd_per_million"])
-        label = {
-            "volume": f"{pool} spreading its spend over {_pct_tokens(ex, pool)} tokens",
-            "spend": f"{pool}'s spend",
-            "mix": f"the view's tokens moving to {pool}" if dollars > 0 else f"the view's tokens leaving {pool}",
-            "idle pools": "pools that served no tokens",
-        }[str(r["kind"])]
-        parts.append(f"{label} ({_money(dollars / 1e6)}, {_f(r['share']):.0%} of the change)")
-    why = ""
+    for r in _records(along):
+        label = _label(str(r["kind"]), str(r["pool"]), w)
+        share = "" if offset else f", {_f(r['share']):.0%} of the change"
+        parts.append(f"{label} ({_money(_f(r['usd_per_million']))}{share})")
+    text = f"{head}. Consistent with {'; '.join(parts)}"
+    if offset:
+        r = _records(against.sort_values("share").head(1))[0]
+        text += f"; partly offset by {_label(str(r['kind']), str(r['pool']), w)} ({_money(_f(r['usd_per_million']))})"
     if len(ex.movers):
         m = ex.movers.iloc[0]
-        why = (
+        text += (
             f"; tenant {m.tenant}'s requests moved to {m.to_pool} ({m.share_before:.0%} -> {m.share_after:.0%} of its "
             f"tokens)" + (f", routed by {m.route}: {m.example}" if m.example else "")
         )
-    return f"{head}. Consistent with {', '.join(parts)}{why}."
-
-
-def _pct_tokens(ex: CostExplanation, pool: str) -> str:
-    p = ex.pools[ex.pools["pool"] == pool].set_index("period")
-    if {"before", "after"} <= set(p.index):
-        tb, ta = _f(p.at["before", "pool_tokens_per_hour"]), _f(p.at["after", "pool_tokens_per_hour"])
-        if tb > 0:
-            return f"{abs(ta / tb - 1):.0%} {'fewer' if ta < tb else 'more'}"
-    return "fewer"
+    return text + "."
 
 
 # --------------------------------------------------------------------------- explain
+
+
+def _periods(
+    steps: pd.DataFrame, s: int, at: datetime | None
+) -> tuple[tuple[datetime, datetime, datetime] | None, str]:
+    """(baseline start, break, end of the rise) from the steps with tokens, or why there are none."""
+    first = pd.Timestamp(steps["ts"].iloc[0]).to_pydatetime()
+    last = pd.Timestamp(steps["ts"].iloc[-1]).to_pydatetime() + timedelta(seconds=s)
+    if at is not None:
+        t = pd.Timestamp(as_utc(at)).floor(f"{s}s").to_pydatetime()
+        if not first < t < last:
+            return None, f"{at:%H:%M:%S} UTC is not inside the steps that served tokens ({first:%H:%M} - {last:%H:%M})"
+        return (first, t, last), ""
+    values = np.log(np.maximum(steps["value"].to_numpy(float), 1e-12))
+    bounds, levels, found = regression(values)
+    if found is None:
+        return None, "no lasting rise"
+    base, start, stop = found
+    # the periods begin and end with the steps that served tokens: a window reaching past the fleet's
+    # first minutes must not count hours nobody was up in as cheap ones
+    ts = steps["ts"]
+    end = pd.Timestamp(ts.iloc[bounds[stop]]).to_pydatetime() if stop < len(levels) else last
+    return (
+        pd.Timestamp(ts.iloc[bounds[base]]).to_pydatetime(),
+        pd.Timestamp(ts.iloc[bounds[start]]).to_pydatetime(),
+        end,
+    ), ""
 
 
 def explain_cost(
@@ -477,79 +581,98 @@ def explain_cost(
     filters: Filters | None = None,
     weights: TokenWeights | None = None,
     step: float | None = None,
+    at: datetime | None = None,
 ) -> CostExplanation:
-    """Find the break in the view's cost per 1M tokens over ``[start, end)`` and attribute it."""
+    """Find the break in the view's cost per 1M tokens over ``[start, end)`` (or take it ``at`` a
+    time) and attribute the change (module docstring)."""
     start, end = as_utc(start), as_utc(end)
-    view, dim, value = _view(filters)
+    view = _view(client, filters)
     source = log_source(client, start, end, None)
-    if dim in ("tenant", "route") and source is None:
+    if view.payer and source is None:
         raise ValueError(
-            f"no request log between {start:%H:%M} and {end:%H:%M} UTC: a {dim}'s cost needs it "
-            "(the gateway's log, or the engines' spans for routes)"
+            f"no request log between {start:%H:%M} and {end:%H:%M} UTC: a {view.by}'s cost needs it "
+            "(the gateway's log, or the engines' spans for routes and adapters)"
         )
-    by = dim or "fleet"
-    pick = Filters(**{dim: value}) if dim and value else None
-    series = cost_over_time(client, start, end, prices, by=by, step=step, weights=weights, filters=pick)
-    s = int(series.attrs["step"])
-    if dim:
-        series = series[series[dim] == value]
+    series = cost_over_time(client, start, end, prices, by=view.by, step=step, weights=weights, filters=view.pick())
+    s, tier = int(series.attrs["step"]), series.attrs["plan"].tier.name
+    if view.value is not None:
+        series = series[series[view.by] == view.value]
     series = series.rename(columns={"cost_per_million_tokens": "value"})[["ts", "value", "spend", "tokens"]]
     ex = CostExplanation(
-        view, f"request log ({source})" if source else "engine counters", s, series.reset_index(drop=True)
+        view.words,
+        f"request log ({source})" if view.payer else "engine counters",
+        s,
+        series.reset_index(drop=True),
     )
     steps = series.dropna(subset=["value"]).reset_index(drop=True)
-    if len(steps) < MIN_STEPS:
+    needed = MIN_STEPS if at is None else 2  # a break to find, or one given: a step on each side
+    if len(steps) < needed:
         ex.sentence = (
-            f"not enough steps with tokens for {view} between {start:%H:%M} and {end:%H:%M} UTC to find a "
-            f"break ({len(steps)} of {MIN_STEPS})."
+            f"not enough steps with tokens for {view.words} between {start:%H:%M} and {end:%H:%M} UTC to "
+            f"{'find a' if at is None else 'compare both sides of the'} break ({len(steps)} of {needed})."
         )
         return ex
-    values = np.log(np.maximum(steps["value"].to_numpy(float), 1e-12))
-    bounds, levels, found = regression(values)
-    if found is None:
-        ex.sentence = f"Cost per 1M tokens of {view} shows no lasting rise between {start:%H:%M} and {end:%H:%M} UTC."
+    periods, why = _periods(steps, s, at)
+    if periods is None:
+        ex.sentence = (
+            f"Cost per 1M tokens of {view.words} shows no lasting rise between {start:%H:%M} and {end:%H:%M} UTC."
+            if why == "no lasting rise"
+            else f"Cost per 1M tokens of {view.words}: {why}."
+        )
         return ex
-    base, first, last = found
-    break_at = pd.Timestamp(steps["ts"].iloc[bounds[first]]).to_pydatetime()
-    # the periods begin and end with the steps that served tokens: a window reaching past the fleet's
-    # first minutes must not count hours nobody was up in as cheap ones
-    baseline_start = pd.Timestamp(steps["ts"].iloc[bounds[base]]).to_pydatetime()
-    after_end = (
-        pd.Timestamp(steps["ts"].iloc[bounds[last]]).to_pydatetime()
-        if last < len(levels)
-        else pd.Timestamp(steps["ts"].iloc[-1]).to_pydatetime() + timedelta(seconds=s)
+    ex.break_at, ex.periods = periods[1], periods
+    data = _steps(client, periods, prices, weights, s, tier, source)
+    (side_b, table_b), (side_a, table_a) = (
+        _side(data, view, periods[0], periods[1]),
+        _side(data, view, periods[1], periods[2]),
     )
-    ex.break_at, ex.periods = break_at, (baseline_start, break_at, after_end)
-    table_b, flows_b = _period_tables(client, baseline_start, break_at, prices, source, dim, value)
-    table_a, flows_a = _period_tables(client, break_at, after_end, prices, source, dim, value)
-    fleet = dim is None
     for name, t in (("before", table_b), ("after", table_a)):
-        empty = t[(t["view_tokens"] <= 0) & (t["spend"] > 0) & (t["pool_tokens"] <= 0)]
-        for pool in empty.index:
-            ex.problems.append(
-                f"no tokens served {'before' if name == 'before' else 'after'} the break on {pool}: its "
-                "cost per token is undefined there (its spend counts as a pool that served nothing)"
-            )
+        for pool in t[(t["spend"] > 0) & (t["pool_tokens"] <= 0)].index:
+            ex.problems.append(f"{pool} served no tokens {name} the break: its spend is the fleet's all the same")
     try:
-        parts = shift_share(table_b, table_a, idle_pools=fleet)
+        parts = decompose(side_b, side_a, shared=view.payer)
     except ValueError as exc:
-        ex.problems.append(f"{exc} for {view}: its cost per token is undefined there")
-        ex.sentence = f"Cost per 1M tokens of {view}: {exc}, so the change cannot be attributed."
+        ex.problems.append(f"{exc} for {view.words}: its cost per token is undefined there")
+        ex.sentence = f"Cost per 1M tokens of {view.words}: {exc}, so the change cannot be attributed."
         return ex
-    ex.before, ex.after = view_cost(table_b, idle_pools=fleet) * 1e6, view_cost(table_a, idle_pools=fleet) * 1e6
-    routes = _routes(client, ex.periods, source)
-    ex.routes = routes
-    ex.movers = _movers(flows_b, flows_a, routes)
-    ex.flows = _flows(flows_b, flows_a)
+    ex.before, ex.after = level(side_b) * 1e6, level(side_a) * 1e6
+    ex.routes = _routes(client, periods, source)
+    ex.flows = _flows(_in(data.payers, periods[0], periods[1]), _in(data.payers, periods[1], periods[2]))
+    ex.movers = _movers(ex.flows, ex.routes)
+    ex.pools = _pool_rows(table_b, table_a)
+    hours = [max((b - a).total_seconds(), 1.0) / 3600 for a, b in zip(periods, periods[1:], strict=False)]
+    rates = ex.flows.assign(tokens_before=ex.flows["tokens_before"] / hours[0])
+    rates["tokens_after"] = rates["tokens_after"] / hours[1]
+    words = Words(view, table_b, table_a, (side_b.x, side_a.x), rates, ex.movers)
+    # the view's traffic is one part, whatever pools it passed through (a move is one flow)
+    traffic = parts[parts["kind"] == "traffic"]["usd_per_token"].sum()
+    rows = parts[parts["kind"] != "traffic"]
+    rows = pd.concat(
+        [pd.DataFrame([{"kind": "traffic", "pool": "", "usd_per_token": traffic}]), rows], ignore_index=True
+    )
+    change = ex.after - ex.before
+    rows["usd_per_million"] = (rows["usd_per_token"] * 1e6).round(10)  # float noise of exact zeros is no driver
+    rows["share"] = (rows["usd_per_million"] / change).round(6) if change else math.nan
+    rows["detail"] = [_detail(str(k), str(p), words) for k, p in zip(rows["kind"], rows["pool"], strict=True)]
+    ex.decomposition = rows.drop(columns=["usd_per_token"]).reset_index(drop=True)
+    moved = ex.decomposition["usd_per_million"].abs() > 1e-9 * max(abs(change), 1e-9)
+    ex.evidence = ex.decomposition[moved].sort_values("share", ascending=False, ignore_index=True)
+    ex.sentence = _sentence(ex, words)
+    return ex
+
+
+def _pool_rows(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
+    """The pools' particulars per period, for the page and the JSON document."""
     rows = []
-    for name, t in (("before", table_b), ("after", table_a)):
-        x = max(_f(t["view_tokens"].sum()), 1e-9)
+    for name, t in (("before", before), ("after", after)):
+        x = max(_f(t["view_tokens"].sum()), 1e-12)
         for pool, r in t.iterrows():
             rows.append(
                 {
                     "pool": pool,
                     "period": name,
                     "spend_per_hour": _f(r["spend"]),
+                    "view_spend_per_hour": _f(r["view_spend"]),
                     "pool_tokens_per_hour": _f(r["pool_tokens"]),
                     "view_tokens_per_hour": _f(r["view_tokens"]),
                     "view_share": _f(r["view_tokens"]) / x,
@@ -557,37 +680,8 @@ def explain_cost(
                         _f(r["spend"]) / _f(r["pool_tokens"]) * 1e6 if r["pool_tokens"] > 0 else math.nan
                     ),
                     "replicas": _f(r["replicas"]),
-                    "gpu_hours": _f(r["gpu_hours"]),
                     "idle_share": _num(r["idle_share"]),
                     "cached_share": _num(r["cached_share"]),
                 }
             )
-    ex.pools = pd.DataFrame(rows)
-    change = ex.after - ex.before
-    parts["usd_per_million"] = (parts["usd_per_token"] * 1e6).round(10)  # float noise of exact zeros is no driver
-    parts["share"] = (parts["usd_per_million"] / change).round(6) if change else math.nan
-    parts["detail"] = [
-        _detail(k, p, table_b, table_a, ex.movers) for k, p in zip(parts["kind"], parts["pool"], strict=True)
-    ]
-    ex.decomposition = parts.drop(columns=["usd_per_token"]).reset_index(drop=True)
-    ex.evidence = ex.decomposition[ex.decomposition["usd_per_million"].abs() > 1e-9].sort_values(
-        "share", ascending=False, ignore_index=True
-    )
-    ex.sentence = _sentence(ex)
-    return ex
-
-
-def _flows(flows_b: pd.DataFrame, flows_a: pd.DataFrame) -> pd.DataFrame:
-    """Per tenant and pool: tokens and the tenant's share of its tokens in the pool, before and after."""
-    columns = ["tenant", "pool", "tokens_before", "tokens_after", "share_before", "share_after"]
-    if flows_b.empty and flows_a.empty:
-        return pd.DataFrame(columns=columns)
-    per = {
-        name: f.groupby(["tenant", "model"])["tokens"].sum() for name, f in (("before", flows_b), ("after", flows_a))
-    }
-    both = pd.concat(per, axis=1).fillna(0.0)
-    out = both.reset_index().rename(columns={"model": "pool", "before": "tokens_before", "after": "tokens_after"})
-    for side in ("before", "after"):
-        total = out.groupby("tenant")[f"tokens_{side}"].transform("sum")
-        out[f"share_{side}"] = (out[f"tokens_{side}"] / total).where(total > 0, 0.0)
-    return out[columns].sort_values(["tenant", "pool"], ignore_index=True)
+    return pd.DataFrame(rows)

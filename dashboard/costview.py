@@ -27,9 +27,9 @@ from dashboard.format import table
 from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
 from storage.catalog import gpu_prices
 
-__all__ = ["investigate_link", "render_cost_investigation", "render_cost_series"]
+__all__ = ["cached_tokens_note", "investigate_link", "render_cost_investigation", "render_cost_series"]
 
-KIND_WORDS = {"mix": "view's mix", "volume": "volume", "spend": "spend", "idle pools": "idle pools"}
+KIND_WORDS = {"traffic": "own traffic", "volume": "volume", "spend": "spend"}
 
 
 def _prices(ctx: Context) -> dict[str, float]:
@@ -38,6 +38,27 @@ def _prices(ctx: Context) -> dict[str, float]:
 
 def _weights(ctx: Context) -> Any:
     return ctx.settings.cost.weights() if ctx.settings is not None else None
+
+
+def cached_tokens_note(fleet: pd.Series, tenants: pd.DataFrame) -> str | None:
+    """Where the showback's cached prompt tokens (each response's usage, the request log) and the
+    engines' (their prefix-cache hits, the By model table) part, which one each table uses and why;
+    None where they agree (within 5 %) or nothing was cached."""
+    engines, logged = float(fleet["cached_tokens"]), float(tenants["cached_tokens"].sum())
+    if engines <= 0 or abs(logged - engines) <= 0.05 * engines:
+        return None
+    if logged <= 0.01 * engines:
+        return (
+            f"Cached prompt tokens: the engines counted {engines:,.0f} prefix-cache hits (By model), the request log "
+            "none: these engines do not report `usage.prompt_tokens_details.cached_tokens` per response (vLLM "
+            "fills it when started with `--enable-prompt-tokens-details`), so the showback prices every tenant's "
+            "prompt tokens as computed ones."
+        )
+    return (
+        f"Cached prompt tokens: the showback counts what each response reported ({logged:,.0f}), By model the "
+        f"engines' prefix-cache hits ({engines:,.0f}); they part where the request log is sampled or requests "
+        "straddle the window's edges."
+    )
 
 
 def investigate_link(start: datetime, end: datetime, **view: str) -> str:

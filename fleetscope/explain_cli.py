@@ -27,6 +27,7 @@ EXAMPLES = """Examples:
   fleetscope explain                                 # p99 TTFT over the last hour
   fleetscope explain --latency itl --q 0.95 --since 6h --model tiny-small
   fleetscope explain --metric cost --tenant globex   # why a tenant's cost per 1M tokens rose
+  fleetscope explain --metric cost --at 2026-11-30T09:40 --since 2h   # what changed at a deploy
   fleetscope explain --start 2026-11-30T09:00 --end 2026-11-30T10:30 --format json"""
 
 
@@ -130,13 +131,20 @@ def explain_command(
     replica: Annotated[list[str] | None, typer.Option(help="Only this replica (repeat for several).")] = None,
     tenant: Annotated[list[str] | None, typer.Option(help="Only this tenant (repeat for several).")] = None,
     route: Annotated[list[str] | None, typer.Option(help="Only this route (repeat for several).")] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            help="With --metric cost: compare before and after this time (ISO, UTC; e.g. a deploy) "
+            "instead of finding the break."
+        ),
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
     config: ConfigOption = None,
 ) -> None:
     """Explain a latency regression, or a rise in cost per 1M tokens (--metric cost): when it broke,
     by how much, and the evidence ranked (KV-cache saturation, queueing, long-context share, tenant or
-    model mix, ...; for cost, the exact decomposition: pools' volume and spend, the view's mix, and the
-    tenants the router moved), as the dashboard's Investigate page shows it."""
+    model mix, ...; for cost, the change split into the view's own traffic, each pool's volume and
+    spend, with the tenants the router moved), as the dashboard's Investigate page shows it."""
     from analytics.explain import explain
     from analytics.filters import Filters
     from analytics.latency import LATENCIES
@@ -151,15 +159,20 @@ def explain_command(
         fail(f"--latency must be one of {', '.join(LATENCIES)}, not {latency!r}", code=2)
     if fmt not in ("text", "json"):
         fail(f"--format must be text or json, not {fmt!r}", code=2)
+    if at is not None and metric != "cost":
+        fail("--at is for --metric cost (a latency's break is always found)", code=2)
+    when = _when(at, "--at") if at is not None else None
     settings = settings_or_exit(config)
     begin, stop = window(since, start, end)
+    if when is not None and not begin < when < stop:
+        fail(f"--at {when:%Y-%m-%d %H:%M:%S} is not inside the window ({begin:%H:%M:%S} – {stop:%H:%M:%S} UTC)", code=2)
     try:
         client = open_clickhouse(settings)
     except StoreError as exc:
         fail(str(exc))
     if metric == "cost":
         try:
-            _explain_cost(settings, client, begin, stop, Filters(model, replica, tenant, route), fmt)
+            _explain_cost(settings, client, begin, stop, Filters(model, replica, tenant, route), fmt, when)
         finally:
             client.close()
         return
@@ -182,7 +195,9 @@ def explain_command(
     typer.echo(_table(ex))
 
 
-def _explain_cost(settings: Any, client: Any, begin: datetime, stop: datetime, filters: Any, fmt: str) -> None:
+def _explain_cost(
+    settings: Any, client: Any, begin: datetime, stop: datetime, filters: Any, fmt: str, at: datetime | None
+) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
     from analytics.cost_explain import explain_cost
@@ -197,7 +212,7 @@ def _explain_cost(settings: Any, client: Any, begin: datetime, stop: datetime, f
             "run `fleetscope migrate`"
         )
     try:
-        ex = explain_cost(client, begin, stop, prices, filters=filters, weights=settings.cost.weights())
+        ex = explain_cost(client, begin, stop, prices, filters=filters, weights=settings.cost.weights(), at=at)
     except ValueError as exc:
         fail(str(exc), code=2)
     except KeyError as exc:

@@ -8,15 +8,16 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from analytics.cost import compare_reference, cost_by_adapter, cost_views
+from analytics.cost import compare_reference, cost_views
 from analytics.cost_series import cost_over_time
 from dashboard.cache import call
 from dashboard.context import page_context, plain, shown
-from dashboard.costview import render_cost_series
+from dashboard.costview import cached_tokens_note, render_cost_series
 from dashboard.format import table
 from storage.catalog import gpu_prices
 
 MAX_BARS = 30
+SPEND_KINDS = {"busy_spend": "busy (requests running)", "idle_spend": "idle (up, nothing running)"}
 
 ctx = page_context("Cost")
 v = ctx.view
@@ -27,10 +28,9 @@ by = st.session_state.get("cost_by", "fleet")
 got = ctx.fetch(
     views=call(cost_views, v.start, v.end, prices, weights=weights, filters=v.filters),
     series=call(cost_over_time, v.start, v.end, prices, by=by, weights=weights, filters=v.filters),
-    adapters=call(cost_by_adapter, v.start, v.end, prices, weights=weights, filters=v.filters),
 )
 try:
-    spend, per_model, tenants = got["views"]
+    spend, per_model, tenants, adapters = got["views"]
 except KeyError as exc:
     st.error(f"{exc.args[0]}. GPU prices: `fleetscope prices list`.")
     st.stop()
@@ -72,6 +72,7 @@ if many:
 long = top.melt(
     id_vars=["replica", "model"], value_vars=["busy_spend", "idle_spend"], var_name="kind", value_name="usd"
 )
+long["kind"] = long["kind"].map(SPEND_KINDS)
 st.altair_chart(
     alt.Chart(plain(long))
     .mark_bar()
@@ -90,14 +91,11 @@ if tenants.empty:
     st.caption("No request-log rows in this window: tenants cannot be told apart.")
 else:
     st.dataframe(table(tenants), hide_index=True, width="stretch")
-    st.caption(
-        "Cached prompt tokens differ between the two tables: By model counts the engines' prefix-cache hits "
-        "(`vllm:prompt_tokens_cached_total`); the showback counts what each response reported in "
-        "`usage.prompt_tokens_details.cached_tokens` (the gateway's log), which vLLM fills only when started with "
-        "`--enable-prompt-tokens-details` (0 without it). Each table weighs its tokens by its own count."
-    )
+    # the two counts of cached tokens compare where the showback holds every tenant of the pools shown
+    said = None if v.filters.tenant or v.filters.route else cached_tokens_note(fleet, tenants)
+    if said:
+        st.caption(said)
     st.download_button("Download CSV", tenants.to_csv(index=False), file_name="showback.csv", mime="text/csv")
-adapters = got["adapters"]
 if len(adapters):
     st.subheader("Spend per LoRA adapter")
     st.caption(

@@ -1,0 +1,149 @@
+"""A change in a view's cost per token, attributed to its causes: Shapley values over the
+factors of the cost rule. Pure arithmetic, no reads.
+
+In:  one view (the fleet, a model pool, or a payer: a tenant, a route, a LoRA adapter) over two
+     periods, each a ``Side``: per pool (per hour, so periods of different lengths compare) the
+     pool's spend ``S``, the view's part of it ``D`` (``analytics.allocation``'s rule, summed over
+     the period), the view's weighted tokens in the pool ``w`` and the pool's other weighted
+     tokens ``o``; and the view's tokens ``x`` (prompt + output: what its cost per token divides
+     by).
+Out: ``decompose``: rows ``[kind, pool, usd_per_token]`` whose sum is the change of
+     ``level(side) = sum of D_p / x`` from before to after:
+     - ``traffic``: the view's own tokens: how many it sent, and in which pools (a tenant that
+       moved its tokens to another pool; the fleet serving fewer tokens); one row per pool the
+       effect passed through (a move between two pools reads as one flow: sum them);
+     - ``volume``: the other tokens sharing a pool (a payer's share of a pool grows when the
+       others leave it: its unchanged spend spread over fewer tokens). Payer views only;
+     - ``spend``: a pool's spend (replicas up, for more or less of the period).
+
+The rule as a function of its factors: for a payer, the view's cost per token is
+``C = sum_p S_p * sigma(w_p, o_p) / x`` with ``sigma(w, o) = w / (w + o)`` (0 when the pool
+served nobody); for the fleet ``C = sum_p S_p / x`` (every pool's spend is the fleet's, used or
+not), for one pool ``C = S_p / x``. The factors are the players: the view's traffic (``w`` in
+every pool, and ``x``, as one player), each pool's other tokens, each pool's spend. Each player's
+part is its Shapley value: its marginal effect (changing it from before to after) averaged over
+every order of changing the players, so that no order and no midpoint convention is chosen, and
+the parts add up to after - before exactly. ``C`` is a sum of one term per pool, and a pool's term
+depends on the traffic and on that pool's own two factors only, so the values are computed pool
+by pool over at most three players (Shapley values add over a sum of games).
+
+The shares are taken bucket by bucket, so a period's share of a pool is not ``w / (w + o)`` of
+the period's sums; the other tokens enter as the *effective* other tokens that give the view its
+actual part: ``o* = w (S / D - 1)``, so both sides' levels are the showback's exactly. All
+factors are bounded, so a pool with a negligible part on one side gives (within float error)
+the same parts as a pool with none: nothing divides by a pool's tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import combinations
+
+import pandas as pd
+
+__all__ = ["KINDS", "Side", "decompose", "level", "shapley"]
+
+KINDS = ("traffic", "volume", "spend")
+SIDE_COLUMNS = ["spend", "view_spend", "view_weighted", "other_weighted"]
+
+
+@dataclass(frozen=True)
+class Side:
+    """One period of a view: ``pools`` indexed by pool with ``SIDE_COLUMNS`` (per hour), and the
+    view's tokens per hour ``x``."""
+
+    pools: pd.DataFrame
+    x: float
+
+
+def level(side: Side) -> float:
+    """The view's cost per token on one side: its part of the spend over its tokens."""
+    if side.x <= 0:
+        raise ValueError("no tokens served")
+    return float(side.pools["view_spend"].sum()) / side.x
+
+
+def shapley(value: Callable[[tuple[bool, ...]], float], n: int) -> list[float]:
+    """Each of ``n`` players' Shapley value of the game ``value(changed)`` (``changed[i]``: player
+    ``i`` at its after-value): its marginal effect averaged over every order of the players."""
+    parts = [0.0] * n
+    for i in range(n):
+        others = [j for j in range(n) if j != i]
+        for k in range(n):
+            weight = math.factorial(k) * math.factorial(n - k - 1) / math.factorial(n)
+            for group in combinations(others, k):
+                without = tuple(j in group for j in range(n))
+                with_i = tuple(j in group or j == i for j in range(n))
+                parts[i] += weight * (value(with_i) - value(without))
+    return parts
+
+
+def _sigma(w: float, o: float) -> float:
+    total = w + o
+    return w / total if total > 0 and not math.isinf(o) else 0.0
+
+
+def _effective_others(spend: float, part: float, w: float, o: float) -> float:
+    """The other tokens that give the view its actual part of the pool (module docstring)."""
+    if spend > 0 and part > 0:
+        return max(0.0, w * (spend / min(part, spend) - 1.0))
+    if spend > 0 and w > 0:  # its tokens came when the pool cost nothing: its share was none
+        return math.inf
+    return o
+
+
+Pair = tuple[float, float]  # a factor before and after
+
+
+def _cell(table: pd.DataFrame, pool: str, column: str) -> float:
+    return float(table.at[pool, column])  # type: ignore[arg-type]
+
+
+def _whole_term(spend: Pair, x: Pair) -> Callable[[tuple[bool, ...]], float]:
+    """A pool's term of the fleet's (or the pool's own) cost per token: S / x."""
+
+    def term(changed: tuple[bool, ...]) -> float:
+        return spend[changed[1]] / x[changed[0]]
+
+    return term
+
+
+def _shared_term(spend: Pair, w: Pair, o: Pair, x: Pair) -> Callable[[tuple[bool, ...]], float]:
+    """A pool's term of a payer's cost per token: S x sigma(w, o) / x."""
+
+    def term(changed: tuple[bool, ...]) -> float:
+        return spend[changed[2]] * _sigma(w[changed[0]], o[changed[1]]) / x[changed[0]]
+
+    return term
+
+
+def decompose(before: Side, after: Side, *, shared: bool) -> pd.DataFrame:
+    """The change ``level(after) - level(before)`` as Shapley parts (module docstring).
+    ``shared``: the view is a payer (its part of each pool is a share); else it is the fleet or
+    one pool, whose part of a pool is all of it. ``ValueError`` when the view served no tokens on
+    a side (its cost per token is undefined there)."""
+    if before.x <= 0 or after.x <= 0:
+        raise ValueError("no tokens served " + ("before the break" if before.x <= 0 else "after the break"))
+    pools = sorted(set(before.pools.index) | set(after.pools.index))
+    b = before.pools.reindex(pools)[SIDE_COLUMNS].fillna(0.0).astype(float)
+    a = after.pools.reindex(pools)[SIDE_COLUMNS].fillna(0.0).astype(float)
+    rows: list[dict[str, object]] = []
+    x = (before.x, after.x)
+    for p in pools:
+        spend = (_cell(b, p, "spend"), _cell(a, p, "spend"))
+        if not shared:  # players: the view's tokens, the pool's spend
+            parts = shapley(_whole_term(spend, x), 2)
+            rows += [{"kind": "traffic", "pool": p, "usd_per_token": parts[0]}]
+            rows += [{"kind": "spend", "pool": p, "usd_per_token": parts[1]}]
+            continue
+        w = (_cell(b, p, "view_weighted"), _cell(a, p, "view_weighted"))
+        o = (
+            _effective_others(spend[0], _cell(b, p, "view_spend"), w[0], _cell(b, p, "other_weighted")),
+            _effective_others(spend[1], _cell(a, p, "view_spend"), w[1], _cell(a, p, "other_weighted")),
+        )
+        # players: the view's traffic (its tokens here and in all), the pool's other tokens, its spend
+        parts = shapley(_shared_term(spend, w, o, x), 3)
+        rows += [{"kind": kind, "pool": p, "usd_per_token": part} for kind, part in zip(KINDS, parts, strict=True)]
+    return pd.DataFrame(rows, columns=["kind", "pool", "usd_per_token"])
