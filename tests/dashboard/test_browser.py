@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from dashboard.serve import Served
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, missing, need, run_cli
 
-playwright = pytest.importorskip("playwright.sync_api")
+playwright = need("playwright.sync_api", "the browser tests drive Chromium with Playwright (the test extra)")
 
 CHROMIUM = os.environ.get("FLEETSCOPE_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -42,9 +42,8 @@ PAGES = {
 }
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing: run scripts/ensure-chromium.sh"
-)
+if not Path(CHROMIUM).exists():
+    missing(f"{CHROMIUM} missing: run scripts/ensure-chromium.sh (make test does)", module_level=True)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import fleet.launcher as launcher_mod
 from fleet.launcher import EngineBuild, FleetError, Launcher, detect_engine
 from fleet.spec import load_spec
 from fleetscope.cli import app
+from tests.conftest import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,7 +113,7 @@ def test_niced_engines_in_sessions_of_their_own_yield_the_cpu_to_other_sessions(
 
     autogroup = Path("/proc/self/autogroup")
     if not autogroup.exists():
-        pytest.skip("this kernel has no autogroups: the process nice is the whole priority")
+        missing("this kernel has no autogroups (/proc/self/autogroup): the process nice is the whole priority")
     children = [
         subprocess.Popen(["sleep", "10"], start_new_session=True, preexec_fn=launcher_mod._child_setup(False, 10))  # noqa: PLW1509
         for _ in range(3)

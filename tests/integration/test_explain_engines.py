@@ -13,11 +13,18 @@ switch the long requests alone keep each replica ``BUSY_AFTER_SWITCH`` busy. A f
 on a fast day the engines drained the long requests between arrivals and the p99 only spiked ("no lasting rise"); on
 a day three times slower the short requests alone kept the replicas two-thirds busy, the cache saturated before the
 switch, and every request was slow after it (p99 39 s).
+
+Before the switch the engines must keep up (no failed request, p90 TTFT under ``BASELINE_P90_S``): without that
+baseline there is no break to find. When the timing before the traffic met something else on the machine and they do
+not, the scenario is played once more at ``RETRY_SCALE`` of the rate; if they still do not, the test fails and says so
+(it never skips: under CI a test that did not run is a failure). ``FLEETSCOPE_TEST_PLANT_SLOW_BASELINE`` (seconds added
+to every TTFT before the switch) plants a slow baseline to see that failure.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,6 +60,24 @@ RATE_BOUNDS = (0.5, 8.0)  # requests/s: fewer leaves too few requests per step f
 # long-context share after the switch: 60 %, not the shipped 35 %, so that the engines, which drain a long request in
 # about a second, fall behind for good (a lasting regression, not spikes)
 ROLLOUT_SHARE = 0.6
+RETRY_SCALE = 0.6  # the second try's rate, of the first's, where the engines did not keep up before the switch
+PLANT = "FLEETSCOPE_TEST_PLANT_SLOW_BASELINE"
+
+
+def baseline_problem(sent: list, rate: float, words: str) -> str | None:
+    """Why the requests before the switch are no baseline (failed ones, or a p90 TTFT over ``BASELINE_P90_S``), or
+    None when they are one."""
+    planted = float(os.environ.get(PLANT, "0") or 0)
+    before = sorted(r.ttft_s + planted for r in sent if r.phase == "start" and r.ok and r.ttft_s is not None)
+    failed = sum(1 for r in sent if r.phase == "start" and not r.ok)
+    p90 = before[int(0.9 * (len(before) - 1))] if before else float("inf")
+    if failed or p90 > BASELINE_P90_S:
+        return (
+            f"no baseline: before the switch p90 TTFT {p90:.1f}s (> {BASELINE_P90_S:g}s"
+            + (f", {planted:g}s of it planted by {PLANT}" if planted else "")
+            + f") and {failed} failed requests at {rate:.2f} req/s ({words})"
+        )
+    return None
 
 
 def rollout(rate: float = 2.0) -> Scenario:
@@ -120,7 +145,7 @@ def test_explain_names_the_long_context_rollout_on_real_engines(ch, tmp_path: Pa
     launcher = Launcher(spec, tmp_path / "state")
     launcher.start(progress=print)
     events: list[tuple[str, datetime]] = []
-    found: dict = {}  # the rate the engines were timed for, and how
+    problems: list[str | None] = []  # per try, why it was no baseline (None: it was one)
     sent: list = []
     try:
         targets = [
@@ -149,21 +174,28 @@ def test_explain_names_the_long_context_rollout_on_real_engines(ch, tmp_path: Pa
                             json={"model": "tiny-small", "prompt": [5] * 200, "max_tokens": 16},
                         )
             rate, words = await machine_rate([spec.url(r) for r in spec.replicas])
-            found.update(rate=rate, words=words)
             print(f"rate: {words}")
-            await asyncio.sleep(2 * INTERVAL)
-            events.append(("start", datetime.now(UTC)))
-            stats = await run_scenario(
-                rollout(rate),
-                Targets(by_model={"tiny-small": [spec.url(r) for r in spec.replicas]}),
-                seed=11,
-                on_result=sent.append,
-                request_timeout_s=120,
-                progress=print,
-                progress_every_s=20,
-            )
-            events.append(("end", datetime.now(UTC)))
-            print(stats.summary())
+            for scale in (1.0, RETRY_SCALE):
+                await asyncio.sleep(2 * INTERVAL)  # the engines drained, a scrape before the traffic
+                sent.clear()
+                events.clear()
+                events.append(("start", datetime.now(UTC)))
+                stats = await run_scenario(
+                    rollout(rate * scale),
+                    Targets(by_model={"tiny-small": [spec.url(r) for r in spec.replicas]}),
+                    seed=11,
+                    on_result=sent.append,
+                    request_timeout_s=120,
+                    progress=print,
+                    progress_every_s=20,
+                )
+                events.append(("end", datetime.now(UTC)))
+                print(stats.summary())
+                problem = baseline_problem(sent, rate * scale, words)
+                problems.append(problem)
+                if problem is None:
+                    break
+                print(f"{problem}; played again at {RETRY_SCALE:.0%} of the rate" if scale == 1.0 else problem)
             await asyncio.sleep(6)  # the last scrapes and the span export interval
             return await collector.stop()
 
@@ -171,19 +203,11 @@ def test_explain_names_the_long_context_rollout_on_real_engines(ch, tmp_path: Pa
     finally:
         launcher.stop()
 
+    # The premise: before the switch the engines keep up. Where they did not at either rate, there is no baseline to
+    # find a break against: the test fails with the reason instead of answering a question it could not ask.
+    if problems[-1] is not None:
+        pytest.fail("; then ".join(p for p in problems if p), pytrace=False)
     start, end = events[0][1], events[1][1]
-    rate, words = found["rate"], found["words"]
-    # The premise: before the switch the engines keep up. Where they do not at the rate set above (the timing
-    # before the traffic met something else on the machine) the requests queue from the start, there is no
-    # baseline to find a break against, and the test says so instead of failing on a question it cannot ask.
-    before = sorted(r.ttft_s for r in sent if r.phase == "start" and r.ok and r.ttft_s is not None)
-    failed = sum(1 for r in sent if r.phase == "start" and not r.ok)
-    p90 = before[int(0.9 * (len(before) - 1))] if before else float("inf")
-    if failed or p90 > BASELINE_P90_S:
-        pytest.skip(
-            f"no baseline: before the switch p90 TTFT {p90:.1f}s (> {BASELINE_P90_S:g}s) and {failed} "
-            f"failed requests at {rate:.2f} req/s ({words})"
-        )
     # the first request of the rollout phase: when the traffic generator switched
     switch = datetime.fromtimestamp(min(r.started_at for r in sent if r.phase == "rollout"), UTC)
     assert abs((switch - start).total_seconds() - SWITCH_S) < 5
