@@ -66,6 +66,15 @@ else:
     targets = health.merge(
         hours[["replica", "model", "gpu_type", "gpu_count", "up_seconds"]], on="replica", how="outer"
     )
+    if v.filters.model or v.filters.replica:  # the targets of the replicas asked for (a model is known by its metrics)
+        picked = targets["replica"].isin(set(hours["replica"]) | set(v.filters.replica))
+        if (~picked).any():
+            st.caption(
+                f"{int((~picked).sum())} other scrape target(s) not shown: not the "
+                + ("model" if v.filters.model else "replica")
+                + " picked in the filters, or no engine metrics in the window to tell their model."
+            )
+        targets = targets[picked]
     worst = wedged.groupby("replica")["seconds"].max() if len(wedged) else pd.Series(dtype=float)
     ongoing = set(wedged.loc[wedged["ongoing"], "replica"]) if len(wedged) else set()
     targets["stalled"] = [
