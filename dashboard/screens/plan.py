@@ -123,10 +123,11 @@ for row in planned.backtest.itertuples():
         f"{row.p99_ttft_observed:.2f} s observed ({row.p99_ttft_error:+.0%}), mean KV used "
         f"{row.kv_mean_replayed:.0%} against {row.kv_mean_observed:.0%}"
     )
+    tolerance = f"25 % and {row.kv_tolerance_points:.0f} points"
     if row.within:
-        st.caption(line + " — within 25 % and 10 points.")
+        st.caption(line + f" — within {tolerance}.")
     else:
-        st.warning(line + ": outside 25 % / 10 points — read the variants as a direction, not a forecast.")
+        st.warning(line + f": outside {tolerance} — read the variants as a direction, not a forecast.")
 if planned.fit is not None:
     st.caption(f"Simulator fitted to the recorded fleet: {planned.fit.describe()}.")
 
