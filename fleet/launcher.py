@@ -263,6 +263,9 @@ class Launcher:
         ]
         if self.spec.otlp_traces_endpoint:
             cmd += ["--otlp-traces-endpoint", self.spec.otlp_traces_endpoint]
+        # each response reports its prompt tokens served from the prefix cache (usage.prompt_tokens_details):
+        # the request log's cached tokens, which price a tenant's prompts, are then the engines' own count
+        cmd += ["--enable-prompt-tokens-details"]
         cmd += replica.engine_flags()
         cmd += self.feature_flags(replica)
         env = {

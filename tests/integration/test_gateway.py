@@ -266,3 +266,65 @@ def test_request_log_joins_engine_spans_by_trace_id(fleet, ch, tmp_path: Path) -
         assert row[1:3] == ("acme", "model-router:small/least_loaded")
         assert row[3] in {"small-0", "small-1"} and row[4] == "tiny-small"
         assert row[5] == 40 + i and row[6] and row[7] and row[8], rows  # from both logs
+
+
+def test_the_showbacks_cached_tokens_are_the_engines_own(fleet, ch, tmp_path: Path) -> None:
+    """The launcher starts the engines with --enable-prompt-tokens-details: each response reports its
+    prefix-cache hits, so the tenants' cached prompt tokens in the showback (the gateway's log) add up to
+    what the engines counted (vllm:prompt_tokens_cached_total) over the same window."""
+    from datetime import UTC, datetime, timedelta
+
+    from analytics.cost import cost_by_tenant, cost_per_token
+    from collector.targets import make_target
+
+    spec, otlp_port = fleet
+    clickhouse_runner.apply(ch)
+    registry = CollectorRegistry()
+    targets = [
+        make_target(
+            f"127.0.0.1:{r.port}",
+            job="vllm",
+            labels={"replica": r.name, "model": r.model, "gpu_type": "cpu-demo", "gpu_count": "1"},
+            interval_s=1,
+            timeout_s=2,
+        )
+        for r in spec.replicas
+    ]
+    writer = Writer(ch, WriterConfig(spool_dir=tmp_path / "spool", flush_interval_s=0.3), registry=registry)
+    collector = Collector(CollectorConfig(http_port=otlp_port, grpc_port=0, static_targets=targets), writer, registry)
+    shared = [7 + i % 500 for i in range(600)]  # a system prompt of about 5 blocks every request repeats
+    window: list[datetime] = []
+
+    async def go() -> None:
+        await collector.start()
+        await asyncio.sleep(2.5)  # every replica scraped before the traffic: the counters' baseline
+        window.append(datetime.now(UTC))
+        gw = GatewaySpec(
+            model_router=ROUTER, request_log_url=f"http://127.0.0.1:{otlp_port}/v1/requests", request_log_flush_s=0.3
+        )
+        gateway = Gateway(gw, [ReplicaState(r.name, r.model, spec.url(r)) for r in spec.replicas])
+        port = free_port()
+        await gateway.start("127.0.0.1", port)
+        async with httpx.AsyncClient(timeout=120) as client:
+            for i in range(24):
+                body = completion(model="tiny-small", max_tokens=8, stream=bool(i % 2))
+                body["prompt"] = shared + [600 + i * 7 + k for k in range(20 + i)]
+                r = await client.post(
+                    f"http://127.0.0.1:{port}/v1/completions",
+                    json=body,
+                    headers={"x-tenant": ("acme", "globex")[i % 2]},
+                )
+                assert r.status_code == 200, r.text
+        await asyncio.sleep(3)  # the log shipped, the counters scraped after the last answer
+        window.append(datetime.now(UTC) + timedelta(seconds=1))
+        await gateway.stop()
+        assert await collector.stop()
+
+    asyncio.run(go())
+    prices = {"cpu-demo": 0.10}
+    engines = cost_per_token(ch, *window, prices, tier="raw").set_index("model").loc["(fleet)", "cached_tokens"]
+    tenants = cost_by_tenant(ch, *window, prices, tier="raw").set_index("tenant")
+    logged = tenants.loc[["acme", "globex"], "cached_tokens"].sum()
+    print(f"cached prompt tokens: engines {engines:,.0f}, request log {logged:,.0f}")
+    assert engines >= 20 * 512  # the shared blocks were hits for the 23 requests after the first on each replica
+    assert logged == pytest.approx(engines, rel=0.02)
