@@ -12,6 +12,7 @@ from datetime import timedelta
 import pandas as pd
 import pytest
 
+from analytics.cost import TokenWeights
 from analytics.cost_explain import explain_cost
 from analytics.cost_parts import Side, decompose, level, shapley
 from analytics.cost_series import cost_over_time
@@ -200,8 +201,6 @@ def test_acme_moving_back_is_its_own_traffic(shift) -> None:
 def test_router_shift_reads_one_number_everywhere(shift) -> None:
     """The showback, the series and explain, before and after acme's move, for the fleet, both pools and
     every tenant; with other token weights too."""
-    from analytics.cost import TokenWeights
-
     views = [None, Filters(model="tiny-small"), Filters(model="tiny-large")]
     views += [Filters(tenant=t) for t in ("acme", "globex", "initech", "umbrella")]
     at = shift.phase("acme-long-prompts")
@@ -223,8 +222,11 @@ def test_adapters_read_one_number_in_their_base_pool(thrash) -> None:
     adapters = ["support-bot", "legal-bot", "code-bot", "sql-bot"]
     views = [None, Filters(model="tiny-small"), Filters(tenant="acme"), *(Filters(model=a) for a in adapters)]
     at = thrash.phase("adapters-take-off")
-    rows = figures(thrash.client, (thrash.start, thrash.end), PRICES, views, at=at, adapters=adapters)
-    assert len(rows) == 14 and not disagreements(rows), pd.DataFrame(rows).to_string()
+    for weights in (None, TokenWeights(input=1, cached=0.1, output=8)):
+        rows = figures(
+            thrash.client, (thrash.start, thrash.end), PRICES, views, at=at, adapters=adapters, weights=weights
+        )
+        assert len(rows) == 14 and not disagreements(rows), pd.DataFrame(rows).to_string()
     # an adapter's cost is its share of tiny-small's spend over its own tokens: the same order as the pool's
     pool = {r["period"]: r["explain"] for r in rows if r["view"] == "model tiny-small"}
     for r in rows:

@@ -285,7 +285,7 @@ def test_the_showbacks_cached_tokens_are_the_engines_own(fleet, ch, tmp_path: Pa
             f"127.0.0.1:{r.port}",
             job="vllm",
             labels={"replica": r.name, "model": r.model, "gpu_type": "cpu-demo", "gpu_count": "1"},
-            interval_s=1,
+            interval_s=2,
             timeout_s=2,
         )
         for r in spec.replicas
@@ -297,7 +297,7 @@ def test_the_showbacks_cached_tokens_are_the_engines_own(fleet, ch, tmp_path: Pa
 
     async def go() -> None:
         await collector.start()
-        await asyncio.sleep(2.5)  # every replica scraped before the traffic: the counters' baseline
+        await asyncio.sleep(4.5)  # every replica scraped before the traffic: the counters' baseline
         window.append(datetime.now(UTC))
         gw = GatewaySpec(
             model_router=ROUTER, request_log_url=f"http://127.0.0.1:{otlp_port}/v1/requests", request_log_flush_s=0.3
@@ -315,7 +315,7 @@ def test_the_showbacks_cached_tokens_are_the_engines_own(fleet, ch, tmp_path: Pa
                     headers={"x-tenant": ("acme", "globex")[i % 2]},
                 )
                 assert r.status_code == 200, r.text
-        await asyncio.sleep(3)  # the log shipped, the counters scraped after the last answer
+        await asyncio.sleep(5)  # the log shipped, the counters scraped after the last answer
         window.append(datetime.now(UTC) + timedelta(seconds=1))
         await gateway.stop()
         assert await collector.stop()
