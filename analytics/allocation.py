@@ -15,10 +15,12 @@ Out: - ``grain``: the bucket the rule works in: a minute where the samples are r
        the sample before the bucket's first one to its own last one (the span its token
        counters' increases cover, so that adjacent windows add up and a replica's first or last
        minute is neither free nor spiky), unless that sample came longer before than the
-       replica's scrapes do (2.5 times its median gap, at least a grain, at most 15 minutes: a
+       replica's scrapes do (2.5 times its median gap, at least a minute, at most 15 minutes: a
        crash or the collector away is time down); then from the bucket's first sample. A scrape
        interval longer than a grain (a minute) counts each gap in the bucket of the sample that
-       ends it, as the counters count its tokens. Busy: buckets where that gauge was above 0 at
+       ends it, as the counters count its tokens; the request log is bucketed by request time,
+       so requests in a minute without a sample find no spend to share there (scrape at least
+       once a minute for a per-minute showback). Busy: buckets where that gauge was above 0 at
        some scrape;
      - ``priced``: adds ``spend`` = up seconds x GPUs x price / 3600 (DESIGN.md section 5; idle
        included), ``idle_spend`` (up but not busy) and ``busy_spend``; a replica without a GPU
@@ -116,7 +118,7 @@ class TokenWeights:
 def weighted(df: pd.DataFrame, weights: TokenWeights) -> pd.Series:
     """Weighted tokens of rows with ``prompt_tokens``, ``cached_tokens`` (part of the prompt) and
     ``completion_tokens``."""
-    computed = df["prompt_tokens"] - df["cached_tokens"]
+    computed = (df["prompt_tokens"] - df["cached_tokens"]).clip(lower=0)  # a row claiming more cached than sent
     return computed * weights.input + df["cached_tokens"] * weights.cached + df["completion_tokens"] * weights.output
 
 
@@ -174,11 +176,11 @@ def uptime(
     ts = f"toDateTime64(toStartOfInterval(u.b, INTERVAL {s} SECOND), 3, 'UTC') AS ts, " if s else ""
     # per replica (its series joined first: an engine's several series are one replica) and bucket: up from
     # the sample before the bucket's first, when that one came no later than the replica's scrapes do
-    # (STALE_INTERVALS of its median gap, at least a grain, at most LOOKBACK), to its own last sample
-    stale = f"least({LOOKBACK_MS}, greatest({g * 1000}, {STALE_INTERVALS} * typical))"
+    # (STALE_INTERVALS of its median gap, at least a minute, at most LOOKBACK), to its own last sample
+    stale = f"least({LOOKBACK_MS}, greatest(60000, {STALE_INTERVALS} * typical))"
     sql = f"""
         SELECT {ts}{"m.model" if by == "model" else "m.replica"} AS replica, m.model AS model,
-               m.gpu_type AS gpu_type, m.gpu_count AS gpu_count, uniqExact(m.replica) AS replicas,
+               m.gpu_type AS gpu_type, m.gpu_count AS gpu_count, uniqExact(u.k) AS replicas,
                sum(u.up) AS up_seconds, sumIf(u.up, u.peak > 0) AS busy_seconds
         FROM (
             SELECT k, b, peak,
@@ -186,7 +188,7 @@ def uptime(
                                         if(gap IS NOT NULL AND gap <= {stale}, assumeNotNull(prev_t), first_t),
                                         last_t) / 1000) AS up
             FROM (
-                SELECT k, b, peak, first_t, last_t, prev_t, gap, median(gap) OVER (PARTITION BY k) AS typical
+                SELECT k, b, peak, first_t, last_t, prev_t, gap, medianExact(gap) OVER (PARTITION BY k) AS typical
                 FROM (
                     SELECT k, b, peak, first_t, last_t,
                            lagInFrame(toNullable(last_t), 1, NULL) OVER w AS prev_t,
@@ -351,6 +353,8 @@ def allocate(
     money = spend.groupby(["ts", "model"], as_index=False)[[*MONEY, "up_seconds"]].sum()
     money = money.rename(columns={"model": "pool"})
     source = log_source(client, p.start, p.end, logged)
+    # the request log read on the samples' tier (6 h read as 1 h), so that its steps are the grain's
+    # (its own retention is at least the samples': it holds what they hold)
     rows = request_totals(
         client,
         p.start,
@@ -358,11 +362,13 @@ def allocate(
         by=PAYER_KEYS,
         source=source,
         step=g,
-        tier=tier,
+        tier=p.tier.name,
         retention=retention,
         now=now,
         filters=logged,
     )
+    if len(rows) and rows.attrs.get("step") != g:
+        raise RuntimeError(f"the request log was read in steps of {rows.attrs.get('step')}s, not the grain's {g}s")
     if source is None or rows.empty:
         rows = pd.DataFrame(
             {"ts": pd.Series(dtype="datetime64[ns, UTC]"), **{k: pd.Series(dtype=object) for k in PAYER_KEYS}}

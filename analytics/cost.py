@@ -209,7 +209,8 @@ def showback(shares: Shares, filters: Filters | None, *, by: str = "tenant", idl
     if idle == "separate":
         out["idle"] = 0.0
     added: list[dict[str, object]] = []
-    if not (filters and (filters.tenant or filters.route)) and len(payers) == len(shares.payers):
+    named = filters is not None and any(m in shares.pool_of for m in filters.model)  # an adapter asked for
+    if not (filters and (filters.tenant or filters.route)) and not named:  # the pools' own spend: all of it
         free = shares.unattributed
         direct, idle_free = float(free["direct"].sum()), float(free["idle"].sum())
         if direct + (idle_free if idle == "share" else 0.0) > 0:

@@ -9,29 +9,32 @@ In:  one view (the fleet, a model pool, or a payer: a tenant, a route, a LoRA ad
      by).
 Out: ``decompose``: rows ``[kind, pool, usd_per_token]`` whose sum is the change of
      ``level(side) = sum of D_p / x`` from before to after:
-     - ``traffic``: the view's own tokens: how many it sent, and in which pools (a tenant that
-       moved its tokens to another pool; the fleet serving fewer tokens); one row per pool the
-       effect passed through (a move between two pools reads as one flow: sum them);
+     - ``traffic``: the view's own tokens: how many it sent, in which pools and when (a tenant
+       that moved its tokens to another pool; the fleet serving fewer tokens); one row per pool
+       the effect passed through (a move between two pools reads as one flow: sum them);
      - ``volume``: the other tokens sharing a pool (a payer's share of a pool grows when the
        others leave it: its unchanged spend spread over fewer tokens). Payer views only;
      - ``spend``: a pool's spend (replicas up, for more or less of the period).
 
 The rule as a function of its factors: for a payer, the view's cost per token is
-``C = sum_p S_p * sigma(w_p, o_p) / x`` with ``sigma(w, o) = w / (w + o)`` (0 when the pool
-served nobody); for the fleet ``C = sum_p S_p / x`` (every pool's spend is the fleet's, used or
-not), for one pool ``C = S_p / x``. The factors are the players: the view's traffic (``w`` in
-every pool, and ``x``, as one player), each pool's other tokens, each pool's spend. Each player's
-part is its Shapley value: its marginal effect (changing it from before to after) averaged over
-every order of changing the players, so that no order and no midpoint convention is chosen, and
-the parts add up to after - before exactly. ``C`` is a sum of one term per pool, and a pool's term
-depends on the traffic and on that pool's own two factors only, so the values are computed pool
-by pool over at most three players (Shapley values add over a sum of games).
+``C = sum_p S_p * sigma(w_p, o_p) * t_p / x`` with ``sigma(w, o) = w / (w + o)`` (0 when the
+pool served nobody) and ``t_p`` the timing factor below; for the fleet ``C = sum_p S_p / x``
+(every pool's spend is the fleet's, used or not), for one pool ``C = S_p / x``. The factors are
+the players: the view's traffic (``w`` and ``t`` in every pool, and ``x``, as one player), each
+pool's other tokens, each pool's spend. Each player's part is its Shapley value: its marginal
+effect (changing it from before to after) averaged over every order of changing the players, so
+that no order and no midpoint convention is chosen, and the parts add up to after - before
+exactly. ``C`` is a sum of one term per pool, and a pool's term depends on the traffic and on
+that pool's own two factors only, so the values are computed pool by pool over at most three
+players (Shapley values add over a sum of games).
 
-The shares are taken bucket by bucket, so a period's share of a pool is not ``w / (w + o)`` of
-the period's sums; the other tokens enter as the *effective* other tokens that give the view its
-actual part: ``o* = w (S / D - 1)``, so both sides' levels are the showback's exactly. All
-factors are bounded, so a pool with a negligible part on one side gives (within float error)
-the same parts as a pool with none: nothing divides by a pool's tokens.
+The shares are taken bucket by bucket, so a period's part of a pool is not ``S w / (w + o)`` of
+the period's sums: a view that sent its tokens in minutes the others left quiet paid those
+minutes alone. That is the view's own doing, so it belongs to its traffic player as a timing
+factor ``D / (S sigma(w, o))`` beside its tokens; the other tokens stay what they were, and a pool
+whose other tokens did not change has no volume part. Both sides' levels are the showback's
+exactly. Nothing divides by a pool's tokens, so a pool where the view's part is negligible on one
+side gives the same parts as a pool where it had none (within float error).
 """
 
 from __future__ import annotations
@@ -85,13 +88,13 @@ def _sigma(w: float, o: float) -> float:
     return w / total if total > 0 and not math.isinf(o) else 0.0
 
 
-def _effective_others(spend: float, part: float, w: float, o: float) -> float:
-    """The other tokens that give the view its actual part of the pool (module docstring)."""
-    if spend > 0 and part > 0:
-        return max(0.0, w * (spend / min(part, spend) - 1.0))
-    if spend > 0 and w > 0:  # its tokens came when the pool cost nothing: its share was none
-        return math.inf
-    return o
+def _timing(spend: float, part: float, w: float, o: float) -> float:
+    """How the view's part of a pool compares with its share of the period's tokens, ``D / (S
+    sigma(w, o))``: 1 where it sent its tokens evenly with the others, above 1 where it sent them in
+    minutes the others left quiet (it paid those minutes alone), 0 where they came when the pool
+    cost nothing. 1 where the view had no share to compare (its part is 0 then)."""
+    base = spend * _sigma(w, o)
+    return part / base if base > 0 else 1.0
 
 
 Pair = tuple[float, float]  # a factor before and after
@@ -110,11 +113,12 @@ def _whole_term(spend: Pair, x: Pair) -> Callable[[tuple[bool, ...]], float]:
     return term
 
 
-def _shared_term(spend: Pair, w: Pair, o: Pair, x: Pair) -> Callable[[tuple[bool, ...]], float]:
-    """A pool's term of a payer's cost per token: S x sigma(w, o) / x."""
+def _shared_term(spend: Pair, w: Pair, o: Pair, t: Pair, x: Pair) -> Callable[[tuple[bool, ...]], float]:
+    """A pool's term of a payer's cost per token: S x sigma(w, o) x timing / x."""
 
     def term(changed: tuple[bool, ...]) -> float:
-        return spend[changed[2]] * _sigma(w[changed[0]], o[changed[1]]) / x[changed[0]]
+        own = changed[0]
+        return spend[changed[2]] * _sigma(w[own], o[changed[1]]) * t[own] / x[own]
 
     return term
 
@@ -139,11 +143,13 @@ def decompose(before: Side, after: Side, *, shared: bool) -> pd.DataFrame:
             rows += [{"kind": "spend", "pool": p, "usd_per_token": parts[1]}]
             continue
         w = (_cell(b, p, "view_weighted"), _cell(a, p, "view_weighted"))
-        o = (
-            _effective_others(spend[0], _cell(b, p, "view_spend"), w[0], _cell(b, p, "other_weighted")),
-            _effective_others(spend[1], _cell(a, p, "view_spend"), w[1], _cell(a, p, "other_weighted")),
+        o = (_cell(b, p, "other_weighted"), _cell(a, p, "other_weighted"))
+        t = (
+            _timing(spend[0], _cell(b, p, "view_spend"), w[0], o[0]),
+            _timing(spend[1], _cell(a, p, "view_spend"), w[1], o[1]),
         )
-        # players: the view's traffic (its tokens here and in all), the pool's other tokens, its spend
-        parts = shapley(_shared_term(spend, w, o, x), 3)
+        # players: the view's traffic (its tokens here and in all, and when it sent them), the pool's other
+        # tokens, its spend
+        parts = shapley(_shared_term(spend, w, o, t, x), 3)
         rows += [{"kind": kind, "pool": p, "usd_per_token": part} for kind, part in zip(KINDS, parts, strict=True)]
     return pd.DataFrame(rows, columns=["kind", "pool", "usd_per_token"])

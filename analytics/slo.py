@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 from typing_extensions import Unpack
 
-from analytics.allocation import allocate, picked
+from analytics.allocation import TokenWeights, allocate, picked
 from analytics.cost import FLEET, gpu_hours
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
@@ -292,6 +292,7 @@ def cost_per_slo_tokens(
     *,
     source: str | None = "gateway",
     filters: Filters | None = None,
+    weights: TokenWeights | None = None,
 ) -> pd.DataFrame:
     """Per model and ``(fleet)``: spend / tokens of the requests that met every SLO x 10^6, beside
     the plain cost per 1M tokens of the same request log: what missed SLOs cost on top. A model's
@@ -299,7 +300,7 @@ def cost_per_slo_tokens(
     it), the pool's minutes nobody used counted to the pool's own model; with a tenant or route
     filter, their part alone."""
     good = goodput(client, targets, start, end, source=source, filters=filters)
-    shares = allocate(client, start, end, prices, filters=filters)
+    shares = allocate(client, start, end, prices, weights=weights, filters=filters)
     payers = picked(shares.payers, filters, shares.pool_of)
     spend = payers.groupby("model")[["direct", "idle"]].sum().sum(axis=1)
     if not (filters and (filters.tenant or filters.route)):

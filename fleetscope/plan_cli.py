@@ -207,6 +207,10 @@ def _s(x: float) -> str:
     return f"{x * 1000:.0f}ms" if x < 1 else f"{x:.2f}s"
 
 
+def _points(x: float) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.0f} points"
+
+
 def _print(planned: Any, misses: dict[str, float]) -> None:
     start, end = planned.window
     typer.echo(f"window {start:%Y-%m-%d %H:%M} – {end:%H:%M} UTC; replay {planned.requests_per_s:,.0f} requests/s")
@@ -220,7 +224,7 @@ def _print(planned: Any, misses: dict[str, float]) -> None:
             f"{_pct(row['kv_mean_replayed'])} ({_signed(row['kv_mean_error_points'], '.1f')} points); p50 TTFT "
             f"{_s(row['p50_ttft_observed'])} / {_s(row['p50_ttft_replayed'])}; p99 ITL {_s(row['p99_itl_observed'])} / "
             f"{_s(row['p99_itl_replayed'])}"
-            + ("" if row["within"] else f"  — outside 25 % / {row['kv_tolerance_points']:.0f} points")
+            + ("" if row["within"] else f"  — outside 25 % / {_points(row['kv_tolerance_points'])}")
         )
     missed = sum(v for k, v in misses.items() if k.startswith("misses_") and not math.isnan(v))
     if missed > 0:

@@ -356,7 +356,8 @@ def plan(
         for column in ("ttft_seconds", "itl_seconds"):
             fit_rows[column] = fit_rows[column].where(fit_rows[column] > 0)
         fit_start = max(fit_on[0], fit_rows["ts"].min().floor("s").to_pydatetime())
-        fit_seconds = (min(fit_on[1], fit_rows["ts"].max().ceil("s").to_pydatetime()) - fit_start).total_seconds()
+        fit_end = min(fit_on[1], (fit_rows["ts"].max() + pd.Timedelta(seconds=1)).ceil("s").to_pydatetime())
+        fit_seconds = (fit_end - fit_start).total_seconds()
         fit_traffic = arrivals(
             fit_rows, pd.Timestamp(fit_start), prefix_tokens=prefix_tokens, auto_model=auto, seed=seed
         )

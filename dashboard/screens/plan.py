@@ -123,7 +123,8 @@ for row in planned.backtest.itertuples():
         f"{row.p99_ttft_observed:.2f} s observed ({row.p99_ttft_error:+.0%}), mean KV used "
         f"{row.kv_mean_replayed:.0%} against {row.kv_mean_observed:.0%}"
     )
-    tolerance = f"25 % and {row.kv_tolerance_points:.0f} points"
+    kv_points = row.kv_tolerance_points
+    tolerance = "25 %" + ("" if pd.isna(kv_points) else f" and {kv_points:.0f} points")  # NaN: no KV observed
     if row.within:
         st.caption(line + f" — within {tolerance}.")
     else:

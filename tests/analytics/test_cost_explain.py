@@ -123,6 +123,51 @@ def test_a_pool_with_one_token_reads_as_a_pool_with_none() -> None:
         assert abs(one_own.get(key, 0.0) - none_own.get(key, 0.0)) < 0.01 * abs(change), (key, one_own, none_own)
 
 
+def test_when_a_tenant_sent_its_tokens_is_its_own_traffic_not_the_others_volume() -> None:
+    # large ($300/h) serves 10,000 other tokens an hour, before and after. Before, the view's single token came in a
+    # minute the others left quiet: it paid that minute alone ($5 of the hour's $300), far more than its share of
+    # the hour's tokens. After, its 5,000 tokens came evenly. The others' tokens did not change: no volume part.
+    quiet = side(1000, small=(100, 100 * 999 / 9999, 999, 9000), large=(300, 5.0, 1, 10000))
+    none = side(1000, small=(100, 10.0, 1000, 9000), large=(300, 0.0, 0, 10000))
+    after = side(6000, small=(100, 10.0, 1000, 9000), large=(300, 300 * 5000 / 15000, 5000, 10000))
+    for before in (quiet, none):  # with the token in a quiet minute, or no token in large at all
+        got = parts(before, after)
+        assert set(got) == {("traffic", "")}, got  # all of it the view's own doing
+
+
+def test_offsetting_parts_are_said_in_dollars_never_as_shares_above_the_change() -> None:
+    from datetime import UTC, datetime
+
+    from analytics.cost_explain import CostExplanation, View, Words, _sentence
+
+    # a pool's spend up by $2 per 1M tokens, the view's own traffic down by $1.5: a change of +$0.5, whose
+    # largest part is 400 % of it
+    ex = CostExplanation(
+        "tenant t", "request log (gateway)", 60, pd.DataFrame(), datetime(2026, 1, 1, tzinfo=UTC), 1.0, 1.5
+    )
+    ex.evidence = pd.DataFrame(
+        [("spend", "small", 2.0, 4.0, ""), ("traffic", "", -1.5, -3.0, "")],
+        columns=["kind", "pool", "usd_per_million", "share", "detail"],
+    )
+    ex.movers = pd.DataFrame(columns=["tenant", "to_pool", "share_before", "share_after", "route", "example"])
+    table = pd.DataFrame(
+        {"spend": [100.0], "other_weighted": [50.0], "view_tokens": [100.0], "replicas": [1.0], "idle_share": [0.0]},
+        index=pd.Index(["small"], name="pool"),
+    )
+    words = Words(
+        View("tenant t", "tenant", "t", "tenant"),
+        table,
+        table.assign(spend=200.0, view_tokens=200.0),
+        (100.0, 200.0),
+        pd.DataFrame(),
+        ex.movers,
+    )
+    said = _sentence(ex, words)
+    assert "small's spend per hour +100% (+$2)" in said, said
+    assert "partly offset by tenant t sending 100% more tokens per hour (-$1.5)" in said, said
+    assert "% of the change" not in said, said
+
+
 def test_an_adapter_is_costed_in_its_base_pool_with_the_base_models_requests() -> None:
     # an adapter's requests share the base model's pool ($120/h) with the base model's own (its "others");
     # when the base model's traffic halves, the adapter's unchanged 30 tokens pay half the pool instead of a third
@@ -182,7 +227,6 @@ def test_no_part_quoted_is_larger_than_the_change(shift, view) -> None:
     is at most the whole change, and the view's own traffic is one row however many pools it crossed."""
     ex = explain_cost(shift.client, shift.start, shift.end, PRICES, filters=view)
     assert ex.break_at is not None, ex.sentence
-    print(ex.sentence, ex.evidence.to_string(), sep="\n")
     assert (ex.evidence["share"].head(3).abs() <= 1.0 + 1e-9).all(), ex.evidence
     quoted = [int(p) for p in re.findall(r"(\d+)% of the change", ex.sentence)]
     assert quoted and all(p <= 100 for p in quoted), ex.sentence
@@ -207,8 +251,6 @@ def test_router_shift_reads_one_number_everywhere(shift) -> None:
     for weights in (None, TokenWeights(input=1, cached=0.1, output=8)):
         rows = figures(shift.client, (shift.start, shift.end), PRICES, views, at=at, weights=weights)
         assert len(rows) == 14 and not disagreements(rows), pd.DataFrame(rows).to_string()
-    acme = [r for r in rows if r["view"] == "tenant acme"]
-    print(pd.DataFrame(acme).to_string())
 
 
 @pytest.fixture(scope="module")
