@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -154,14 +155,19 @@ def uptime(
     *,
     step: int | None = None,
     by: str = "replica",
+    replicas_too: bool = False,
     **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Seconds up and busy per replica, per step of ``step`` seconds (a whole number of grains,
     epoch-aligned) or over the window (``None``); the window is widened to whole steps (grains).
     ``by="model"``: summed per model pool and GPU kind (``replica`` then names the pool, and
-    ``replicas`` counts them). ``.attrs``: ``plan`` (the window answered), ``grain``, ``step``."""
+    ``replicas`` counts them). ``.attrs``: ``plan`` (the window answered), ``grain``, ``step``;
+    with ``replicas_too`` (``by="model"`` per step) also ``replicas``: the per-replica uptime over
+    the window, from the same read (the window functions over every bucket are most of the time)."""
     if by not in ("replica", "model"):
         raise ValueError("by must be 'replica' or 'model'")
+    if replicas_too and (by != "model" or step is None):
+        raise ValueError("replicas_too goes with by='model' and a step")
     _tier, _retention, _now, filters = scope_parts(scope)
     p = spend_plan(client, start, end, scope)
     g = grain(p)
@@ -178,10 +184,17 @@ def uptime(
     # the sample before the bucket's first, when that one came no later than the replica's scrapes do
     # (STALE_INTERVALS of its median gap, at least a minute, at most LOOKBACK), to its own last sample
     stale = f"least({LOOKBACK_MS}, greatest(60000, {STALE_INTERVALS} * typical))"
+    name = "m.model" if by == "model" else "m.replica"
+    group = f"{'ts, ' if s else ''}{'' if by == 'model' else 'm.replica, '}m.model, m.gpu_type, m.gpu_count"
+    pooled = ""
+    if replicas_too:  # per step and pool, and per replica over the window: one read, two grouping sets
+        name = "if(grouping(m.replica) = 1, m.model, m.replica)"
+        group = "GROUPING SETS ((ts, m.model, m.gpu_type, m.gpu_count), (m.replica, m.model, m.gpu_type, m.gpu_count))"
+        pooled = ", grouping(m.replica) AS pooled"
     sql = f"""
-        SELECT {ts}{"m.model" if by == "model" else "m.replica"} AS replica, m.model AS model,
+        SELECT {ts}{name} AS replica, m.model AS model,
                m.gpu_type AS gpu_type, m.gpu_count AS gpu_count, uniqExact(u.k) AS replicas,
-               sum(u.up) AS up_seconds, sumIf(u.up, u.peak > 0) AS busy_seconds
+               sum(u.up) AS up_seconds, sumIf(u.up, u.peak > 0) AS busy_seconds{pooled}
         FROM (
             SELECT k, b, peak,
                    greatest(0, dateDiff('millisecond',
@@ -209,7 +222,7 @@ def uptime(
                            any(s.labels['gpu_type']) AS gpu_type,
                            toUInt32OrZero(any(s.labels['gpu_count'])) AS gpu_count
                     FROM {series} GROUP BY replica) AS m ON m.k = u.k
-        GROUP BY {"ts, " if s else ""}{"" if by == "model" else "m.replica, "}model, gpu_type, gpu_count
+        GROUP BY {group}
         ORDER BY {"ts, " if s else ""}replica, gpu_type, gpu_count"""
     params.update(
         metric=UP_METRIC,
@@ -218,15 +231,31 @@ def uptime(
         lookback=param_time(a - max(LOOKBACK, timedelta(seconds=g))),
     )
     df = query_df(client, sql, parameters=params)
+    window = None
+    if replicas_too:
+        per_replica = df["pooled"] == 0
+        window = _seconds(
+            df[per_replica].drop(columns=["ts", "pooled"]).reset_index(drop=True), (b - a).total_seconds()
+        )
+        df = df[~per_replica].drop(columns=["pooled"]).reset_index(drop=True)
     if s:
         df["ts"] = pd.to_datetime(df["ts"], utc=True).astype("datetime64[ns, UTC]")
-    if s is None:  # a gap before the window's first sample is counted in it (as the counters count its tokens)
-        span = (b - a).total_seconds() * (df["replicas"] if by == "model" else 1)
+    df = _seconds(df, None if s else (b - a).total_seconds() * (df["replicas"] if by == "model" else 1))
+    df.attrs.update(plan=Plan(p.tier, a, b), grain=g, step=s)
+    if window is not None:
+        window.attrs.update(plan=Plan(p.tier, a, b), grain=g, step=None)
+        df.attrs["replicas"] = window
+    return df
+
+
+def _seconds(df: pd.DataFrame, span: Any) -> pd.DataFrame:
+    """Up and busy seconds as floats, busy within up, a window's up within its ``span`` (a gap
+    before the window's first sample is counted in it, as the counters count its tokens)."""
+    if span is not None:
         df["up_seconds"] = df["up_seconds"].clip(upper=span)
     df["up_seconds"] = df["up_seconds"].astype(float)
     df["busy_seconds"] = df["busy_seconds"].clip(upper=df["up_seconds"]).astype(float)
     df["gpu_count"] = df["gpu_count"].astype(int).clip(lower=1)
-    df.attrs.update(plan=Plan(p.tier, a, b), grain=g, step=s)
     return df
 
 
@@ -291,6 +320,7 @@ class Shares:
     unattributed: pd.DataFrame  # [ts?, pool, direct, idle]
     pool_of: dict[str, str]  # adapter -> its base model's pool
     weights: TokenWeights
+    replicas: pd.DataFrame | None = None  # with replicas=True: each replica's priced uptime over the window
 
 
 def engine_side(client: Client, filters: Filters | None) -> Filters | None:
@@ -337,17 +367,19 @@ def allocate(
     *,
     weights: TokenWeights | None = None,
     step: int | None = None,
+    replicas: bool = False,
     **scope: Unpack[Scope],
 ) -> Shares:
     """Each pool's spend, bucket by bucket, shared among the requests that used it (module
     docstring); summed per step of ``step`` seconds (whole grains) or over the window (None).
     Model and replica filters pick the pools; tenant and route filters are the caller's to apply
-    to ``payers`` (a payer's share does not depend on which payers are shown)."""
+    to ``payers`` (a payer's share does not depend on which payers are shown). ``replicas``: also
+    each replica's priced uptime over the window (``Shares.replicas``, from the same read)."""
     tier, retention, now, filters = scope_parts(scope)
     weights = weights or TokenWeights()
     pool_of = adapter_pools(client)
     engine, logged = _pool_filters(filters, pool_of)
-    spend = priced(_grain_uptime(client, start, end, step, engine, scope), prices)
+    spend = priced(_grain_uptime(client, start, end, step, engine, scope, replicas), prices)
     p, g = spend.attrs["plan"], spend.attrs["grain"]
     s = whole_step(step, g) if step is not None else None
     money = spend.groupby(["ts", "model"], as_index=False)[[*MONEY, "up_seconds"]].sum()
@@ -375,7 +407,7 @@ def allocate(
         ).assign(requests=0.0, prompt_tokens=0.0, cached_tokens=0.0, completion_tokens=0.0)
     rows = rows.drop(columns=["rows"], errors="ignore")
     rows["ts"] = pd.to_datetime(rows["ts"], utc=True).astype("datetime64[ns, UTC]")
-    rows["pool"] = [pool_of.get(m, m) for m in rows["model"]]
+    rows["pool"] = rows["model"].map(pool_of).fillna(rows["model"]) if pool_of else rows["model"]
     rows["weighted_tokens"] = weighted(rows, weights).astype(float)
     pool_weight = rows.groupby(["ts", "pool"])["weighted_tokens"].transform("sum")
     share = (rows["weighted_tokens"] / pool_weight).where(pool_weight > 0, 0.0).to_numpy(float)
@@ -400,18 +432,36 @@ def allocate(
         unattributed=_per_step(unattributed, ["pool"], ["direct", "idle"], s),
         pool_of=pool_of,
         weights=weights,
+        replicas=priced(spend.attrs["replicas"], prices) if replicas else None,
     )
 
 
 def _grain_uptime(
-    client: Client, start: datetime, end: datetime, step: int | None, engine: Filters | None, scope: Scope
+    client: Client,
+    start: datetime,
+    end: datetime,
+    step: int | None,
+    engine: Filters | None,
+    scope: Scope,
+    replicas: bool = False,
 ) -> pd.DataFrame:
     """``uptime`` per grain bucket and pool over the window widened to whole steps."""
     tier, retention, now, _filters = scope_parts(scope)
     p = spend_plan(client, start, end, scope)
     g = grain(p)
     a, b = align(p.start, p.end, timedelta(seconds=whole_step(step, g) if step is not None else g))
-    return uptime(client, a, b, step=g, by="model", tier=p.tier.name, retention=retention, now=now, filters=engine)
+    return uptime(
+        client,
+        a,
+        b,
+        step=g,
+        by="model",
+        replicas_too=replicas,
+        tier=p.tier.name,
+        retention=retention,
+        now=now,
+        filters=engine,
+    )
 
 
 def _per_step(df: pd.DataFrame, keys: list[str], measures: list[str], step: int | None) -> pd.DataFrame:

@@ -82,6 +82,9 @@ __all__ = [
 ]
 
 
+GPU_HOURS = ["replica", "model", "gpu_type", "gpu_count", "replicas", "up_seconds", "busy_seconds", "gpu_hours"]
+
+
 @dataclass(frozen=True)
 class ReferencePrice:
     """A provider's list price in USD per 1M tokens (input, cached input, output)."""
@@ -97,7 +100,7 @@ def gpu_hours(client: Client, start: datetime, end: datetime, **scope: Unpack[Sc
     tier, retention, now, filters = scope_parts(scope)
     df = uptime(client, start, end, tier=tier, retention=retention, now=now, filters=engine_side(client, filters))
     df["gpu_hours"] = df["up_seconds"] * df["gpu_count"] / 3600.0
-    return df
+    return df[GPU_HOURS]
 
 
 def gpu_spend(
@@ -266,9 +269,13 @@ def cost_views(
     """``gpu_spend``, ``cost_per_token`` by model, ``cost_by_tenant`` and ``cost_by_adapter`` over
     the same window (the showbacks from one allocation)."""
     weights = weights or TokenWeights()
-    spend = gpu_spend(client, start, end, prices, **scope)
+    shares = allocate(client, start, end, prices, weights=weights, replicas=True, **scope)
+    assert shares.replicas is not None
+    spend = shares.replicas
+    spend["gpu_hours"] = spend["up_seconds"] * spend["gpu_count"] / 3600.0
+    spend = spend[[*GPU_HOURS, *MONEY]]
+    spend.attrs.update(plan=shares.plan)
     per_model = _per_token(client, spend, "model", weights, scope)
-    shares = allocate(client, start, end, prices, weights=weights, **scope)
     filters = scope.get("filters")
     adapters = (
         adapter_showback(shares, filters)
