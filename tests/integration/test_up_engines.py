@@ -221,7 +221,8 @@ def test_up_on_real_engines_tells_the_long_context_rollout(tmp_path: Path, small
     assert 1 / CPU_FACTOR <= small["p99_ttft_replayed"] / small["p99_ttft_observed"] <= CPU_FACTOR, small
     assert abs(small["kv_mean_error_points"]) <= small["kv_tolerance_points"], small
     assert small["within"] == (abs(small["p99_ttft_error"]) <= TTFT_TOLERANCE), small
-    # out of sample the replay keeps up where these engines did not (docs/planner.md says so): said, not held
+    # out of sample it is as good as the machine's load stays what it was in the steady minutes (docs/planner.md:
+    # +5 % on a quiet machine, -89 % beside a heavy process): reported, and said to be outside when it is
     outside = backtest("--fit-start", began.isoformat(), "--fit-end", rollout.isoformat())
     assert outside["within"] == (
         abs(outside["p99_ttft_error"]) <= TTFT_TOLERANCE
