@@ -138,7 +138,8 @@ def test_when_a_tenant_sent_its_tokens_is_its_own_traffic_not_the_others_volume(
 def test_offsetting_parts_are_said_in_dollars_never_as_shares_above_the_change() -> None:
     from datetime import UTC, datetime
 
-    from analytics.cost_explain import CostExplanation, View, Words, _sentence
+    from analytics.cost_explain import CostExplanation, View
+    from analytics.cost_words import Words, sentence
 
     # a pool's spend up by $2 per 1M tokens, the view's own traffic down by $1.5: a change of +$0.5, whose
     # largest part is 400 % of it
@@ -162,7 +163,7 @@ def test_offsetting_parts_are_said_in_dollars_never_as_shares_above_the_change()
         pd.DataFrame(),
         ex.movers,
     )
-    said = _sentence(ex, words)
+    said = sentence(ex, words)
     assert "small's spend per hour +100% (+$2)" in said, said
     assert "partly offset by tenant t sending 100% more tokens per hour (-$1.5)" in said, said
     assert "% of the change" not in said, said
