@@ -34,7 +34,7 @@ from typing_extensions import Unpack
 from analytics.counters import GROUPS, LABELS, series_latest, sums_by_labels
 from analytics.filters import Filters
 from analytics.frames import query_df
-from analytics.tiers import Plan, Retention, between, coverage, param_time, plan
+from analytics.tiers import Plan, Retention, between, param_time, plan_read
 from analytics.window import Scope, scope_parts
 from storage.clickhouse import Client
 
@@ -60,8 +60,7 @@ SETTINGS = {"optimize_aggregation_in_order": 1}
 def _plan(
     client: Client, start: datetime, end: datetime, tier: str | None, retention: Retention | None, now: datetime | None
 ) -> Plan:
-    data = coverage(client, "samples") if tier is None else None
-    return plan(start, end, now=now, retention=retention, kind="samples", tier=tier, data=data)
+    return plan_read(client, start, end, tier=tier, retention=retention, now=now)
 
 
 def _check_by(by: str) -> None:

@@ -28,7 +28,7 @@ from typing_extensions import Unpack
 
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
-from analytics.tiers import Plan, Retention, align, between, coverage, param_time, plan
+from analytics.tiers import Plan, Retention, align, between, param_time, plan_read
 from analytics.vllm import LATENCIES
 from analytics.window import Scope, scope_parts
 from storage.clickhouse import Client
@@ -96,15 +96,7 @@ def _prepare(
     for dim in by:
         if dim not in DIMENSIONS + RAW_ONLY:
             raise ValueError(f"cannot group requests by {dim!r}; one of {', '.join(DIMENSIONS + RAW_ONLY)}")
-    p = plan(
-        start,
-        end,
-        now=now,
-        retention=retention,
-        kind="requests",
-        tier=tier,
-        data=coverage(client, "requests") if tier is None else None,
-    )
+    p = plan_read(client, start, end, kind="requests", tier=tier, retention=retention, now=now)
     if p.tier.rollup and any(d in RAW_ONLY for d in by):
         raise ValueError(
             f"requests are rolled up without {', '.join(RAW_ONLY)}: group by it on the raw tier "

@@ -35,7 +35,7 @@ from typing_extensions import Unpack
 from analytics.filters import Filters
 from analytics.metrics import counter_increases, gauge_summaries, histogram_quantile
 from analytics.stalls import replica_models, stalls
-from analytics.tiers import Retention, coverage, plan
+from analytics.tiers import Retention, plan_read
 from analytics.timeseries import counter_rates_over_time, gauges_over_time
 from analytics.vllm import (
     ITERATION_TOKENS,
@@ -227,7 +227,7 @@ def headroom(
     targets = targets or Targets()
     if tier is None:  # the recent quarter is read from the whole window's tier (on its own it would
         # often get a finer one: 30 days read from the 6-hour rollup, their last 7.5 from the hourly)
-        tier = plan(start, end, now=now, retention=retention, data=coverage(client, "samples")).tier.name
+        tier = plan_read(client, start, end, retention=retention, now=now).tier.name
     kw = _kw(tier, retention, now, filters)
     recent = end - (end - start) / 4
     seconds = (end - recent).total_seconds()
