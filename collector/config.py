@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from collector.mapping import RequestMapping
 from collector.sampling import SamplingPolicy
 from common.config import Section
 
@@ -68,6 +69,11 @@ class CollectorSettings(Section):
     flush_interval_s: float = Field(default=FLUSH_INTERVAL_S, gt=0)
     spool_max_bytes: int = Field(default=SPOOL_MAX_BYTES, gt=0)
     sampling: SamplingPolicy = SamplingPolicy()
+    request_mappings: list[RequestMapping] = Field(
+        default_factory=list,
+        description="other gateways' request telemetry: which attribute is the tenant, route, backend ... "
+        "(tried before the shipped mappings for LiteLLM, Envoy and OpenTelemetry GenAI; docs/gateways.md)",
+    )
     otlp_decode: Literal["clickhouse", "python"] = Field(
         default="clickhouse",
         description="who decodes OTLP protobuf bodies: ClickHouse (its Protobuf input format; falls back to "

@@ -10,7 +10,11 @@ to every series; an exposed label with the same name is kept as ``exported_<name
 Prometheus does without ``honor_labels``. vLLM metric names that changed between versions are
 mapped to the current ones (``RENAMES``); the series keeps the name the engine used in
 ``original_metric``, and nothing unknown is dropped. When an engine exposes both the old and
-the new name (deprecation periods), the old one is skipped so nothing is counted twice; a
+the new name (deprecation periods), the old one is skipped so nothing is counted twice. The
+production-stack router also names its families ``vllm:*``: a ``vllm:`` series without the
+engines' ``model_name`` label that carries the router's ``server`` label, or is one of the
+router's own families (``STACK_ROUTER_FAMILIES``), is stored as ``production_stack:*``
+(``stack_router_name``), so no engine figure counts a router's numbers; a
 series repeated within one exposition keeps its first sample; a sample whose own timestamp is
 outside 1970-2262 is dropped and counted (``out_of_bounds``).
 
@@ -46,7 +50,17 @@ import numpy as np
 
 from collector.scrape import ScrapeResult
 
-__all__ = ["RENAMES", "Batch", "SeriesConverter", "canonical_name", "cumulative", "fingerprint", "load_prior"]
+__all__ = [
+    "RENAMES",
+    "STACK_ROUTER_PREFIX",
+    "Batch",
+    "SeriesConverter",
+    "canonical_name",
+    "cumulative",
+    "fingerprint",
+    "load_prior",
+    "stack_router_name",
+]
 
 # old vLLM family name -> current one (suffixes _total/_bucket/_sum/_count/_created follow)
 RENAMES: dict[str, str] = {
@@ -57,6 +71,25 @@ RENAMES: dict[str, str] = {
     "vllm:time_per_output_token_seconds": "vllm:inter_token_latency_seconds",
 }
 _SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created")
+# the production-stack router's families that only it has (docs/gateways.md): with its `server`
+# label they tell its `vllm:` series from an engine's, which always carry `model_name`
+STACK_ROUTER_FAMILIES = frozenset(
+    {
+        "vllm:current_qps",
+        "vllm:avg_decoding_length",
+        "vllm:num_prefill_requests",
+        "vllm:num_decoding_requests",
+        "vllm:num_incoming_requests",
+        "vllm:healthy_pods_total",
+        "vllm:avg_latency",
+        "vllm:avg_itl",
+        "vllm:input_tokens",
+        "vllm:output_tokens",
+        "vllm:request_errors",
+        "vllm:request_latency_seconds",
+    }
+)
+STACK_ROUTER_PREFIX = "production_stack:"
 _RENAME_FULL = {old + sfx: new + sfx for old, new in RENAMES.items() for sfx in _SUFFIXES}
 SERIES_REFRESH_S = 600.0
 MAX_TS = 9.2e9  # seconds: the end of the range pandas/ClickHouse DateTime64 can hold
@@ -66,6 +99,20 @@ _CUMULATIVE_SUFFIXES = (
     ("_count", ("histogram", "summary")),
     ("_sum", ("histogram", "summary")),
 )
+
+
+def stack_router_name(name: str, labels: Mapping[str, str]) -> str | None:
+    """``production_stack:<name>`` for a production-stack router's ``vllm:`` sample, else None."""
+    if not name.startswith("vllm:") or "model_name" in labels:
+        return None
+    family = name
+    for suffix in _SUFFIXES[1:]:
+        if name.endswith(suffix) and name[: -len(suffix)] in STACK_ROUTER_FAMILIES:
+            family = name[: -len(suffix)]
+            break
+    if "server" in labels or family in STACK_ROUTER_FAMILIES:
+        return STACK_ROUTER_PREFIX + name[len("vllm:") :]
+    return None
 
 
 def canonical_name(name: str) -> str:
@@ -175,7 +222,7 @@ class SeriesConverter:
         self, ref: tuple[str, Mapping[str, str]], target_labels: dict[str, str]
     ) -> tuple[str, int, dict[str, str]]:
         name, exposed = ref
-        metric = canonical_name(name)
+        metric = stack_router_name(name, exposed) or canonical_name(name)
         if metric != name:
             self.renamed[name] = metric
         labels = {}

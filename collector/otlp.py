@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +79,14 @@ def _number(value: Any) -> float:
     return float(value.double_value or value.int_value) if value is not None else 0.0
 
 
+def _uint32(number: float) -> int:
+    """A token count as the column holds it: truncated, and 0 for what a UInt32 cannot hold (NaN,
+    infinite, negative, past 2^32), as the store's own decoding does (0010_otlp_exports.sql)."""
+    if not math.isfinite(number) or number < 0 or number >= 2**32:
+        return 0
+    return int(number)
+
+
 def _text(value: Any) -> str:
     if value is None:
         return ""
@@ -108,7 +117,7 @@ def request_columns(body: bytes) -> tuple[dict[str, list[Any]], int]:
                     other += 1
                     continue
                 a = {kv.key: kv.value for kv in span.attributes}
-                n_out = int(_number(a.get("gen_ai.usage.completion_tokens")))
+                n_out = _uint32(_number(a.get("gen_ai.usage.completion_tokens")))
                 d = _number(a.get("gen_ai.latency.time_in_model_decode"))
                 error = span.status.code == STATUS_ERROR
                 ts.append(span.start_time_unix_nano / 1e9)
@@ -118,9 +127,9 @@ def request_columns(body: bytes) -> tuple[dict[str, list[Any]], int]:
                 models.append(resource_model or _text(a.get("gen_ai.response.model")))
                 status.append(500 if error else 200)
                 outcome.append("error" if error else "ok")
-                prompt.append(int(_number(a.get("gen_ai.usage.prompt_tokens"))))
+                prompt.append(_uint32(_number(a.get("gen_ai.usage.prompt_tokens"))))
                 completion.append(n_out)
-                max_tokens.append(int(_number(a.get("gen_ai.request.max_tokens"))))
+                max_tokens.append(_uint32(_number(a.get("gen_ai.request.max_tokens"))))
                 ttft.append(_number(a.get("gen_ai.latency.time_to_first_token")))
                 e2e.append(_number(a.get("gen_ai.latency.e2e")))
                 queue.append(_number(a.get("gen_ai.latency.time_in_queue")))
@@ -132,6 +141,7 @@ def request_columns(body: bytes) -> tuple[dict[str, list[Any]], int]:
     return {
         "ts": ts,
         "source": ["otlp"] * n,
+        "gateway": empty,
         "request_id": request_id,
         "trace_id": trace_id,
         "replica": replicas,
@@ -208,7 +218,12 @@ def _json_attrs(items: Any) -> dict[str, Any]:
         return {}
     if not isinstance(items, list):
         raise OtlpError("attributes must be a list")
-    return {kv["key"]: _json_value(kv.get("value", {})) for kv in items}
+    out = {}
+    for kv in items:
+        if not isinstance(kv, dict) or not isinstance(kv.get("key"), str):
+            raise OtlpError("an attribute is an object with a string key")
+        out[kv["key"]] = _json_value(kv.get("value", {}))
+    return out
 
 
 def decode_json(body: bytes) -> list[SpanRecord]:
@@ -261,13 +276,14 @@ def request_row(span: SpanRecord) -> dict[str, Any] | None:
     if span.name != REQUEST_SPAN:
         return None
     a, r = span.attributes, span.resource
-    completion = int(_num(a, "gen_ai.usage.completion_tokens"))
+    completion = _uint32(_num(a, "gen_ai.usage.completion_tokens"))
     decode = _num(a, "gen_ai.latency.time_in_model_decode")
     replica = _str(r.get("fleetscope.replica")) or _str(r.get("service.instance.id")) or _str(r.get("service.name"))
     model = _str(r.get("fleetscope.model")) or _str(a.get("gen_ai.response.model"))
     return {
         "ts": span.start_ns / 1e9,
         "source": "otlp",
+        "gateway": "",
         "request_id": _str(a.get("gen_ai.request.id")),
         "trace_id": span.trace_id,
         "replica": replica,
@@ -276,10 +292,10 @@ def request_row(span: SpanRecord) -> dict[str, Any] | None:
         "route": "",
         "status_code": 500 if span.status_code == STATUS_ERROR else 200,
         "finish_reason": "",
-        "prompt_tokens": int(_num(a, "gen_ai.usage.prompt_tokens")),
+        "prompt_tokens": _uint32(_num(a, "gen_ai.usage.prompt_tokens")),
         "completion_tokens": completion,
         "cached_tokens": 0,
-        "max_tokens": int(_num(a, "gen_ai.request.max_tokens")),
+        "max_tokens": _uint32(_num(a, "gen_ai.request.max_tokens")),
         "ttft_seconds": _num(a, "gen_ai.latency.time_to_first_token"),
         "e2e_seconds": _num(a, "gen_ai.latency.e2e"),
         "queue_seconds": _num(a, "gen_ai.latency.time_in_queue"),

@@ -94,6 +94,7 @@ def parse_request_log(body: bytes | str) -> tuple[list[dict[str, Any]], list[tup
         row["stream"] = 1 if row["stream"] else 0
         row.update(
             source="gateway",
+            gateway="fleetscope",
             prefill_seconds=0.0,
             decode_seconds=decode,
             tpot_seconds=decode / (completion - 1) if completion > 1 else 0.0,

@@ -2,14 +2,20 @@
 
 In:  targets (static and ``file_sd``; with ``CollectorConfig.shard`` only this collector's
      hashmod share of them), OTLP trace exports (HTTP ``POST /v1/traces`` protobuf or
-     JSON, gRPC ``TraceService/Export``), gateway request logs (``POST /v1/requests``, JSON lines).
+     JSON, gRPC ``TraceService/Export``), fleetscope's gateway request log (``POST /v1/requests``,
+     JSON lines), other gateways' request telemetry: their GenAI spans (in the trace exports),
+     OTLP logs (``POST /v1/logs``: Envoy's access log) and LiteLLM's ``generic_api`` records
+     (``POST /v1/litellm``), made rows by ``collector.mapping``.
 Out: rows handed to the ``Writer`` (``samples``, ``series``, ``scrapes``, ``requests``; OTLP protobuf
      bodies as they came, for ClickHouse to decode into ``requests``, where it can: ``otlp_native``); the
      collector's own Prometheus metrics at ``GET /metrics`` and ``GET /healthz`` on the same
      HTTP port as the OTLP receiver.
 
 Bad input gets a clear answer and a counted error, never a crash: an undecodable OTLP body
-is 400 with the reason; a request-log body returns which lines were refused and why.
+is 400 with the reason; a request-log body returns which lines were refused and why; a gateway
+record no mapping knows is counted (``fleetscope_collector_gateway_records_total{result="unmapped"}``)
+and its shape logged once; one a mapping matched but cannot make a row of is refused with the
+reason (OTLP ``partial_success``, or the answer's ``rejected`` list).
 """
 
 from __future__ import annotations
@@ -21,13 +27,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from collector import otlp_native
 from collector.config import GRPC_PORT, HTTP_PORT, LISTEN_HOST, MAX_BODY_BYTES
 from collector.convert import Batch, SeriesConverter
+from collector.mapping import DEFAULT_MAPPINGS, Backends, MappingError, Record, RequestMapping, map_record
 from collector.otlp import OtlpError, SpanRecord, decode_json, request_columns, request_row
+from collector.records import (
+    GENAI_MARK,
+    litellm_records,
+    log_records,
+    log_records_json,
+    span_records,
+    spans_to_records,
+)
 from collector.requestlog import parse_request_log
 from collector.sampling import Sampler, SamplingPolicy
 from collector.scrape import Scraper, ScrapeResult
@@ -41,6 +61,7 @@ log = logging.getLogger("fleetscope.collector")
 REQUEST_COLUMNS = (
     "ts",
     "source",
+    "gateway",
     "request_id",
     "trace_id",
     "replica",
@@ -86,6 +107,24 @@ class CollectorConfig:
     otlp_decode: str = "clickhouse"
     # fingerprint -> last stored value: the previous sample for the first reset check after a restart
     prior: dict[int, float] = field(default_factory=dict)
+    # other gateways' request telemetry: the user's mappings, tried before the shipped ones
+    request_mappings: list[RequestMapping] = field(default_factory=list)
+
+
+@dataclass
+class GatewayIntake:
+    """What became of one body's gateway records."""
+
+    kept: int = 0
+    unmapped: int = 0
+    rejected: list[tuple[int, str]] = field(default_factory=list)  # (record number, reason)
+
+    def answer(self) -> dict[str, Any]:
+        return {
+            "kept": self.kept,
+            "unmapped": self.unmapped,
+            "rejected": [{"record": n, "error": e} for n, e in self.rejected[:100]],
+        }
 
 
 class _Metrics:
@@ -98,6 +137,12 @@ class _Metrics:
         )
         self.bad_bodies = Counter(
             "fleetscope_collector_bad_bodies_total", "Bodies refused", ["endpoint"], registry=registry
+        )
+        self.gateway_records = Counter(
+            "fleetscope_collector_gateway_records_total",
+            "Other gateways' request records, by what became of them (mapped, unmapped, rejected)",
+            ["endpoint", "result"],
+            registry=registry,
         )
         self.targets = Gauge("fleetscope_collector_targets", "Scrape targets", registry=registry)
         self.targets.set_function(lambda: len(collector.scraper.targets) if collector.scraper else 0)
@@ -119,6 +164,9 @@ class Collector:
         self._tasks: list[asyncio.Task[None]] = []
         self.renamed: dict[str, str] = {}
         self._up: dict[str, bool] = {}
+        self.mappings: tuple[RequestMapping, ...] = (*config.request_mappings, *DEFAULT_MAPPINGS)
+        self.backends = Backends()  # a gateway's backend address -> (replica, model), from the targets
+        self._shapes: set[frozenset[str]] = set()  # unmapped record shapes already logged
         # more routes on the same HTTP server (e.g. the read-only SQL endpoint of adhoc.endpoint)
         self.mounts: list[Callable[[web.Application], None]] = []
 
@@ -161,6 +209,9 @@ class Collector:
 
     def _set_targets(self) -> None:
         known = self.all_targets()
+        self.backends.update(
+            (t.instance, t.replica, dict(t.labels).get("model", "")) for t in known if dict(t.labels).get("replica")
+        )
         mine = self.config.shard.select(known)
         log.info("%s: scraping %d of %d targets", self.config.shard, len(mine), len(known))
         if self.scraper is not None:
@@ -211,10 +262,68 @@ class Collector:
         self.metrics.requests.labels(source, "kept").inc(n)
         return n
 
-    def on_protobuf(self, body: bytes) -> int:
-        """An OTLP protobuf export body -> request rows: handed to ClickHouse to decode where it
-        can and nothing is sampled out (``collector.otlp_native``), else decoded here. Raises
-        ``OtlpError`` for a body that is not an export. Returns the ``llm_request`` spans."""
+    def add_gateway_records(self, records: list[Record], endpoint: str, first: int = 1) -> GatewayIntake:
+        """Other gateways' records -> request rows by the mappings (``source = 'gateway'``), their
+        backend resolved to a replica and its model by the scrape targets."""
+        intake = GatewayIntake()
+        rows: list[dict[str, Any]] = []
+        for number, record in enumerate(records, first):
+            try:
+                row = map_record(record, self.mappings)
+            except MappingError as exc:
+                intake.rejected.append((number, str(exc)))
+                continue
+            except Exception as exc:
+                log.exception("%s: record %d could not be mapped", endpoint, number)
+                intake.rejected.append((number, f"could not be mapped ({type(exc).__name__}); see the collector's log"))
+                continue
+            if row is None:
+                intake.unmapped += 1
+                self._log_shape(record, endpoint)
+                continue
+            replica, model = self.backends.resolve(row["replica"])
+            row["replica"] = replica
+            if model and row["model"].endswith("/" + model):  # e.g. LiteLLM's hosted_vllm/tiny-small
+                row["model"] = model
+            rows.append(row)
+        intake.kept = self.add_requests(rows, "gateway") if rows else 0
+        for result, n in (("mapped", len(rows)), ("unmapped", intake.unmapped), ("rejected", len(intake.rejected))):
+            if n:
+                self.metrics.gateway_records.labels(endpoint, result).inc(n)
+        if intake.rejected:
+            number, reason = intake.rejected[0]
+            log.warning("%s: %d records refused, e.g. record %d: %s", endpoint, len(intake.rejected), number, reason)
+        return intake
+
+    def _log_shape(self, record: Record, endpoint: str) -> None:
+        keys = frozenset(k for k in record.attrs if not k.startswith(("resource.", "span.", "log.")))
+        if keys in self._shapes or len(self._shapes) >= 50:
+            return
+        self._shapes.add(keys)
+        log.warning(
+            "%s: a %s record no request mapping knows (collector.request_mappings; docs/gateways.md), keys: %s",
+            endpoint,
+            record.carrier,
+            ", ".join(sorted(keys)[:30]) or "(none)",
+        )
+
+    def _request_span(self, record: Record) -> bool:
+        """A span that tells of a request: it has a GenAI attribute, or a user's mapping knows it
+        (any other span, e.g. an HTTP server's, is only counted)."""
+        return any(key.startswith("gen_ai.") for key in record.attrs) or any(
+            m.matches(record.carrier, record.attrs) for m in self.config.request_mappings
+        )
+
+    def on_gateway_spans(self, message: ExportTraceServiceRequest) -> GatewayIntake:
+        """The GenAI spans of a decoded export (not ``llm_request``) -> gateway rows."""
+        records = [r for r in span_records(message) if self._request_span(r)]
+        return self.add_gateway_records(records, "traces") if records else GatewayIntake()
+
+    def on_protobuf(self, body: bytes) -> GatewayIntake:
+        """An OTLP protobuf export body -> request rows: its ``llm_request`` spans handed to
+        ClickHouse to decode where it can and nothing is sampled out (``collector.otlp_native``),
+        else decoded here; its GenAI spans made gateway rows. Raises ``OtlpError`` for a body
+        that is not an export. Returns what became of the gateway spans."""
         if self.native_otlp and self.sampler.keeps_everything:
             llm, other = otlp_native.check(body)
             self.metrics.spans.labels("other").inc(other)
@@ -224,14 +333,23 @@ class Collector:
                     otlp_native.TABLE, (otlp_native.prefix(body), body), llm, otlp_native.FORMAT, self._otlp_settings
                 )
                 self.metrics.requests.labels("otlp", "kept").inc(llm)
-            return llm
+            return self._gateway_spans_of(body, other)
         columns, other = request_columns(body)
         self.metrics.spans.labels("other").inc(other)
         self.metrics.spans.labels("llm_request").inc(len(columns["ts"]))
         self.add_request_columns(columns, "otlp")
-        return len(columns["ts"])
+        return self._gateway_spans_of(body, other)
 
-    def on_spans(self, spans: list[SpanRecord]) -> int:
+    def _gateway_spans_of(self, body: bytes, other: int) -> GatewayIntake:
+        # the body is read again only when it has spans besides llm_request and a GenAI attribute
+        if not other or (GENAI_MARK not in body and not self.config.request_mappings):
+            return GatewayIntake()
+        message = ExportTraceServiceRequest()
+        message.ParseFromString(body)  # already parsed once: cannot fail here
+        return self.on_gateway_spans(message)
+
+    def on_spans(self, spans: list[SpanRecord]) -> GatewayIntake:
+        """Decoded spans (OTLP/JSON, gRPC) -> engine rows and gateway rows."""
         rows = []
         for span in spans:
             row = request_row(span)
@@ -240,7 +358,9 @@ class Collector:
             else:
                 self.metrics.spans.labels("llm_request").inc()
                 rows.append(row)
-        return self.add_requests(rows, "otlp")
+        self.add_requests(rows, "otlp")
+        records = [r for r in spans_to_records(spans) if self._request_span(r)]
+        return self.add_gateway_records(records, "traces") if records else GatewayIntake()
 
     # ------------------------------------------------------------------ HTTP
     async def _body(self, request: web.Request) -> bytes:
@@ -255,21 +375,49 @@ class Collector:
         try:
             body = await self._body(request)
             if request.content_type == "application/json":
-                self.on_spans(decode_json(body))
+                intake = self.on_spans(decode_json(body))
             else:
-                self.on_protobuf(body)
+                intake = self.on_protobuf(body)
         except (OtlpError, OSError, RecursionError) as exc:
             self.metrics.bad_bodies.labels("traces").inc()
             return web.json_response({"error": str(exc)}, status=400)
-        if request.content_type == "application/json":
-            return web.json_response({})
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceResponse,
-        )
+        response = ExportTraceServiceResponse()
+        if intake.rejected:  # OTLP's partial success: the sender logs how many and why
+            response.partial_success.rejected_spans = len(intake.rejected)
+            response.partial_success.error_message = _why(intake)
+        return _otlp_answer(request, response)
 
-        return web.Response(
-            body=ExportTraceServiceResponse().SerializeToString(), content_type="application/x-protobuf"
-        )
+    async def handle_logs(self, request: web.Request) -> web.Response:
+        """OTLP logs (Envoy's OpenTelemetry access log): each record a gateway row by the mappings."""
+        try:
+            body = await self._body(request)
+            json_body = request.content_type == "application/json"
+            records = log_records_json(body) if json_body else log_records(body)
+        except (OtlpError, OSError, RecursionError) as exc:
+            self.metrics.bad_bodies.labels("logs").inc()
+            return web.json_response({"error": str(exc)}, status=400)
+        intake = self.add_gateway_records(records, "logs")
+        response = ExportLogsServiceResponse()
+        if intake.rejected or intake.unmapped:
+            response.partial_success.rejected_log_records = len(intake.rejected) + intake.unmapped
+            response.partial_success.error_message = _why(intake)
+        return _otlp_answer(request, response)
+
+    async def handle_litellm(self, request: web.Request) -> web.Response:
+        """LiteLLM's ``generic_api`` callback: StandardLoggingPayload records (JSON array or NDJSON)."""
+        try:
+            body = await self._body(request)
+        except (OtlpError, OSError) as exc:
+            self.metrics.bad_bodies.labels("litellm").inc()
+            return web.json_response({"error": str(exc)}, status=400)
+        records, errors = litellm_records(body)
+        intake = self.add_gateway_records(records, "litellm")
+        if errors:
+            self.metrics.bad_bodies.labels("litellm").inc()
+        answer = intake.answer()
+        answer["accepted"] = len(records)
+        answer["rejected"] = [{"record": n, "error": e} for n, e in errors[:100]] + answer["rejected"]
+        return web.json_response(answer, status=400 if errors and not records else 200)
 
     async def handle_request_log(self, request: web.Request) -> web.Response:
         try:
@@ -305,6 +453,8 @@ class Collector:
         app = web.Application(client_max_size=MAX_OTLP_BODY)
         app.router.add_post("/v1/traces", self.handle_traces)
         app.router.add_post("/v1/requests", self.handle_request_log)
+        app.router.add_post("/v1/logs", self.handle_logs)
+        app.router.add_post("/v1/litellm", self.handle_litellm)
         app.router.add_get("/metrics", self.handle_metrics)
         app.router.add_get("/healthz", self.handle_health)
         for mount in self.mounts:
@@ -354,6 +504,25 @@ class Collector:
         if self._runner is not None:
             await self._runner.cleanup()
         return await asyncio.to_thread(self.writer.close)
+
+
+def _why(intake: GatewayIntake) -> str:
+    parts = []
+    if intake.rejected:
+        number, reason = intake.rejected[0]
+        parts.append(f"{len(intake.rejected)} records could not be made request rows, e.g. record {number}: {reason}")
+    if intake.unmapped:
+        parts.append(f"{intake.unmapped} records no request mapping knows (collector.request_mappings)")
+    return "; ".join(parts)
+
+
+def _otlp_answer(request: web.Request, response: Any) -> web.Response:
+    """An OTLP export response in the request's encoding (protobuf, or OTLP/JSON)."""
+    if request.content_type == "application/json":
+        from google.protobuf.json_format import MessageToDict
+
+        return web.json_response(MessageToDict(response))
+    return web.Response(body=response.SerializeToString(), content_type="application/x-protobuf")
 
 
 async def _start_grpc(collector: Collector, host: str, port: int) -> Any:
