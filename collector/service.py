@@ -310,6 +310,8 @@ class Collector:
     def _request_span(self, record: Record) -> bool:
         """A span that tells of a request: it has a GenAI attribute, or a user's mapping knows it
         (any other span, e.g. an HTTP server's, is only counted)."""
+        if record.attrs.get("resource.fleetscope.request_rows") == "off":  # e.g. LiteLLM's, whose rows come otherwise
+            return False
         return any(key.startswith("gen_ai.") for key in record.attrs) or any(
             m.matches(record.carrier, record.attrs) for m in self.config.request_mappings
         )

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -105,6 +106,8 @@ class ReplicaRecord:
     log: str
     command: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    health_url: str = ""  # where it answers when healthy ('': <its port>/health)
+    flush_s: float = 0.0  # a third-party gateway: how long its last telemetry takes to leave it
 
 
 @dataclass(frozen=True)
@@ -137,8 +140,10 @@ def group_members(pgid: int) -> list[int]:
 
 
 def _health(url: str, timeout: float = 2.0) -> bool:
+    """Whether ``url`` (a base: its ``/health``; a path given: that URL) answers 200."""
+    full = url if urllib.parse.urlsplit(url).path not in ("", "/") else f"{url.rstrip('/')}/health"
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as response:
+        with urllib.request.urlopen(full, timeout=timeout) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -427,7 +432,9 @@ class Launcher:
         return started
 
     @staticmethod
-    def _spawn(cmd: list[str], log_path: Path, what: str, attach: bool) -> subprocess.Popen[bytes]:
+    def _spawn(
+        cmd: list[str], log_path: Path, what: str, attach: bool, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         """A child in its own process group, logging to ``log_path``."""
         with open(log_path, "ab") as log:
             log.write(f"\n==== fleetscope: starting {what} at {time.ctime()}\n".encode())
@@ -437,6 +444,7 @@ class Launcher:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env={**os.environ, **env} if env else None,
                 start_new_session=True,
                 preexec_fn=_set_parent_death_signal if attach else None,  # noqa: PLW1509
             )
@@ -456,8 +464,11 @@ class Launcher:
 
     def _start_gateway(self, attach: bool, progress: Callable[[str], None]) -> ReplicaRecord:
         assert self.spec.gateway is not None and self.spec_path is not None
-        cmd = [sys.executable, "-m", "fleet.gateway", "--spec", str(self.spec_path)]
+        kind = self.spec.gateway.kind
         log_path = self.state_dir / "gateway.log"
+        if kind != "fleetscope":
+            return self._start_third_party(attach, progress, log_path)
+        cmd = [sys.executable, "-m", "fleet.gateway", "--spec", str(self.spec_path)]
         proc = self._spawn(cmd, log_path, "gateway", attach)
         self._children["gateway"] = proc
         record = ReplicaRecord("gateway", "-", self.spec.gateway.port, proc.pid, time.time(), str(log_path), cmd, {})
@@ -465,6 +476,36 @@ class Launcher:
         records["gateway"] = record
         self._save(records)
         progress(f"started gateway pid {proc.pid} on port {self.spec.gateway.port} ({self.spec.gateway.policy})")
+        self._wait_healthy([record], progress)
+        return record
+
+    def _start_third_party(self, attach: bool, progress: Callable[[str], None], log_path: Path) -> ReplicaRecord:
+        """LiteLLM, vllm-router or Envoy in the gateway's place (``fleet.gateways``)."""
+        from fleet.gateways import GatewayError, gateway_plan
+
+        assert self.spec.gateway is not None
+        try:
+            plan = gateway_plan(self.spec, self.state_dir)
+        except GatewayError as exc:
+            raise FleetError(f"gateway {self.spec.gateway.kind}: {exc}") from None
+        proc = self._spawn(plan.cmd, log_path, f"gateway ({plan.kind})", attach, env=plan.env)
+        self._children["gateway"] = proc
+        record = ReplicaRecord(
+            "gateway",
+            plan.kind,
+            self.spec.gateway.port,
+            proc.pid,
+            time.time(),
+            str(log_path),
+            plan.cmd,
+            plan.env,
+            health_url=plan.health_url,
+            flush_s=plan.flush_s,
+        )
+        records = self.records()
+        records["gateway"] = record
+        self._save(records)
+        progress(f"started gateway {plan.kind} pid {proc.pid} on port {self.spec.gateway.port}")
         self._wait_healthy([record], progress)
         return record
 
@@ -478,7 +519,7 @@ class Launcher:
         t0 = time.monotonic()
         while waiting:
             for name, record in list(waiting.items()):
-                if _health(f"http://{self.spec.host}:{record.port}", timeout=1.0):
+                if _health(record.health_url or f"http://{self.spec.host}:{record.port}", timeout=1.0):
                     progress(f"{name} healthy after {time.monotonic() - t0:.0f}s")
                     del waiting[name]
                     continue
@@ -525,12 +566,16 @@ class Launcher:
             health = (
                 "dead"
                 if not alive
-                else ("healthy" if _health(f"http://{self.spec.host}:{gateway.port}") else "unhealthy")
+                else (
+                    "healthy"
+                    if _health(gateway.health_url or f"http://{self.spec.host}:{gateway.port}")
+                    else "unhealthy"
+                )
             )
             rows.append(
                 ReplicaStatus(
                     "gateway",
-                    "-",
+                    gateway.model,
                     gateway.port,
                     gateway.pid,
                     health,
@@ -583,6 +628,11 @@ class Launcher:
         """Stop replicas (all recorded ones by default): SIGTERM, wait, SIGKILL. Returns names."""
         records = self.records()
         targets = [n for n in (names if names is not None else list(records)) if n in records]
+        gateway = records.get("gateway")
+        if gateway is not None and "gateway" in targets and gateway.flush_s > 0 and group_members(gateway.pid):
+            # a third-party gateway first, once its last telemetry left it (Envoy drops what it holds at SIGTERM)
+            time.sleep(gateway.flush_s)
+            targets = ["gateway", *[n for n in targets if n != "gateway"]]
         for name in targets:
             self._signal_group(records[name].pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s

@@ -2,10 +2,11 @@
 
 In:  a scenario, where to send (per-model replica URLs, or one gateway URL), a speed factor
      for the timeline, a rate multiplier, and an optional event handler (kill/restart replica).
-Out: HTTP requests (streaming SSE and not) with a W3C ``traceparent`` and ``x-tenant``
-     header each; a progress line every few seconds; ``LoadStats`` at the end; optionally
-     one JSON line per request (``--log``). It writes nothing to ClickHouse: what the fleet
-     did is observed by the collector, like any other client's traffic.
+Out: HTTP requests (streaming SSE and not) with a W3C ``traceparent``, ``x-tenant`` and
+     ``x-model`` header each (and the gateway's own, e.g. LiteLLM's key); a progress line every
+     few seconds; ``LoadStats`` at the end; optionally one JSON line per request (``--log``).
+     It writes nothing to ClickHouse: what the fleet did is observed by the collector, like any
+     other client's traffic.
 
 Arrivals are open-loop (Poisson): a request whose turn comes while ``max_in_flight``
 requests are outstanding is counted as ``shed`` rather than delayed, so an overloaded fleet
@@ -121,10 +122,16 @@ class LoadStats:
 class Targets:
     """Where a model's requests go: round-robin over its replicas, or one gateway URL."""
 
-    def __init__(self, by_model: dict[str, list[str]] | None = None, gateway: str | None = None) -> None:
+    def __init__(
+        self,
+        by_model: dict[str, list[str]] | None = None,
+        gateway: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         if not by_model and not gateway:
             raise ValueError("no targets: give replica URLs per model or a gateway URL")
         self.gateway = gateway.rstrip("/") if gateway else None
+        self.headers = dict(headers or {})  # sent with every request (e.g. a gateway's key)
         self.by_model = {m: [u.rstrip("/") for u in urls] for m, urls in (by_model or {}).items()}
         self._cycles = {m: itertools.cycle(urls) for m, urls in self.by_model.items()}
 
@@ -155,7 +162,7 @@ async def discover_max_model_len(client: httpx.AsyncClient, targets: Targets) ->
     urls = [targets.gateway] if targets.gateway else [urls[0] for urls in targets.by_model.values()]
     for url in urls:
         try:
-            response = await client.get(f"{url}/v1/models", timeout=5)
+            response = await client.get(f"{url}/v1/models", timeout=5, headers=targets.headers)
             for item in response.json().get("data", []):
                 if isinstance(item.get("max_model_len"), int):
                     limits[item["id"]] = item["max_model_len"]
@@ -181,7 +188,13 @@ def _traceparent(rng: random.Random) -> tuple[str, str]:
 
 
 async def send_request(
-    client: httpx.AsyncClient, url: str, plan: RequestPlan, trace_id: str, traceparent: str, phase: str
+    client: httpx.AsyncClient,
+    url: str,
+    plan: RequestPlan,
+    trace_id: str,
+    traceparent: str,
+    phase: str,
+    headers: dict[str, str] | None = None,
 ) -> RequestResult:
     """Send ``plan`` to ``url`` (``/v1/completions``, streamed or not) and time it; never raises
     for the server's or the network's failures: they are the result's ``error``."""
@@ -195,7 +208,8 @@ async def send_request(
     }
     if plan.stream:
         body["stream_options"] = {"include_usage": True}
-    headers = {"traceparent": traceparent, "x-tenant": plan.tenant}
+    # x-model: what a gateway that routes before reading the body (Envoy) routes on
+    headers = {**(headers or {}), "traceparent": traceparent, "x-tenant": plan.tenant, "x-model": plan.model}
     started = time.time()
     t0 = time.perf_counter()
     ttft: float | None = None
@@ -295,7 +309,7 @@ async def run_scenario(
 
         async def one(plan: RequestPlan, url: str, phase: str) -> None:
             trace_id, traceparent = _traceparent(ids)
-            result = await send_request(client, url, plan, trace_id, traceparent, phase)
+            result = await send_request(client, url, plan, trace_id, traceparent, phase, targets.headers)
             stats.add(result)
             if on_result is not None:
                 on_result(result)

@@ -28,7 +28,8 @@ log = logging.getLogger("fleetscope.collect")
 
 
 def fleet_targets(settings: Settings, spec_path: Path | None = None) -> list[Target]:
-    """One ``vllm`` target per replica of the fleet spec (missing spec: none, with a warning)."""
+    """One ``vllm`` target per replica of the fleet spec, and a ``gateway`` one for a third-party
+    gateway's own metrics (missing spec: none, with a warning)."""
     from fleet.spec import load_spec
 
     path = spec_path or settings.fleet.spec
@@ -37,7 +38,23 @@ def fleet_targets(settings: Settings, spec_path: Path | None = None) -> list[Tar
         return []
     spec = load_spec(Path(path))
     c = settings.collector
-    return [
+    from fleet.gateways import metrics_url, third_party
+
+    gateway = metrics_url(spec)
+    extra = (
+        [
+            make_target(
+                gateway,
+                job="gateway",
+                labels={"gateway": str(third_party(spec))},
+                interval_s=c.scrape_interval_s,
+                timeout_s=c.scrape_timeout_s,
+            )
+        ]
+        if gateway
+        else []
+    )
+    return extra + [
         make_target(
             f"{spec.host}:{r.port}",
             job="vllm",

@@ -290,7 +290,13 @@ def traffic(
     by_model: dict[str, list[str]] = {}
     for r in fleet_spec.replicas:
         by_model.setdefault(r.model, []).append(fleet_spec.url(r))
-    targets = Targets(by_model=None if gateway else by_model, gateway=gateway)
+    from fleet.gateways import client_headers
+
+    targets = Targets(
+        by_model=None if gateway else by_model,
+        gateway=gateway,
+        headers=client_headers(fleet_spec) if gateway == fleet_spec.gateway_url() else None,
+    )
     try:
         targets.check(plan)
     except ValueError as exc:

@@ -1,6 +1,7 @@
 """Gateway settings: the ``gateway`` section of the fleet spec -> ``GatewaySpec``.
 
-Routing policy, model router rules, per-tenant admission limits, the bounded queue, health
+Which gateway (``kind``: fleetscope's own, or LiteLLM, vllm-router or Envoy run by
+``fleet.gateways``), routing policy, model router rules, per-tenant admission limits, the bounded queue, health
 checks, and where the request log goes (the collector's ``POST /v1/requests``).
 """
 
@@ -35,7 +36,21 @@ class TenantLimits(_Strict):
 
 class GatewaySpec(_Strict):
     enabled: bool = True
+    # which gateway: fleetscope's own (this module), or a third-party one the launcher runs in its
+    # place (fleet/gateways: LiteLLM, vllm-router, Envoy), its telemetry pointed at the collector
+    kind: Literal["fleetscope", "litellm", "vllm-router", "envoy"] = "fleetscope"
     port: int = Field(default=8100, ge=1024, le=65535)
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1024,
+        le=65535,
+        description="vllm-router's Prometheus port and Envoy's admin port (default: port + 10000)",
+    )
+    litellm_master_key: str = Field(
+        default="sk-fleetscope-local",
+        min_length=8,
+        description="the key LiteLLM's proxy asks of every client (it listens on the fleet's host only)",
+    )
     # how a replica is chosen among those serving the (routed) model
     policy: Literal["round_robin", "least_loaded", "affinity"] = "least_loaded"
     model_router: ModelRouterSpec | None = None
@@ -58,3 +73,6 @@ class GatewaySpec(_Strict):
     request_log_url: str | None = Field(default="http://127.0.0.1:4318/v1/requests")
     request_log_flush_s: float = Field(default=1.0, gt=0)
     request_log_max_buffer: int = Field(default=100_000, ge=1)
+
+    def metrics_port_or_default(self) -> int:
+        return self.metrics_port if self.metrics_port is not None else self.port + 10000
