@@ -53,6 +53,7 @@ from analytics.cost_series import cost_over_time, spend_over_time
 from analytics.cost_words import MOVED, Words, detail, sentence
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
+from analytics.gateways import gaps
 from analytics.requests import log_source
 from analytics.tiers import param_time
 from analytics.window import Scope
@@ -426,10 +427,12 @@ def explain_cost(
     start, end = as_utc(start), as_utc(end)
     view = _view(client, filters)
     source = log_source(client, start, end, None)
-    if view.payer and source is None:
+    gateway_gaps = gaps(client, start, end, source)
+    if view.payer and (source is None or (view.by == "tenant" and source != "gateway")):
         raise ValueError(
-            f"no request log between {start:%H:%M} and {end:%H:%M} UTC: a {view.by}'s cost needs it "
-            "(the gateway's log, or the engines' spans for routes and adapters)"
+            f"no {'request log' if source is None else 'gateway request log'} between {start:%H:%M} and "
+            f"{end:%H:%M} UTC: a {view.by}'s cost needs it (the gateway's log, or the engines' spans for routes "
+            "and adapters)" + "".join(f". {gap}" for gap in gateway_gaps)
         )
     series = cost_over_time(client, start, end, prices, by=view.by, step=step, weights=weights, filters=view.pick())
     s, tier = int(series.attrs["step"]), series.attrs["plan"].tier.name
@@ -442,6 +445,7 @@ def explain_cost(
         s,
         series.reset_index(drop=True),
     )
+    ex.problems.extend(gateway_gaps)
     steps = series.dropna(subset=["value"]).reset_index(drop=True)
     needed = MIN_STEPS if at is None else 2  # a break to find, or one given: a step on each side
     if len(steps) < needed:

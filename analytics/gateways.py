@@ -7,6 +7,7 @@ Out: - ``gateways_seen``: ``[gateway, requests_logged, families]`` per gateway s
      - ``GIVES`` / ``what_it_gives`` / ``missing_words``: which request fields each gateway's
        telemetry gives, and the sentence pages and ``explain`` say when one is missing ("vllm-router
        logs no requests: no tenant, no route reason, no tokens per request ...");
+     - ``overview``: all of the above for one window (the Traffic page's gateway section);
      - ``router_figures(kind)``: the gateway's own numbers per worker / team / server / pool:
        vllm-router: requests, served and failed per worker, policy decisions, health and circuit
        breaker; LiteLLM: requests, failures, input and output tokens per team (or end user);
@@ -32,7 +33,10 @@ from storage.clickhouse import Client
 __all__ = [
     "FAMILIES",
     "GIVES",
+    "GatewayOverview",
     "Gives",
+    "overview",
+    "gaps",
     "gateways_seen",
     "missing_words",
     "router_figures",
@@ -142,6 +146,27 @@ def gateways_seen(client: Client, start: datetime, end: datetime) -> pd.DataFram
     for kind, n in counts.items():
         rows.setdefault(kind, {"gateway": kind, "requests_logged": 0.0, "families": 0})["families"] = n
     return pd.DataFrame(list(rows.values()), columns=["gateway", "requests_logged", "families"])
+
+
+def gaps(
+    client: Client,
+    start: datetime,
+    end: datetime,
+    source: str | None,
+    needed: tuple[str, ...] = ("tenant", "route_reason"),
+) -> list[str]:
+    """What the window's gateways do not give of ``needed``, in words (for ``explain`` and the
+    pages): a gateway that logs no requests, when the request rows are the engines' (``source``
+    not ``gateway``); a logging gateway that lacks a needed field."""
+    out = []
+    seen = gateways_seen(client, start, end)
+    for kind, logged in zip(seen["gateway"].astype(str), seen["requests_logged"].astype(float), strict=True):
+        if not what_it_gives(kind).request_log:
+            if source != "gateway":
+                out.append(missing_words(kind, needed))
+        elif logged > 0 and (words := missing_words(kind, needed)):
+            out.append(words)
+    return out
 
 
 # ---------------------------------------------------------------- a gateway's own figures
@@ -361,5 +386,36 @@ def router_figures(client: Client, kind: str, start: datetime, end: datetime) ->
         out, by = _pivot(parts, "cluster"), "cluster"
     else:
         raise ValueError(f"no figures of its own for gateway {kind!r}; one of {', '.join(FAMILIES)}")
+    for name in ("requests", "served", "failed", "input_tokens", "output_tokens", "errors_5xx"):
+        if name in out:  # a counter with no series in the window counted nothing
+            out[name] = out[name].fillna(0.0)
     out.attrs["by"] = by
     return out
+
+
+@dataclass
+class GatewayOverview:
+    """The gateways of a window: ``seen`` (``gateways_seen``), each one's own ``figures`` (those that
+    have metrics of their own), what each gives (``gives``: gateway -> sentence) and the ``gaps``."""
+
+    seen: pd.DataFrame
+    figures: dict[str, pd.DataFrame]
+    gives: dict[str, str]
+    gaps: list[str]
+
+
+def overview(client: Client, start: datetime, end: datetime, source: str | None = None) -> GatewayOverview:
+    """``GatewayOverview`` of ``[start, end)``; ``source``: the request rows the pages read
+    (``analytics.requests.log_source``), for the gaps."""
+    seen = gateways_seen(client, start, end)
+    figures = {}
+    for kind in seen.loc[seen["families"] > 0, "gateway"] if len(seen) else []:
+        frame = router_figures(client, str(kind), start, end)
+        if len(frame):
+            figures[str(kind)] = frame
+    gives = {}
+    for kind in seen["gateway"] if len(seen) else []:
+        g = what_it_gives(str(kind))
+        fields = ", ".join(f.replace("_", " ") for f in FIELDS if f in g.fields) or "no request fields"
+        gives[str(kind)] = f"{g.how}: {fields}"
+    return GatewayOverview(seen, figures, gives, gaps(client, start, end, source))

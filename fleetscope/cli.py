@@ -230,6 +230,15 @@ def up(
             "and record the fleet spec's SLO targets.",
         ),
     ] = False,
+    gateway: Annotated[
+        str | None,
+        typer.Option(
+            help="The gateway in front of the engines: fleetscope (its own), litellm (LiteLLM's proxy, the "
+            "model router as its hook), vllm-router (a fleet of one model) or envoy (routes on the model; no "
+            "model router). Its telemetry goes to the collector, its /metrics are scraped. Default: the spec's.",
+            show_default=False,
+        ),
+    ] = None,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Dashboard port.")] = 8501,
     host: Annotated[
         str, typer.Option(help="Dashboard address (a non-loopback one needs dashboard.password).")
@@ -241,7 +250,8 @@ def up(
     Starts the bundled fleet (fleet.yaml) with its gateway and plays a traffic scenario against it, migrates
     the stores, collects, evaluates the alert rules (to a local webhook sink that prints them when no receiver
     is configured) and serves the dashboard; prints a status line every 10 s. Ctrl-C stops everything and
-    flushes what was collected. Example: fleetscope up --fleet sim --replicas 12
+    flushes what was collected. Example: fleetscope up --fleet sim --replicas 12; behind LiteLLM:
+    fleetscope up --gateway litellm (docs/gateways.md)
     """
     import logging
 
@@ -254,6 +264,10 @@ def up(
 
     if fleet not in ("vllm", "sim"):
         fail(f"--fleet must be vllm or sim, not {fleet!r}", code=2)
+    from fleet.gateways import KINDS
+
+    if gateway is not None and gateway not in KINDS:
+        fail(f"--gateway must be one of {', '.join(KINDS)}, not {gateway!r}", code=2)
     settings = settings_or_exit(config)
     logging.basicConfig(
         level=max(logging.WARNING, logging.getLevelName(settings.log_level)),
@@ -270,6 +284,7 @@ def up(
         speed=speed,
         rate_scale=rate_scale,
         calibrate=not no_calibrate,
+        gateway=gateway,
     )
     try:
         flushed = run_up(settings, opts, echo=typer.echo)

@@ -84,6 +84,7 @@ def as_json(ex: Any, start: datetime, end: datetime) -> dict[str, Any]:
         "before_s": _plain(ex.before),
         "after_s": _plain(ex.after),
         "sentence": ex.sentence,
+        "notes": list(ex.notes),
         "evidence": rows,
     }
 
@@ -185,6 +186,8 @@ def explain_command(
         return
     typer.echo(f"{ex.metric}, {begin:%Y-%m-%d %H:%M:%S} – {stop:%H:%M:%S} UTC, from the {ex.source}")
     typer.echo(ex.sentence)
+    for note in ex.notes:
+        typer.echo(f"note: {note}")
     if ex.break_at is None:
         return
     onset = f", onset {ex.onset:%H:%M:%S}" if ex.onset is not None else ""

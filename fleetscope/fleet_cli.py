@@ -237,6 +237,42 @@ def status(config: ConfigOption = None, spec: SpecOption = None) -> None:
         raise typer.Exit(1)
 
 
+@app.command("gateway-config")
+def gateway_config(
+    kind: Annotated[str, typer.Argument(help="litellm or envoy: the gateway whose configuration to print.")],
+    config: ConfigOption = None,
+    spec: SpecOption = None,
+) -> None:
+    """Print the configuration `fleetscope up --gateway KIND` writes for the fleet spec: a starting point
+    for a gateway of one's own in front of these engines (docs/gateways.md). Envoy: its static
+    configuration (x-model routes, token counts from the answers' usage, the OTLP access log to the
+    collector). LiteLLM: its proxy's config.yaml (one deployment per replica, the x-tenant header as
+    the end user, fleetscope's callbacks for the request records and the model router)."""
+    import yaml
+
+    from fleet.gateways import KINDS
+
+    if kind not in ("litellm", "envoy"):
+        fail(
+            f"gateway-config prints LiteLLM's or Envoy's configuration, not {kind!r} "
+            f"(vllm-router takes its workers as flags; gateways: {', '.join(KINDS)})",
+            code=2,
+        )
+    _settings, fleet_spec, _launcher = _load(config, spec)
+    section = fleet_spec.gateway.model_copy(update={"kind": kind}) if fleet_spec.gateway else None
+    if section is None:
+        from fleet.gateway.config import GatewaySpec
+
+        section = GatewaySpec(kind=kind)  # type: ignore[arg-type]
+    if kind == "envoy":
+        from fleet.gateways.envoy import config as make
+
+        section = section.model_copy(update={"model_router": None})
+    else:
+        from fleet.gateways.litellm import config as make
+    typer.echo(yaml.safe_dump(make(fleet_spec.model_copy(update={"gateway": section})), sort_keys=False), nl=False)
+
+
 @app.command()
 def scenarios() -> None:
     """List the shipped traffic scenarios."""

@@ -68,15 +68,25 @@ class UpOptions:
     rate_scale: float | None = None
     calibrate: bool = True  # real engines: probe them before the traffic (rate and SLO targets)
     status_every_s: float = 10.0
+    # the gateway in front: None the spec's; "fleetscope" (its own), "litellm", "vllm-router", "envoy"
+    gateway: str | None = None
 
 
-def derived_spec(spec_path: Path, out: Path, *, fleet: str, replicas: int | None) -> Path:
-    """The spec ``up`` starts: ``spec_path`` as it is, or (``replicas`` given, or ``fleet="sim"``)
-    a copy in ``out`` with that many replicas cycled from the spec's own (names numbered on, ports
-    after the highest), each ``engine: sim`` for the simulated fleet."""
-    if replicas is None and fleet != "sim":
+def derived_spec(spec_path: Path, out: Path, *, fleet: str, replicas: int | None, gateway: str | None = None) -> Path:
+    """The spec ``up`` starts: ``spec_path`` as it is, or (``replicas`` given, ``fleet="sim"`` or
+    ``gateway`` given) a copy in ``out`` with that many replicas cycled from the spec's own (names
+    numbered on, ports after the highest), each ``engine: sim`` for the simulated fleet, behind
+    ``gateway`` (fleetscope's own, LiteLLM, vllm-router or Envoy: its ``kind``; Envoy and
+    vllm-router route no ``auto`` model, so the model router is dropped for them)."""
+    if replicas is None and fleet != "sim" and gateway is None:
         return spec_path
     raw = yaml.safe_load(Path(spec_path).read_text())
+    if gateway is not None:
+        section = dict(raw.get("gateway") or {})
+        section["kind"] = gateway
+        if gateway in ("envoy", "vllm-router"):
+            section.pop("model_router", None)
+        raw["gateway"] = section
     base = raw.get("replicas") or []
     if not base:
         raise UpError(f"{spec_path}: no replicas to start")
@@ -109,6 +119,11 @@ def derived_spec(spec_path: Path, out: Path, *, fleet: str, replicas: int | None
     return out
 
 
+def _gateway_name(spec: Any) -> str:
+    """'' for fleetscope's own gateway, else its kind and a space."""
+    return "" if spec.gateway is None or spec.gateway.kind == "fleetscope" else f"{spec.gateway.kind} "
+
+
 def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
     """Replicas up, requests/s, each model's p99 TTFT over the last 5 minutes beside its SLO target
     (where it has one; with fewer than 100 requests in the 5 minutes, "too few to judge": the
@@ -124,6 +139,8 @@ def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
 
     end = now or datetime.now(UTC)
     health = scrape_health(client, end - timedelta(seconds=30), end)  # the targets scraped now (not a past run's)
+    gateways = health[health["job"] == "gateway"] if len(health) else health
+    health = health[health["job"] != "gateway"] if len(health) else health  # replicas: the engines
     up = int(health["up"].sum()) if len(health) else 0
     # each request once: the gateway's log when there is one, else the engines' spans
     totals = request_totals(client, end - timedelta(minutes=1), end, by=["source"], source=None)
@@ -151,7 +168,11 @@ def status_line(client: Any, sessions: Any, now: datetime | None = None) -> str:
     firing, pending = states.count("firing"), states.count("pending")
     return (
         f"replicas up {up}/{len(health)} · {rate:.1f} req/s · p99 TTFT (5 min) {p99 or '–'} · KV max {kv:.0%} "
-        f"(1 min) · firing alerts {firing}" + (f" (pending {pending})" if pending else "")
+        f"(1 min) · firing alerts {firing}"
+        + (f" (pending {pending})" if pending else "")
+        + "".join(
+            f" · gateway {row.instance} not scraped: {row.last_error}" for row in gateways.itertuples() if not row.up
+        )
     ).replace("nan%", "–")
 
 
@@ -400,7 +421,9 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
 
     work = settings.data_dir / "up"
     work.mkdir(parents=True, exist_ok=True)
-    spec_path = derived_spec(settings.fleet.spec, work / "fleet.yaml", fleet=opts.fleet, replicas=opts.replicas)
+    spec_path = derived_spec(
+        settings.fleet.spec, work / "fleet.yaml", fleet=opts.fleet, replicas=opts.replicas, gateway=opts.gateway
+    )
     settings = settings.model_copy(update={"fleet": settings.fleet.model_copy(update={"spec": spec_path})})
     spec = load_spec(spec_path)
     if opts.scenario is not None and not opts.no_fleet:
@@ -512,7 +535,7 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
                         echo(f"  SLO targets recorded: {', '.join(recorded)}")
             echo(
                 f"fleet: {len(spec.replicas)} replica(s) healthy"
-                + (f", gateway on :{spec.gateway.port}" if spec.gateway else "")
+                + (f", gateway {_gateway_name(spec)}on :{spec.gateway.port}" if spec.gateway else "")
             )
         collector.start()
         c = collector.collector.config

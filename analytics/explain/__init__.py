@@ -75,6 +75,7 @@ from analytics.cost import cost_per_token
 from analytics.explain import queries, scoring, words
 from analytics.explain.model import COVERED_MIN_STEP_S, LONG_FACTOR, MIN_PER_STEP, Explanation
 from analytics.filters import Filters
+from analytics.gateways import gaps
 from analytics.prefix import misses_words, prefix_misses
 from analytics.requests import log_source
 from analytics.tiers import plan
@@ -163,6 +164,7 @@ def explain(
     start, end = as_utc(start), as_utc(end)
     series, step_s, coarse, column = _full_steps(ex.series), ex.step, ex.request_step, LATENCIES[latency].column
     source = ex.log_source
+    ex.notes = gaps(client, start, end, source)
     if len(series) < 8:
         ex.sentence = f"not enough data between {start:%H:%M} and {end:%H:%M} to find a break ({len(series)} steps)."
         return ex

@@ -86,3 +86,5 @@ class Explanation:
     sentence: str = ""
     request_step: int = 0  # the step of the quantile series (wider when requests are few)
     log_source: str | None = None  # the request log's rows read ("gateway" or "otlp"); None: engine histograms
+    # what the gateways in the window do not give (no tenant, no route reason), in words (analytics.gateways.gaps)
+    notes: list[str] = field(default_factory=list)

@@ -1,6 +1,8 @@
 """Traffic & drift: prompt and output length distributions now against a reference window, the
-model / tenant / context-bucket mix over time, and the drift table (Evidently's tests, scores and
-flags). Renders what ``analytics`` returns; no SQL here."""
+model / tenant / context-bucket mix over time, the drift table (Evidently's tests, scores and
+flags), and the gateways in front of the engines (which, what each gives and lacks, their own
+figures: per-worker decisions and health for vllm-router, per-team tokens and errors for LiteLLM,
+the production-stack router's and llm-d's). Renders what ``analytics`` returns; no SQL here."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import altair as alt
 import streamlit as st
 
 from analytics.drift import drift, length_distribution, reference_window
-from analytics.requests import request_totals
+from analytics.gateways import overview
+from analytics.requests import log_source, request_totals
 from analytics.timeseries import auto_step
 from dashboard.cache import call
 from dashboard.context import page_context, plain
@@ -40,7 +43,11 @@ got = ctx.fetch(  # the page's reads at once
     prompt_tokens=call(length_distribution, "prompt_tokens", current, reference, filters=v.filters),
     output_tokens=call(length_distribution, "output_tokens", current, reference, filters=v.filters),
     drift=call(drift, current, reference, filters=v.filters),
+    source=call(log_source, v.start, v.end, v.filters),
 )
+gateways = ctx.fetch(gateways=call(overview, v.start, v.end, got["source"]))["gateways"]
+for gap in gateways.gaps:  # said where the mix is read, not only in the section below
+    st.info(gap + ".")
 mix = got["mix"]
 if mix.empty:
     st.info(
@@ -115,3 +122,23 @@ else:
             "Drifted": st.column_config.CheckboxColumn("Drifted"),
         },
     )
+
+st.subheader("Gateways")
+if gateways.seen.empty:
+    st.caption(
+        f"No gateway seen between {v.start:%H:%M} and {v.end:%H:%M} UTC: no gateway request log and no gateway's "
+        "or router's own metrics (docs/gateways.md: LiteLLM, vllm-router, Envoy, the production-stack router, llm-d)."
+    )
+else:
+    st.dataframe(
+        table(gateways.seen.assign(gives=gateways.seen["gateway"].map(gateways.gives))),
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "Requests logged": st.column_config.Column(help="requests its request log (or spans) told of"),
+            "Families": st.column_config.Column(help="its own metric families scraped"),
+        },
+    )
+    for kind, figures in gateways.figures.items():
+        st.markdown(f"**{kind}**, per {figures.attrs.get('by', 'row')}")
+        st.dataframe(table(figures), hide_index=True, width="stretch")

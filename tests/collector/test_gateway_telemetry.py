@@ -292,3 +292,18 @@ def test_litellm_generic_api_records_make_their_rows(ch, tmp_path: Path) -> None
         assert status == 200 and json.loads(answer)["kept"] == len(lines)
         _same(intake.rows(), EXPECTED["litellm_payloads.ndjson"])
         ch.command("TRUNCATE TABLE requests")
+
+
+def test_a_body_with_engine_and_gateway_spans_when_clickhouse_decodes(ch, tmp_path: Path) -> None:
+    """The store decodes the engines' llm_request spans (collector.otlp_native); the collector reads
+    the same body's GenAI spans itself: the rows are those of the Python path."""
+    from collector import otlp_native
+
+    intake = Intake(ch, tmp_path)
+    intake.collector.native_otlp = otlp_native.supported(ch)
+    intake.collector._otlp_settings = otlp_native.settings_for(ch)
+    assert intake.collector.native_otlp
+    otlp = json.loads((DATA / "spans_legacy.json").read_text())
+    [(status, _)] = intake.post("/v1/traces", [(to_protobuf(otlp, ExportTraceServiceRequest()), PROTOBUF)])
+    assert status == 200
+    _same(intake.rows(), EXPECTED["spans_legacy.json"])

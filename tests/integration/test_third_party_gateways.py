@@ -183,6 +183,12 @@ def test_vllm_routers_per_worker_requests_equal_the_engines_own_counters(tmp_pat
     # behind it, the engines' spans are the request log: every request once, without a tenant
     rows = ch.query("SELECT source, count(), countIf(tenant != '') FROM requests GROUP BY source").result_rows
     assert rows == [("otlp", len(ok), 0)]
+    # and a tenant's cost cannot be explained from them: explain says which fields the gateway does not give
+    from analytics.cost_explain import explain_cost
+    from analytics.filters import Filters
+
+    with pytest.raises(ValueError, match=r"vllm-router logs no requests .*no tenant, no route reason"):
+        explain_cost(ch, start, end, {"cpu-demo": 1.0}, filters=Filters(tenant=("acme",)))
 
 
 def test_envoys_tokens_per_tenant_equal_what_the_generator_sent(tmp_path: Path, ch) -> None:
