@@ -244,10 +244,12 @@ def _by_label(
     return out
 
 
-def _replicas(client: Client) -> dict[str, str]:
-    """``host:port`` -> replica, of the scrape targets that name one."""
+def _replicas(client: Client, start: datetime, end: datetime) -> dict[str, str]:
+    """``host:port`` -> replica, of the window's scrape targets that name one."""
     rows = client.query(
-        "SELECT DISTINCT instance, replica FROM scrapes WHERE replica != '' AND replica != instance"
+        "SELECT DISTINCT instance, replica FROM scrapes WHERE replica != '' AND replica != instance "
+        "AND ts >= {s:DateTime64(3)} AND ts < {e:DateTime64(3)}",
+        parameters={"s": param_time(start), "e": param_time(end)},
     ).result_rows
     return {str(instance): str(replica) for instance, replica in rows}
 
@@ -295,7 +297,7 @@ def router_figures(client: Client, kind: str, start: datetime, end: datetime) ->
             "breaker_open": gauges[gauges["metric"] == "vllm_router_cb_state"],
         }
         out = _pivot(parts, "worker")
-        replicas = _replicas(client)
+        replicas = _replicas(client, start, end)
         out.insert(1, "replica", [replicas.get(_address(str(w)), "") for w in out["worker"]])
         by = "worker"
     elif kind == "litellm":
@@ -347,7 +349,7 @@ def router_figures(client: Client, kind: str, start: datetime, end: datetime) ->
             )
         }
         out, by = _pivot(parts, "server"), "server"
-        replicas = _replicas(client)
+        replicas = _replicas(client, start, end)
         out.insert(1, "replica", [replicas.get(_address(str(s)), "") for s in out["server"]])
     elif kind == "llm-d":
         gauges = _by_label(

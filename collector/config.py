@@ -74,6 +74,11 @@ class CollectorSettings(Section):
         description="other gateways' request telemetry: which attribute is the tenant, route, backend ... "
         "(tried before the shipped mappings for LiteLLM, Envoy and OpenTelemetry GenAI; docs/gateways.md)",
     )
+    shipped_mappings: list[Literal["litellm", "envoy", "genai"]] = Field(
+        default=["litellm", "envoy", "genai"],
+        description="the shipped request mappings in use; leave out genai when GenAI spans come from clients "
+        "that see part of the traffic (their rows would stand for the whole)",
+    )
     otlp_decode: Literal["clickhouse", "python"] = Field(
         default="clickhouse",
         description="who decodes OTLP protobuf bodies: ClickHouse (its Protobuf input format; falls back to "

@@ -187,8 +187,10 @@ def _text(value: Any) -> str:
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int | float) and not (isinstance(value, float) and not math.isfinite(value)):
-        return str(int(value)) if float(value).is_integer() else str(value)
+    if isinstance(value, int):
+        return str(value) if abs(value) < 10**30 else ""  # no id or name is a 31-digit number
+    if isinstance(value, float) and math.isfinite(value):
+        return str(int(value)) if value.is_integer() else str(value)
     if isinstance(value, list) and value and not isinstance(value[0], list | dict):
         return _text(value[0])  # e.g. gen_ai.response.finish_reasons: the first
     if isinstance(value, bytes | bytearray):
@@ -200,7 +202,10 @@ def _number(value: Any, field: str) -> float:
     if isinstance(value, bool):
         raise MappingError(f"{field}: expected a number, got a boolean")
     if isinstance(value, int | float):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            raise MappingError(f"{field}: {str(value)[:40]}... is not a finite number") from None
     elif isinstance(value, str):
         try:
             number = float(value.strip())
@@ -357,10 +362,13 @@ def _row(m: RequestMapping, a: Mapping[str, Any]) -> dict[str, Any]:
         ttft = max(0.0, first - start)
     status_found = _first(a, m.status_code)
     status = _count(status_found[0], "status_code") if status_found else 200
+    aborted = status == 0  # Envoy's %RESPONSE_CODE% when the client went away before an answer
+    if aborted:
+        status = 499
     if not 100 <= status <= 599:
         raise MappingError(f"status_code: {status} is not an HTTP status")
-    if _text(a.get("span.status")) == "error" and status < 400:
-        status = 500
+    if (_text(a.get("span.status")) == "error" or _text(a.get("status")) == "failure") and status < 400:
+        status = 500  # an error span, or a LiteLLM record of a failure without an HTTP code
     if status >= 400:
         ttft = None  # a failed request sent no token (LiteLLM writes its end as the first token's time)
     trace = ""
@@ -396,7 +404,7 @@ def _row(m: RequestMapping, a: Mapping[str, Any]) -> dict[str, Any]:
         "tpot_seconds": decode / (completion - 1) if completion > 1 and decode else 0.0,
         "session": _pick_text(a, m.session),
         "route_reason": _pick_text(a, m.route_reason),
-        "outcome": "ok" if status < 400 else "upstream_error",
+        "outcome": "client_abort" if aborted else "ok" if status < 400 else "upstream_error",
         "error": _pick_text(a, m.error)[:2000],
         "itl_seconds": 0.0,
         "prefix_hash": "",
@@ -445,8 +453,11 @@ class Backends:
 def _address(backend: str) -> str:
     text = backend.strip()
     if "://" in text:
-        parts = urlsplit(text)
-        host, port = parts.hostname or "", parts.port
+        try:
+            parts = urlsplit(text)
+            host, port = parts.hostname or "", parts.port
+        except ValueError:  # a port out of range, a broken IPv6 literal: kept as given
+            return text.split("://", 1)[1].split("/", 1)[0].lower()
         if port is None:
             port = 443 if parts.scheme == "https" else 80
         text = f"{host}:{port}"
@@ -485,7 +496,7 @@ _LITELLM_TENANT = [
 ]
 
 # a router's decision recorded in the request's spend_logs_metadata (fleetscope's LiteLLM hook,
-# fleet/gateways/litellm_router.py, writes these), else LiteLLM's own auto-router provenance
+# fleet/gateways/litellm_callbacks.py, writes these), else LiteLLM's own auto-router provenance
 _LITELLM_ROUTE = ["metadata.spend_logs_metadata.fleetscope_route"]
 _LITELLM_REASON = [
     "metadata.spend_logs_metadata.fleetscope_route_reason",

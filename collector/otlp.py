@@ -254,7 +254,7 @@ def decode_json(body: bytes) -> list[SpanRecord]:
         raise
     except RecursionError:
         raise OtlpError("OTLP/JSON body nested too deeply") from None
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise OtlpError(f"not an OTLP/JSON ExportTraceServiceRequest: {type(exc).__name__}: {exc}") from None
 
 

@@ -69,6 +69,11 @@ def _expand(attrs: dict[str, Any]) -> dict[str, Any]:
     return attrs
 
 
+def _seconds(ns: int) -> float | None:
+    """Epoch seconds of a time in nanoseconds (None: unset, or more than a fixed64 holds)."""
+    return ns / 1e9 if 0 < ns < 2**64 else None
+
+
 def _with_resource(attrs: dict[str, Any], resource: dict[str, Any], scope: str) -> dict[str, Any]:
     _expand(attrs)
     for key, value in resource.items():
@@ -91,8 +96,8 @@ def span_records(message: ExportTraceServiceRequest) -> list[Record]:
                 attrs.update(
                     {
                         "span.name": span.name,
-                        "span.start_time": span.start_time_unix_nano / 1e9 if span.start_time_unix_nano else None,
-                        "span.end_time": span.end_time_unix_nano / 1e9 if span.end_time_unix_nano else None,
+                        "span.start_time": _seconds(span.start_time_unix_nano),
+                        "span.end_time": _seconds(span.end_time_unix_nano),
                         "span.trace_id": span.trace_id,
                         "span.status": _STATUS.get(span.status.code, "unset"),
                     }
@@ -110,8 +115,8 @@ def spans_to_records(spans: Iterable[SpanRecord]) -> Iterator[Record]:
         attrs.update(
             {
                 "span.name": span.name,
-                "span.start_time": span.start_ns / 1e9 if span.start_ns else None,
-                "span.end_time": span.end_ns / 1e9 if span.end_ns else None,
+                "span.start_time": _seconds(span.start_ns),
+                "span.end_time": _seconds(span.end_ns),
                 "span.trace_id": span.trace_id,
                 "span.status": _STATUS.get(span.status_code, "unset"),
             }
@@ -167,6 +172,7 @@ def log_records_json(body: bytes) -> list[Record]:
                         raise OtlpError(f"more than {MAX_RECORDS} log records in one body")
                     attrs = _json_attrs(lr.get("attributes"))
                     when = int(lr.get("timeUnixNano", 0) or lr.get("observedTimeUnixNano", 0) or 0)
+                    when = when if 0 < when < 2**64 else 0  # a fixed64 holds no more
                     raw_body = lr.get("body")
                     body_value = _json_attrs([{"key": "v", "value": raw_body}])["v"] if raw_body else None
                     trace = str(lr.get("traceId", "") or "").lower()
@@ -177,7 +183,7 @@ def log_records_json(body: bytes) -> list[Record]:
         raise
     except RecursionError:
         raise OtlpError("OTLP/JSON body nested too deeply") from None
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise OtlpError(f"not an OTLP/JSON ExportLogsServiceRequest: {type(exc).__name__}: {exc}") from None
 
 

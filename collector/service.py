@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +91,7 @@ REQUEST_COLUMNS = (
     "stream",
 )
 MAX_OTLP_BODY = 32 * 1024 * 1024  # also the limit after gzip/deflate decoding
+RECENT_REQUESTS = 200_000  # gateway request ids remembered: a batch a sender retries is not stored twice
 
 
 @dataclass
@@ -107,8 +109,9 @@ class CollectorConfig:
     otlp_decode: str = "clickhouse"
     # fingerprint -> last stored value: the previous sample for the first reset check after a restart
     prior: dict[int, float] = field(default_factory=dict)
-    # other gateways' request telemetry: the user's mappings, tried before the shipped ones
+    # other gateways' request telemetry: the user's mappings, tried before the shipped ones named here
     request_mappings: list[RequestMapping] = field(default_factory=list)
+    shipped_mappings: tuple[str, ...] = ("litellm", "envoy", "genai")
 
 
 @dataclass
@@ -117,12 +120,14 @@ class GatewayIntake:
 
     kept: int = 0
     unmapped: int = 0
+    duplicates: int = 0  # a gateway's request id seen again (a batch sent twice)
     rejected: list[tuple[int, str]] = field(default_factory=list)  # (record number, reason)
 
     def answer(self) -> dict[str, Any]:
         return {
             "kept": self.kept,
             "unmapped": self.unmapped,
+            "duplicates": self.duplicates,
             "rejected": [{"record": n, "error": e} for n, e in self.rejected[:100]],
         }
 
@@ -164,9 +169,13 @@ class Collector:
         self._tasks: list[asyncio.Task[None]] = []
         self.renamed: dict[str, str] = {}
         self._up: dict[str, bool] = {}
-        self.mappings: tuple[RequestMapping, ...] = (*config.request_mappings, *DEFAULT_MAPPINGS)
+        self.mappings: tuple[RequestMapping, ...] = (
+            *config.request_mappings,
+            *(m for m in DEFAULT_MAPPINGS if m.name in config.shipped_mappings),
+        )
         self.backends = Backends()  # a gateway's backend address -> (replica, model), from the targets
         self._shapes: set[frozenset[str]] = set()  # unmapped record shapes already logged
+        self._recent: OrderedDict[tuple[str, str], None] = OrderedDict()  # (gateway, request id) kept lately
         # more routes on the same HTTP server (e.g. the read-only SQL endpoint of adhoc.endpoint)
         self.mounts: list[Callable[[web.Application], None]] = []
 
@@ -270,6 +279,11 @@ class Collector:
         for number, record in enumerate(records, first):
             try:
                 row = map_record(record, self.mappings)
+                if row is not None:
+                    replica, model = self.backends.resolve(row["replica"])
+                    row["replica"] = replica
+                    if model and row["model"].endswith("/" + model):  # e.g. LiteLLM's hosted_vllm/tiny-small
+                        row["model"] = model
             except MappingError as exc:
                 intake.rejected.append((number, str(exc)))
                 continue
@@ -281,13 +295,22 @@ class Collector:
                 intake.unmapped += 1
                 self._log_shape(record, endpoint)
                 continue
-            replica, model = self.backends.resolve(row["replica"])
-            row["replica"] = replica
-            if model and row["model"].endswith("/" + model):  # e.g. LiteLLM's hosted_vllm/tiny-small
-                row["model"] = model
+            key = (row["gateway"], row["request_id"])
+            if row["request_id"] and key in self._recent:  # the same record again (a sender's retry)
+                intake.duplicates += 1
+                continue
+            if row["request_id"]:
+                self._recent[key] = None
+                if len(self._recent) > RECENT_REQUESTS:
+                    self._recent.popitem(last=False)
             rows.append(row)
         intake.kept = self.add_requests(rows, "gateway") if rows else 0
-        for result, n in (("mapped", len(rows)), ("unmapped", intake.unmapped), ("rejected", len(intake.rejected))):
+        for result, n in (
+            ("mapped", len(rows)),
+            ("unmapped", intake.unmapped),
+            ("rejected", len(intake.rejected)),
+            ("duplicate", intake.duplicates),
+        ):
             if n:
                 self.metrics.gateway_records.labels(endpoint, result).inc(n)
         if intake.rejected:
@@ -380,7 +403,7 @@ class Collector:
                 intake = self.on_spans(decode_json(body))
             else:
                 intake = self.on_protobuf(body)
-        except (OtlpError, OSError, RecursionError) as exc:
+        except (OtlpError, OSError, RecursionError, OverflowError) as exc:
             self.metrics.bad_bodies.labels("traces").inc()
             return web.json_response({"error": str(exc)}, status=400)
         response = ExportTraceServiceResponse()
@@ -395,7 +418,7 @@ class Collector:
             body = await self._body(request)
             json_body = request.content_type == "application/json"
             records = log_records_json(body) if json_body else log_records(body)
-        except (OtlpError, OSError, RecursionError) as exc:
+        except (OtlpError, OSError, RecursionError, OverflowError) as exc:
             self.metrics.bad_bodies.labels("logs").inc()
             return web.json_response({"error": str(exc)}, status=400)
         intake = self.add_gateway_records(records, "logs")

@@ -430,7 +430,11 @@ class Launcher:
                 if cpu_nice > 0 and self.engine.device == "cpu" and gateway.model == "-":
                     lower_priority(gateway.pid, cpu_nice)
         except BaseException:
-            self.stop([r.name for r in started], progress=progress)
+            # a gateway that missed its health check is not in `started` yet: stopped all the same
+            stopping = [r.name for r in started]
+            if with_gateway and "gateway" not in stopping:
+                stopping.append("gateway")
+            self.stop(stopping, progress=progress)
             raise
         return started
 

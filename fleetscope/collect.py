@@ -116,6 +116,7 @@ def build_collector(settings: Settings, client: Any, *, extra_targets: list[Targ
         otlp_decode=c.otlp_decode,
         shard=Shard(c.shard_index, c.shard_count),  # this collector's hashmod share of the targets
         request_mappings=list(c.request_mappings),
+        shipped_mappings=tuple(c.shipped_mappings),
     )
     try:
         config.prior = load_prior(client)

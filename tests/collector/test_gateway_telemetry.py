@@ -307,3 +307,40 @@ def test_a_body_with_engine_and_gateway_spans_when_clickhouse_decodes(ch, tmp_pa
     [(status, _)] = intake.post("/v1/traces", [(to_protobuf(otlp, ExportTraceServiceRequest()), PROTOBUF)])
     assert status == 200
     _same(intake.rows(), EXPECTED["spans_legacy.json"])
+
+
+def test_a_record_sent_twice_counts_once_and_failures_keep_their_outcome(ch, tmp_path: Path) -> None:
+    """A sender's retry after a lost answer (the same request id again) is dropped; a LiteLLM
+    failure without an HTTP code is a 500; Envoy's status 0 (the client went away) a 499 abort."""
+    line = (DATA / "litellm_payloads.ndjson").read_text().splitlines()[0]
+    failed = json.loads(line)
+    failed.update(litellm_call_id="failed-1", id="failed-1", status="failure", error_information={"error_code": ""})
+    envoy = json.loads((DATA / "envoy_logs.json").read_text())
+    for attr in envoy["resourceLogs"][0]["scopeLogs"][0]["logRecords"][1]["attributes"]:
+        if attr["key"] == "http.response.status_code":
+            attr["value"] = {"stringValue": "0"}
+    intake = Intake(ch, tmp_path)
+    answers = intake.post(
+        "/v1/litellm",
+        [(line.encode(), JSON), (line.encode(), JSON), (json.dumps(failed).encode(), JSON)],
+    )
+    assert [json.loads(a)["duplicates"] for _s, a in answers] == [0, 1, 0]
+    intake = Intake(ch, tmp_path)
+    intake.post("/v1/logs", [(json.dumps(envoy).encode(), JSON)])
+    rows = {(r["gateway"], r["request_id"]): (r["status_code"], r["outcome"]) for r in intake.rows()}
+    litellm = [v for (g, _i), v in rows.items() if g == "litellm"]
+    assert sorted(litellm) == [(200, "ok"), (500, "upstream_error")]  # the first record once, the failure
+    assert (499, "client_abort") in [v for (g, _i), v in rows.items() if g == "envoy"]
+
+
+def test_the_catch_all_genai_mapping_can_be_left_out(ch, tmp_path: Path) -> None:
+    """GenAI spans from clients that see part of the traffic would stand for all of it: without the
+    shipped genai mapping they are counted as unmapped and make no row."""
+    otlp = json.loads((DATA / "spans_current.json").read_text())
+    intake = Intake(ch, tmp_path, shipped_mappings=("litellm", "envoy"))
+    intake.post("/v1/traces", [(json.dumps(otlp).encode(), JSON)])
+    assert intake.rows() == []
+    unmapped = intake.collector.registry.get_sample_value(
+        "fleetscope_collector_gateway_records_total", {"endpoint": "traces", "result": "unmapped"}
+    )
+    assert unmapped == 2
