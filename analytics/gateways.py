@@ -77,8 +77,8 @@ GIVES: dict[str, Gives] = {
     "litellm": Gives(
         True,
         frozenset({"tenant", "route", "route_reason", "backend", "tokens", "cached_tokens", "ttft"}),
-        "LiteLLM's otel span or generic_api records (tenant: team, else end user; route: model group; "
-        "time to first token from generic_api only)",
+        "LiteLLM's request records (tenant: team, else end user; route: model group, or the decision "
+        "a router hook records; time to first token not in its otel span)",
     ),
     "envoy": Gives(
         True,
