@@ -10,6 +10,8 @@ import streamlit as st
 
 from analytics.cost import compare_reference, cost_views
 from analytics.cost_series import cost_over_time
+from analytics.gateways import gaps
+from analytics.requests import log_source
 from dashboard.cache import call
 from dashboard.context import page_context, plain, shown
 from dashboard.costview import cached_tokens_note, render_cost_series
@@ -28,7 +30,10 @@ by = st.session_state.get("cost_by", "fleet")
 got = ctx.fetch(
     views=call(cost_views, v.start, v.end, prices, weights=weights, filters=v.filters),
     series=call(cost_over_time, v.start, v.end, prices, by=by, weights=weights, filters=v.filters),
+    source=call(log_source, v.start, v.end, v.filters),
 )
+# what the gateway in front does not give of a tenant's cost (vllm-router: no tenant), said in words
+tenant_gaps = ctx.fetch(gaps=call(gaps, v.start, v.end, got["source"], ("tenant",)))["gaps"]
 try:
     spend, per_model, tenants, adapters = got["views"]
 except KeyError as exc:
@@ -87,6 +92,8 @@ st.altair_chart(
 st.subheader("By model")
 st.dataframe(table(per_model), hide_index=True, width="stretch")
 st.subheader("Showback by tenant")
+for gap in tenant_gaps:
+    st.info(gap + ".")
 if tenants.empty:
     st.caption("No request-log rows in this window: tenants cannot be told apart.")
 else:

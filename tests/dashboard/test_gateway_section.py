@@ -112,6 +112,10 @@ def test_behind_vllm_router_the_page_says_what_is_missing(store, sessions, chdb_
     assert not at.exception, at.exception
     said = [m.value for m in at.info]
     assert any("vllm-router logs no requests" in m and "no route reason" in m for m in said), said
+    cost = run("cost", **{"from": start.isoformat(), "to": end.isoformat()})  # where tenants are priced
+    assert not cost.exception, cost.exception
+    said = [m.value for m in cost.info]
+    assert any("vllm-router logs no requests" in m and "no tenant" in m for m in said), said
 
 
 def test_explain_says_what_vllm_router_does_not_give(store) -> None:
