@@ -154,12 +154,13 @@ def gaps(
     end: datetime,
     source: str | None,
     needed: tuple[str, ...] = ("tenant", "route_reason"),
+    seen: pd.DataFrame | None = None,
 ) -> list[str]:
     """What the window's gateways do not give of ``needed``, in words (for ``explain`` and the
     pages): a gateway that logs no requests, when the request rows are the engines' (``source``
     not ``gateway``); a logging gateway that lacks a needed field."""
     out = []
-    seen = gateways_seen(client, start, end)
+    seen = gateways_seen(client, start, end) if seen is None else seen  # ``gateways_seen``, when read already
     for kind, logged in zip(seen["gateway"].astype(str), seen["requests_logged"].astype(float), strict=True):
         if not what_it_gives(kind).request_log:
             if source != "gateway":
@@ -420,4 +421,4 @@ def overview(client: Client, start: datetime, end: datetime, source: str | None 
         g = what_it_gives(str(kind))
         fields = ", ".join(f.replace("_", " ") for f in FIELDS if f in g.fields) or "no request fields"
         gives[str(kind)] = f"{g.how}: {fields}"
-    return GatewayOverview(seen, figures, gives, gaps(client, start, end, source))
+    return GatewayOverview(seen, figures, gives, gaps(client, start, end, source, seen=seen))

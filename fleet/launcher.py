@@ -470,37 +470,29 @@ class Launcher:
         return [ReplicaRecord(r.name, r.model, r.port, proc.pid, time.time(), str(log_path), cmd, {}) for r in sims]
 
     def _start_gateway(self, attach: bool, progress: Callable[[str], None]) -> ReplicaRecord:
-        assert self.spec.gateway is not None and self.spec_path is not None
-        kind = self.spec.gateway.kind
+        """The spec's gateway: fleetscope's own, or LiteLLM, vllm-router or Envoy in its place
+        (``fleet.gateways``); its record's model is ``-`` for fleetscope's, else its kind."""
+        from fleet.gateways import GatewayError, GatewayPlan, gateway_plan
+
+        gw = self.spec.gateway
+        assert gw is not None and self.spec_path is not None
+        if gw.kind == "fleetscope":
+            cmd = [sys.executable, "-m", "fleet.gateway", "--spec", str(self.spec_path)]
+            plan = GatewayPlan("-", cmd, {}, health_url="", metrics_url=None)
+            what, started = "gateway", f"started gateway pid {{pid}} on port {gw.port} ({gw.policy})"
+        else:
+            try:
+                plan = gateway_plan(self.spec, self.state_dir)
+            except GatewayError as exc:
+                raise FleetError(f"gateway {gw.kind}: {exc}") from None
+            what, started = f"gateway ({plan.kind})", f"started gateway {plan.kind} pid {{pid}} on port {gw.port}"
         log_path = self.state_dir / "gateway.log"
-        if kind != "fleetscope":
-            return self._start_third_party(attach, progress, log_path)
-        cmd = [sys.executable, "-m", "fleet.gateway", "--spec", str(self.spec_path)]
-        proc = self._spawn(cmd, log_path, "gateway", attach)
-        self._children["gateway"] = proc
-        record = ReplicaRecord("gateway", "-", self.spec.gateway.port, proc.pid, time.time(), str(log_path), cmd, {})
-        records = self.records()
-        records["gateway"] = record
-        self._save(records)
-        progress(f"started gateway pid {proc.pid} on port {self.spec.gateway.port} ({self.spec.gateway.policy})")
-        self._wait_healthy([record], progress)
-        return record
-
-    def _start_third_party(self, attach: bool, progress: Callable[[str], None], log_path: Path) -> ReplicaRecord:
-        """LiteLLM, vllm-router or Envoy in the gateway's place (``fleet.gateways``)."""
-        from fleet.gateways import GatewayError, gateway_plan
-
-        assert self.spec.gateway is not None
-        try:
-            plan = gateway_plan(self.spec, self.state_dir)
-        except GatewayError as exc:
-            raise FleetError(f"gateway {self.spec.gateway.kind}: {exc}") from None
-        proc = self._spawn(plan.cmd, log_path, f"gateway ({plan.kind})", attach, env=plan.env)
+        proc = self._spawn(plan.cmd, log_path, what, attach, env=plan.env)
         self._children["gateway"] = proc
         record = ReplicaRecord(
             "gateway",
             plan.kind,
-            self.spec.gateway.port,
+            gw.port,
             proc.pid,
             time.time(),
             str(log_path),
@@ -512,7 +504,7 @@ class Launcher:
         records = self.records()
         records["gateway"] = record
         self._save(records)
-        progress(f"started gateway {plan.kind} pid {proc.pid} on port {self.spec.gateway.port}")
+        progress(started.format(pid=proc.pid))
         self._wait_healthy([record], progress)
         return record
 

@@ -160,6 +160,36 @@ def _traffic(spec: FleetSpec, scenario: Path, seconds: float) -> list[RequestRes
     return results
 
 
+def _answered(results: list[RequestResult], least: int) -> list[RequestResult]:
+    """The generator's answered requests: at least ``least``, and every request answered."""
+    ok = [r for r in results if r.ok]
+    assert len(ok) >= least and len(ok) == len(results), {r.error for r in results if not r.ok}
+    return ok
+
+
+def tokens_per_tenant_as_sent(ch: Any, ok: list[RequestResult], gateway: str) -> set[str]:
+    """The gateway's rows: one per answered request, and each tenant's tokens what the generator
+    sent within 1 %. Returns the tenants."""
+    sent: dict[str, float] = defaultdict(float)
+    for r in ok:
+        sent[r.tenant] += r.prompt_tokens + (r.completion_tokens or 0)
+    rows = ch.query(
+        "SELECT tenant, sum(weight * (prompt_tokens + completion_tokens)), count() "
+        "FROM requests WHERE source = 'gateway' AND gateway = {g:String} GROUP BY tenant",
+        parameters={"g": gateway},
+    ).result_rows
+    logged = {tenant: float(tokens) for tenant, tokens, _n in rows}
+    logged_ids = {r[0] for r in ch.query("SELECT trace_id FROM requests WHERE source = 'gateway'").result_rows}
+    unlogged = [
+        (r.trace_id, r.stream, round(r.started_at - ok[0].started_at, 1)) for r in ok if r.trace_id not in logged_ids
+    ]
+    assert sum(n for _t, _k, n in rows) == len(ok), (rows, len(ok), unlogged)  # one row per request
+    assert set(logged) == set(sent)
+    for tenant, tokens in sent.items():
+        assert logged[tenant] == pytest.approx(tokens, rel=0.01), (tenant, logged, dict(sent))
+    return set(logged)
+
+
 def test_vllm_routers_per_worker_requests_equal_the_engines_own_counters(tmp_path: Path, ch) -> None:
     otlp = free_port()
     spec = _spec(tmp_path, "vllm-router", {"tiny-small": 2}, otlp, policy="round_robin")
@@ -167,8 +197,7 @@ def test_vllm_routers_per_worker_requests_equal_the_engines_own_counters(tmp_pat
     with observed(tmp_path, spec, otlp, ch):
         results = _traffic(spec, _scenario(tmp_path, {"tiny-small": 1.0}, 20, 4.0), 20)
     end = datetime.now(UTC) + timedelta(minutes=1)
-    ok = [r for r in results if r.ok]
-    assert len(ok) >= 40 and len(ok) == len(results), {r.error for r in results if not r.ok}
+    ok = _answered(results, 40)
     figures = router_figures(ch, "vllm-router", start, end).set_index("replica")
     engines = counter_increase(ch, "vllm:request_success_total", start, end, by="replica").set_index("replica")
     assert set(figures.index) == {"small-0", "small-1"}
@@ -198,20 +227,8 @@ def test_envoys_tokens_per_tenant_equal_what_the_generator_sent(tmp_path: Path, 
     with observed(tmp_path, spec, otlp, ch):
         results = _traffic(spec, _scenario(tmp_path, {"tiny-small": 0.7, "tiny-large": 0.3}, 20, 4.0), 20)
     end = datetime.now(UTC) + timedelta(minutes=1)
-    ok = [r for r in results if r.ok]
-    assert len(ok) >= 40 and len(ok) == len(results), {r.error for r in results if not r.ok}
-    sent: dict[str, float] = defaultdict(float)
-    for r in ok:
-        sent[r.tenant] += r.prompt_tokens + (r.completion_tokens or 0)
-    rows = ch.query(
-        "SELECT tenant, sum(weight * (prompt_tokens + completion_tokens)), count(), uniqExact(replica) "
-        "FROM requests WHERE source = 'gateway' AND gateway = 'envoy' GROUP BY tenant"
-    ).result_rows
-    logged = {tenant: float(tokens) for tenant, tokens, _n, _r in rows}
-    assert set(logged) == set(sent) == {"acme", "globex", "initech"}
-    for tenant, tokens in sent.items():
-        assert logged[tenant] == pytest.approx(tokens, rel=0.01), (tenant, logged, dict(sent))
-    assert sum(n for _t, _k, n, _r in rows) == len(ok)  # one row per request
+    ok = _answered(results, 40)
+    assert tokens_per_tenant_as_sent(ch, ok, "envoy") == {"acme", "globex", "initech"}
     # each gateway row names its replica (Envoy's upstream resolved through the targets) and joins the engine's span
     joined = ch.query(
         "SELECT countIf(has_gateway AND has_engine), countIf(replica IN ('small-0', 'small-1', 'large-0')) "
@@ -233,20 +250,8 @@ def test_litellms_tokens_per_tenant_equal_what_the_generator_sent(tmp_path: Path
     with observed(tmp_path, spec, otlp, ch):
         results = _traffic(spec, _scenario(tmp_path, {"tiny-small": 0.7, "tiny-large": 0.3}, 20, 3.0), 20)
         time.sleep(2.0)  # its records leave in batches every second
-    ok = [r for r in results if r.ok]
-    assert len(ok) >= 30 and len(ok) == len(results), {r.error for r in results if not r.ok}
-    sent: dict[str, float] = defaultdict(float)
-    for r in ok:
-        sent[r.tenant] += r.prompt_tokens + (r.completion_tokens or 0)
-    rows = ch.query(
-        "SELECT tenant, sum(weight * (prompt_tokens + completion_tokens)), count() "
-        "FROM requests WHERE source = 'gateway' AND gateway = 'litellm' GROUP BY tenant"
-    ).result_rows
-    logged = {tenant: float(tokens) for tenant, tokens, _n in rows}
-    assert sum(n for _t, _k, n in rows) == len(ok), (rows, len(ok))  # one row per request
-    assert set(logged) == set(sent) == {"acme", "globex", "initech"}
-    for tenant, tokens in sent.items():
-        assert logged[tenant] == pytest.approx(tokens, rel=0.01), (tenant, logged, dict(sent))
+    ok = _answered(results, 30)
+    assert tokens_per_tenant_as_sent(ch, ok, "litellm") == {"acme", "globex", "initech"}
     joined = ch.query(
         "SELECT countIf(has_gateway AND has_engine), countIf(replica IN ('small-0', 'small-1', 'large-0')) "
         "FROM requests_joined"
