@@ -383,6 +383,13 @@ class Launcher:
                 check_gateway_port(self.spec)
         except YamlConfigError as exc:
             raise FleetError(str(exc)) from None
+        if with_gateway and self.spec.gateway is not None and self.spec.gateway.kind != "fleetscope":
+            from fleet.gateways import GatewayError, gateway_plan
+
+            try:  # a gateway that cannot serve this spec says so before any engine starts
+                gateway_plan(self.spec, self.state_dir)
+            except GatewayError as exc:
+                raise FleetError(f"gateway {self.spec.gateway.kind}: {exc}") from None
         if make_models is not None:
             make_models(self.spec, [r for r in replicas if r.engine == "vllm"])
         self._check_adapters([r for r in replicas if r.engine == "vllm"])
