@@ -111,8 +111,10 @@ def _scenario(tmp: Path, models: dict[str, float], seconds: int, rate: float) ->
 @contextmanager
 def observed(tmp: Path, spec: FleetSpec, otlp_port: int, ch: Any) -> Iterator[Launcher]:
     """The fleet and its gateway started by the launcher, a collector scraping them (the gateway's
-    own /metrics too) and receiving on ``otlp_port``; on the way out the fleet stops first (its
-    last telemetry arrives), then the collector flushes."""
+    own /metrics too) and receiving on ``otlp_port``; the traffic starts once every target has been
+    scraped up (a counter series first seen in a target's first scrape is its baseline, as for a
+    gateway that ran before the collector: docs/gateways.md); on the way out the fleet stops first
+    (its last telemetry arrives), then the collector flushes."""
     clickhouse_runner.apply(ch)
     targets = [
         make_target(
@@ -140,6 +142,7 @@ def observed(tmp: Path, spec: FleetSpec, otlp_port: int, ch: Any) -> Iterator[La
     launcher = Launcher(spec, tmp / "state", spec_path=tmp / "fleet.yaml")
     try:
         launcher.start(progress=print)
+        _scraped_up(ch, {t.instance for t in targets})
         yield launcher
         time.sleep(3 * SCRAPE_S)  # the counters after the last request are scraped
     finally:
@@ -148,6 +151,18 @@ def observed(tmp: Path, spec: FleetSpec, otlp_port: int, ch: Any) -> Iterator[La
         assert asyncio.run_coroutine_threadsafe(collector.stop(), loop).result(60)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
+
+
+def _scraped_up(ch: Any, instances: set[str], timeout_s: float = 30.0) -> None:
+    """Wait until each of ``instances`` has a stored scrape with ``up = 1``."""
+    deadline = time.monotonic() + timeout_s
+    seen: set[str] = set()
+    while time.monotonic() < deadline:
+        seen = {str(r[0]) for r in ch.query("SELECT DISTINCT instance FROM scrapes WHERE up = 1").result_rows}
+        if instances <= seen:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"never scraped up within {timeout_s:g} s: {sorted(instances - seen)}")
 
 
 def _traffic(spec: FleetSpec, scenario: Path, seconds: float) -> list[RequestResult]:
