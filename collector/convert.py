@@ -354,19 +354,24 @@ class SeriesConverter:
         if len(refs) > 4 * max(len(exposition.series), 256):  # parser cache was trimmed
             self._refs = {id(r): refs[id(r)] for r in exposition.series if id(r) in refs}
         if layout_ok:
-            fps_kept = fps[first_row:]
-            cumulative_kept = np.array([self._refs[id(exposition.series[i])][4] for i in kept], dtype=bool)
-            self._layout = _Layout(
-                series=list(exposition.series),
-                keep=None if len(kept) == len(exposition.series) else np.array(kept, dtype=np.intp),
-                metric=np.array(metrics[first_row:], dtype=object),
-                fingerprint=np.array(fps_kept, dtype=np.uint64),
-                cumulative=cumulative_kept,
-                last=np.array(
-                    [
-                        last.get(fp, prior.get(fp, np.nan)) if c else np.nan
-                        for fp, c in zip(fps_kept, cumulative_kept.tolist(), strict=True)
-                    ]
-                ),
-                skipped=len(exposition.series) - len(kept),
-            )
+            self._keep_layout(exposition, kept, metrics[first_row:], fps[first_row:])
+
+    def _keep_layout(self, exposition: Any, kept: list[int], metrics: list[str], fps: list[int]) -> None:
+        """The layout of a scrape without explicit timestamps (its ``kept`` series, their metrics and
+        fingerprints), for the fast path of the next scrapes with the same series."""
+        last, prior = self._last, self._prior
+        cumulative_kept = np.array([self._refs[id(exposition.series[i])][4] for i in kept], dtype=bool)
+        self._layout = _Layout(
+            series=list(exposition.series),
+            keep=None if len(kept) == len(exposition.series) else np.array(kept, dtype=np.intp),
+            metric=np.array(metrics, dtype=object),
+            fingerprint=np.array(fps, dtype=np.uint64),
+            cumulative=cumulative_kept,
+            last=np.array(
+                [
+                    last.get(fp, prior.get(fp, np.nan)) if c else np.nan
+                    for fp, c in zip(fps, cumulative_kept.tolist(), strict=True)
+                ]
+            ),
+            skipped=len(exposition.series) - len(kept),
+        )

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
+from collector.errors import CollectorError
+
 __all__ = ["Exposition", "ExpositionError", "Sample", "SeriesCache", "parse", "is_openmetrics"]
 
 OPENMETRICS = "application/openmetrics-text"
@@ -35,7 +37,7 @@ _EMPTY: Mapping[str, str] = MappingProxyType({})
 _TYPES = {"counter", "gauge", "histogram", "summary", "untyped", "unknown", "gaugehistogram", "stateset", "info"}
 
 
-class ExpositionError(ValueError):
+class ExpositionError(CollectorError, ValueError):
     """Malformed exposition: ``line`` (1-based) and ``reason`` say where and why."""
 
     def __init__(self, line: int, reason: str, text: str = "") -> None:

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
+from collector.errors import CollectorError
 from common.config import Section
 
 __all__ = [
@@ -56,7 +57,7 @@ MAX_TEXT = 512  # longer ids and names are cut, a longer model name refused (no 
 _EARLIEST, _LATEST = 1e9, 1e10
 
 
-class MappingError(ValueError):
+class MappingError(CollectorError, ValueError):
     """A record a mapping matched but cannot make a row of; the message says why."""
 
 
@@ -326,32 +327,31 @@ def map_record(record: Record, mappings: Iterable[RequestMapping]) -> dict[str, 
     return None
 
 
-def _row(m: RequestMapping, a: Mapping[str, Any]) -> dict[str, Any]:
-    model = _pick_text(a, m.model)
-    if not model:
-        raise MappingError(f"{m.name}: no model ({', '.join(k.key for k in m.model) or 'no model keys mapped'})")
-    if len(model) >= MAX_TEXT or not model.isprintable():
-        raise MappingError(f"{m.name}: {model[:40]!r} is not a model name")
+def _count_at(a: Mapping[str, Any], keys: Keys, field: str) -> int:
+    found = _first(a, keys)
+    return _count(found[0], field) if found else 0
 
-    def count(keys: Keys, field: str) -> int:
-        found = _first(a, keys)
-        return _count(found[0], field) if found else 0
 
-    def epoch(keys: Keys, field: str) -> float | None:
-        found = _first(a, keys)
-        return _epoch(found[0], found[1].unit, field) if found else None
+def _epoch_at(a: Mapping[str, Any], keys: Keys, field: str) -> float | None:
+    found = _first(a, keys)
+    return _epoch(found[0], found[1].unit, field) if found else None
 
-    def seconds(keys: Keys, field: str) -> float | None:
-        found = _first(a, keys)
-        return _seconds(found[0], found[1].unit, field) if found else None
 
+def _seconds_at(a: Mapping[str, Any], keys: Keys, field: str) -> float | None:
+    found = _first(a, keys)
+    return _seconds(found[0], found[1].unit, field) if found else None
+
+
+def _when(m: RequestMapping, a: Mapping[str, Any]) -> tuple[float, float | None, float | None]:
+    """The request's start (epoch seconds), its end-to-end time and its TTFT (None where neither is
+    given nor follows from the times given)."""
     start, end, first = (
-        epoch(m.start_time, "start_time"),
-        epoch(m.end_time, "end_time"),
-        epoch(m.first_token_time, "first_token_time"),
+        _epoch_at(a, m.start_time, "start_time"),
+        _epoch_at(a, m.end_time, "end_time"),
+        _epoch_at(a, m.first_token_time, "first_token_time"),
     )
-    e2e = seconds(m.e2e_seconds, "e2e_seconds")
-    ttft = seconds(m.ttft_seconds, "ttft_seconds")
+    e2e = _seconds_at(a, m.e2e_seconds, "e2e_seconds")
+    ttft = _seconds_at(a, m.ttft_seconds, "ttft_seconds")
     if e2e is None and start is not None and end is not None:
         e2e = max(0.0, end - start)
     if start is None and end is not None:
@@ -360,6 +360,16 @@ def _row(m: RequestMapping, a: Mapping[str, Any]) -> dict[str, Any]:
         raise MappingError(f"{m.name}: no request time ({', '.join(k.key for k in m.start_time + m.end_time)})")
     if ttft is None and first is not None:
         ttft = max(0.0, first - start)
+    return start, e2e, ttft
+
+
+def _row(m: RequestMapping, a: Mapping[str, Any]) -> dict[str, Any]:
+    model = _pick_text(a, m.model)
+    if not model:
+        raise MappingError(f"{m.name}: no model ({', '.join(k.key for k in m.model) or 'no model keys mapped'})")
+    if len(model) >= MAX_TEXT or not model.isprintable():
+        raise MappingError(f"{m.name}: {model[:40]!r} is not a model name")
+    start, e2e, ttft = _when(m, a)
     status_found = _first(a, m.status_code)
     status = _count(status_found[0], "status_code") if status_found else 200
     aborted = status == 0  # Envoy's %RESPONSE_CODE% when the client went away before an answer
@@ -376,7 +386,7 @@ def _row(m: RequestMapping, a: Mapping[str, Any]) -> dict[str, Any]:
         trace = trace_id_of(a.get(spec.key))
         if trace:
             break
-    completion = count(m.completion_tokens, "completion_tokens")
+    completion = _count_at(a, m.completion_tokens, "completion_tokens")
     e2e_s, ttft_s = e2e or 0.0, min(ttft or 0.0, e2e or ttft or 0.0)
     decode = max(0.0, e2e_s - ttft_s) if ttft_s else 0.0
     stream_found = _first(a, m.stream)
@@ -392,13 +402,13 @@ def _row(m: RequestMapping, a: Mapping[str, Any]) -> dict[str, Any]:
         "route": _pick_text(a, m.route),
         "status_code": status,
         "finish_reason": _pick_text(a, m.finish_reason),
-        "prompt_tokens": count(m.prompt_tokens, "prompt_tokens"),
+        "prompt_tokens": _count_at(a, m.prompt_tokens, "prompt_tokens"),
         "completion_tokens": completion,
-        "cached_tokens": count(m.cached_tokens, "cached_tokens"),
-        "max_tokens": count(m.max_tokens, "max_tokens"),
+        "cached_tokens": _count_at(a, m.cached_tokens, "cached_tokens"),
+        "max_tokens": _count_at(a, m.max_tokens, "max_tokens"),
         "ttft_seconds": ttft_s,
         "e2e_seconds": e2e_s,
-        "queue_seconds": seconds(m.queue_seconds, "queue_seconds") or 0.0,
+        "queue_seconds": _seconds_at(a, m.queue_seconds, "queue_seconds") or 0.0,
         "prefill_seconds": 0.0,
         "decode_seconds": decode,
         "tpot_seconds": decode / (completion - 1) if completion > 1 and decode else 0.0,

@@ -25,6 +25,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from collector.errors import CollectorError
+
 __all__ = [
     "OtlpError",
     "SpanRecord",
@@ -39,7 +41,7 @@ REQUEST_SPAN = "llm_request"
 STATUS_ERROR = 2
 
 
-class OtlpError(ValueError):
+class OtlpError(CollectorError, ValueError):
     """An OTLP body that cannot be decoded."""
 
 

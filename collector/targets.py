@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collector.errors import CollectorError
+
 __all__ = ["FileDiscovery", "Shard", "Target", "TargetError", "make_target", "shard_of"]
 
 _RESERVED = {"job", "instance"}
 
 
-class TargetError(ValueError):
+class TargetError(CollectorError, ValueError):
     """A target definition cannot be used; the message names the source."""
 
 

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from common.errors import ConfigError
 from common.yamlfile import YamlConfigError, describe_validation_error, read_yaml
 
 __all__ = [
@@ -40,10 +41,6 @@ DEFAULT_CONFIG_NAME = "fleetscope.yaml"
 NON_SETTING_ENV = frozenset({CONFIG_ENV, "FLEETSCOPE_TEST_POSTGRES_URL"})
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class ConfigError(Exception):
-    """A configuration problem, already phrased as one line for the user."""
 
 
 class Section(BaseModel):

@@ -15,13 +15,11 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from common.errors import YamlConfigError
+
 __all__ = ["YamlConfigError", "describe_validation_error", "line_map", "load_model", "read_yaml"]
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class YamlConfigError(ValueError):
-    """A configuration file problem, already phrased as one line."""
 
 
 def line_map(node: yaml.Node | None, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:

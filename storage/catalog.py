@@ -5,7 +5,7 @@ In:  an SQLAlchemy ``sessionmaker`` bound to the metadata DB (``storage.metadata
 Out: ``gpu_prices`` -> ``{gpu_type: USD per GPU-hour}``; ``set_gpu_price`` upserts one;
      ``delete_gpu_price``;
      ``slo_targets`` -> ``SloTarget`` values (plain data, detached from the session);
-     ``set_slo`` upserts one per (model, metric); ``delete_slo``; ``annotations`` -> the marks
+     ``set_slo`` upserts one per (model, metric); ``delete_slo``; ``annotations_in`` -> the marks
      overlapping a window (``Mark`` values), ``add_annotation``, ``delete_annotation``. Bad values
      are refused with a ``ValueError`` naming the field before the database sees them.
 """
@@ -25,7 +25,7 @@ __all__ = [
     "Mark",
     "SloTarget",
     "add_annotation",
-    "annotations",
+    "annotations_in",
     "check_slo",
     "delete_annotation",
     "delete_gpu_price",
@@ -143,7 +143,7 @@ class Mark:
     created_by: str | None = None
 
 
-def annotations(sessions: Any, start: datetime, end: datetime) -> list[Mark]:  # type: ignore[no-redef]  # the __future__ name
+def annotations_in(sessions: Any, start: datetime, end: datetime) -> list[Mark]:
     """The marks that start before ``end`` and have not ended before ``start``, oldest first."""
     start, end = start.astimezone(UTC), end.astimezone(UTC)
     with sessions() as s:

@@ -10,7 +10,7 @@ import pytest
 from storage.catalog import (
     SloTarget,
     add_annotation,
-    annotations,
+    annotations_in,
     delete_annotation,
     delete_gpu_price,
     delete_slo,
@@ -73,7 +73,9 @@ def test_annotations_in_a_window_and_in_utc(sessions) -> None:
         ends_at=datetime(2026, 11, 29, 12, 0, tzinfo=UTC),
     )
     add_annotation(sessions, datetime(2026, 11, 28, 9, 0, tzinfo=UTC), "yesterday's note")
-    marks = annotations(sessions, datetime(2026, 11, 29, 9, 0, tzinfo=UTC), datetime(2026, 11, 29, 11, 0, tzinfo=UTC))
+    marks = annotations_in(
+        sessions, datetime(2026, 11, 29, 9, 0, tzinfo=UTC), datetime(2026, 11, 29, 11, 0, tzinfo=UTC)
+    )
     # the incident started before the window and lasts into it; the deploy is at 10:00 UTC
     assert [(m.title, m.starts_at) for m in marks] == [
         ("incident", datetime(2026, 11, 29, 6, 0, tzinfo=UTC)),
