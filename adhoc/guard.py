@@ -31,6 +31,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
+from adhoc.errors import AdhocError
+
 __all__ = ["ALLOWED_SYSTEM_TABLES", "Checked", "Refused", "check"]
 
 # table functions that only compute
@@ -129,7 +131,7 @@ _REASONS = {
 _WRITES = {"INSERT", "ALTER", "DELETE", "UPDATE", "DROP", "TRUNCATE", "REPLACE", "MOVE"}
 
 
-class Refused(ValueError):
+class Refused(AdhocError, ValueError):
     """The query is not run; the message says why, in one or two sentences."""
 
 
@@ -163,7 +165,9 @@ def _check(sql: str, database: str | None) -> Checked:
     except (ParseError, TokenError) as exc:
         words = _WORD.match(text)
         word = words.group(1).upper() if words else ""
-        if word in _REASONS or word in _WRITES:  # a statement fleetscope never runs, whether or not sqlglot knows it
+        if words and (
+            word in _REASONS or word in _WRITES
+        ):  # a statement fleetscope never runs, whether or not sqlglot knows it
             what = " ".join(w for w in words.groups() if w).upper()
             raise Refused(
                 f"only SELECT, DESCRIBE, SHOW and EXPLAIN run here; {what} {_REASONS.get(word, 'changes the store')}"
@@ -202,7 +206,7 @@ def _parses_with_outfile(text: str) -> bool:
     return any(a == "INTO" and b == "OUTFILE" for a, b in itertools.pairwise(words))
 
 
-def _kind(tree: exp.Expression) -> str:
+def _kind(tree: exp.Expr) -> str:
     if isinstance(tree, exp.Command):
         return f"{str(tree.this).upper()}"
     name = type(tree).__name__.upper()
@@ -222,7 +226,7 @@ def _kind(tree: exp.Expression) -> str:
     }.get(name, name)
 
 
-def _writes(tree: exp.Expression) -> bool:
+def _writes(tree: exp.Expr) -> bool:
     return isinstance(
         tree, exp.Insert | exp.Delete | exp.Update | exp.Drop | exp.Create | exp.Alter | exp.TruncateTable | exp.Merge
     )
@@ -257,7 +261,7 @@ def _command(tree: exp.Command, text: str, database: str | None) -> Checked:
     raise Refused(f"only SELECT, DESCRIBE, SHOW and EXPLAIN run here; {what} {reason}")
 
 
-def _clauses(tree: exp.Expression, database: str | None = None) -> None:
+def _clauses(tree: exp.Expr, database: str | None = None) -> None:
     for node in tree.walk():
         if not isinstance(node, exp.Expression):
             continue
@@ -302,7 +306,7 @@ def _in_target(target: exp.Expression, database: str | None) -> None:
             _check_table(parts[-1], parts[-2], database)
 
 
-def _tables(tree: exp.Expression, database: str | None) -> list[str]:
+def _tables(tree: exp.Expr, database: str | None) -> list[str]:
     _clauses(tree, database)
     ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
     out: list[str] = []

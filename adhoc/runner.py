@@ -31,10 +31,14 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from adhoc.errors import AdhocError
 from adhoc.guard import Checked, Refused, check
 from storage.clickhouse import connect, parse_url
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Limits", "QueryFailed", "ReadOnlyRunner", "Refused", "Result", "TableInfo"]
 
@@ -51,7 +55,7 @@ def _short32(value: Any, f32: Any) -> Any:
     return value
 
 
-def shortest_floats(types: list[str], rows: list[tuple]) -> list[tuple]:
+def shortest_floats(types: list[str], rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """``rows`` with their ``Float32`` columns read as ClickHouse prints them."""
     narrow = [i for i, t in enumerate(types) if _FLOAT32.match(t)]
     if not narrow or not rows:
@@ -67,7 +71,7 @@ def shortest_floats(types: list[str], rows: list[tuple]) -> list[tuple]:
     return out
 
 
-class QueryFailed(RuntimeError):
+class QueryFailed(AdhocError, RuntimeError):
     """ClickHouse refused or failed the query (its first line, without the stack)."""
 
 
@@ -95,12 +99,12 @@ class Limits:
 class Result:
     columns: list[str]
     types: list[str]
-    rows: list[tuple]
+    rows: list[tuple[Any, ...]]
     truncated: bool
     elapsed_s: float
     kind: str = "select"
 
-    def frame(self) -> Any:
+    def frame(self) -> pd.DataFrame:
         import pandas as pd
 
         return pd.DataFrame(self.rows, columns=self.columns)

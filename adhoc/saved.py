@@ -70,4 +70,5 @@ def save_query(sessions: Any, name: str, sql: str, description: str = "", create
 
 def delete_query(sessions: Any, name: str) -> bool:
     with sessions.begin() as s:
-        return s.execute(delete(SavedQuery).where(SavedQuery.name == name)).rowcount > 0
+        deleted: int = s.execute(delete(SavedQuery).where(SavedQuery.name == name)).rowcount
+        return deleted > 0
