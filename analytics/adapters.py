@@ -48,8 +48,8 @@ from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.requests import log_source, request_quantiles, request_totals
 from analytics.tiers import param_time
-from analytics.vllm import LORA_INFO
-from analytics.window import Scope, scope_parts
+from analytics.vllm import LORA_INFO, REQUESTS_WAITING_BY_REASON
+from analytics.window import Scope, rescope
 from storage.clickhouse import Client
 
 __all__ = [
@@ -67,7 +67,6 @@ __all__ = [
 ]
 
 LOOKBACK = timedelta(minutes=10)
-WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
 STATE_COLUMNS = ["ts", "replica", "max_lora", "running", "waiting", "blocked"]
 
 
@@ -95,7 +94,7 @@ def _names(value: str) -> tuple[str, ...]:
 
 def states(client: Client, start: datetime, end: datetime, **scope: Unpack[Scope]) -> pd.DataFrame:
     """The adapter states each replica's engine was in, scrape by scrape (module docstring)."""
-    _tier, _retention, _now, filters = scope_parts(scope)
+    filters = scope.get("filters")
     if not present(client, LORA_INFO):
         return pd.DataFrame(columns=STATE_COLUMNS)  # no replica ever served an adapter
     pools = adapter_pools(client) if filters and filters.model else {}
@@ -205,11 +204,11 @@ def _interval(st: pd.DataFrame) -> float:
 
 
 def _deferred_rows(client: Client, start: datetime, end: datetime, scope: Scope) -> pd.DataFrame:
-    _tier, _retention, _now, filters = scope_parts(scope)
+    filters = scope.get("filters")
     if filters and filters.model:
         filters = engine_filters(filters, adapter_pools(client))
     where, params = filters.series("s.") if filters else ("", {})
-    params = dict(params, metric=WAITING_BY_REASON, start=param_time(start), end=param_time(end))
+    params = dict(params, metric=REQUESTS_WAITING_BY_REASON, start=param_time(start), end=param_time(end))
     sql = (
         f"SELECT v.ts AS ts, s.replica AS replica, v.value AS value FROM samples AS v "
         f"INNER JOIN ({series_latest('metric')}) AS s ON s.fingerprint = v.fingerprint "
@@ -282,11 +281,10 @@ def adapter_traffic(
     ]
     if not adapters:
         return pd.DataFrame(columns=columns)
-    tier, retention, now, filters = scope_parts(scope)
     # one request log (the gateway's, else the engines' spans), never their sum; a base model asked for
     # brings its adapters along
-    filters = request_filters(filters, adapter_pools(client))
-    kw: Scope = {"tier": tier, "retention": retention, "now": now, "filters": filters}
+    filters = request_filters(scope.get("filters"), adapter_pools(client))
+    kw = rescope(scope, filters=filters)
     source = log_source(client, start, end, filters)
     totals = request_totals(client, start, end, ("model",), source=source, **kw)
     quantiles = request_quantiles(

@@ -56,14 +56,15 @@ from typing_extensions import Unpack
 
 from analytics.adapters import adapter_pools, engine_filters, request_filters
 from analytics.counters import series_latest
+from analytics.errors import BadInput, NoPrice
 from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.metrics import LOOKBACK, counter_increases
 from analytics.requests import log_source, request_totals
-from analytics.tiers import HOUR, SIX_HOURS, Plan, align, between, param_time, plan, plan_read
+from analytics.tiers import HOUR, SIX_HOURS, Plan, align, between, param_time, plan, plan_scope
 from analytics.timeseries import counter_rates_over_time
 from analytics.vllm import CACHED_PROMPT_TOKENS, GENERATION_TOKENS, PROMPT_TOKENS, REQUESTS_RUNNING
-from analytics.window import Scope, scope_parts
+from analytics.window import Scope, rescope
 from storage.clickhouse import Client
 
 __all__ = [
@@ -113,7 +114,7 @@ class TokenWeights:
 
     def __post_init__(self) -> None:
         if min(self.input, self.cached, self.output) < 0 or self.input + self.output <= 0:
-            raise ValueError("token weights must be >= 0, with input + output > 0")
+            raise BadInput("token weights must be >= 0, with input + output > 0")
 
 
 def weighted(df: pd.DataFrame, weights: TokenWeights) -> pd.Series:
@@ -129,10 +130,9 @@ def weighted(df: pd.DataFrame, weights: TokenWeights) -> pd.Series:
 def spend_plan(client: Client, start: datetime, end: datetime, scope: Scope) -> Plan:
     """The samples' read plan for the window (the 6-hour tier read as hours: uptime counts
     buckets, and a gap inside a 6-hour bucket would count as up)."""
-    tier, retention, now, _filters = scope_parts(scope)
-    p = plan_read(client, start, end, tier=tier, retention=retention, now=now)
+    p = plan_scope(client, start, end, scope)
     if p.tier is SIX_HOURS:
-        p = plan(start, end, now=now, retention=retention, kind="samples", tier=HOUR.name)
+        p = plan(start, end, now=scope.get("now"), retention=scope.get("retention"), kind="samples", tier=HOUR.name)
     return p
 
 
@@ -144,7 +144,7 @@ def grain(p: Plan) -> int:
 def whole_step(step: float, g: int) -> int:
     """``step`` rounded up to a whole number of grains ``g``."""
     if step < 1:
-        raise ValueError(f"step must be at least 1 second, got {step}")
+        raise BadInput(f"step must be at least 1 second, got {step}")
     return max(g, math.ceil(int(step) / g) * g)
 
 
@@ -165,19 +165,47 @@ def uptime(
     with ``replicas_too`` (``by="model"`` per step) also ``replicas``: the per-replica uptime over
     the window, from the same read (the window functions over every bucket are most of the time)."""
     if by not in ("replica", "model"):
-        raise ValueError("by must be 'replica' or 'model'")
+        raise BadInput("by must be 'replica' or 'model'")
     if replicas_too and (by != "model" or step is None):
-        raise ValueError("replicas_too goes with by='model' and a step")
-    _tier, _retention, _now, filters = scope_parts(scope)
+        raise BadInput("replicas_too goes with by='model' and a step")
+    filters = scope.get("filters")
     p = spend_plan(client, start, end, scope)
     g = grain(p)
     s = whole_step(step, g) if step is not None else None
     a, b = align(p.start, p.end, timedelta(seconds=s or g))
+    condition, params = filters.series() if filters else ("", {})
+    sql = _uptime_sql(p, g, s, by, replicas_too, condition)
+    params.update(
+        metric=UP_METRIC,
+        start=param_time(a),
+        end=param_time(b),
+        lookback=param_time(a - max(LOOKBACK, timedelta(seconds=g))),
+    )
+    df = query_df(client, sql, parameters=params)
+    window = None
+    if replicas_too:
+        per_replica = df["pooled"] == 0
+        window = _seconds(
+            df[per_replica].drop(columns=["ts", "pooled"]).reset_index(drop=True), (b - a).total_seconds()
+        )
+        df = df[~per_replica].drop(columns=["pooled"]).reset_index(drop=True)
+    if s:
+        df["ts"] = pd.to_datetime(df["ts"], utc=True).astype("datetime64[ns, UTC]")
+    df = _seconds(df, None if s else (b - a).total_seconds() * (df["replicas"] if by == "model" else 1))
+    df.attrs.update(plan=Plan(p.tier, a, b), grain=g, step=s)
+    if window is not None:
+        window.attrs.update(plan=Plan(p.tier, a, b), grain=g, step=None)
+        df.attrs["replicas"] = window
+    return df
+
+
+def _uptime_sql(p: Plan, g: int, s: int | None, by: str, replicas_too: bool, condition: str) -> str:
+    """``uptime``'s query: per replica and bucket of ``g`` seconds, the time up and busy, summed per
+    step of ``s`` seconds (or over the window) and per replica or pool (``by``)."""
     if p.tier.rollup:
         per_bucket = "max(v.value_max) AS peak, min(v.value_first).1 AS first_t, max(v.value_last).1 AS last_t"
     else:
         per_bucket = "max(v.value) AS peak, min(v.ts) AS first_t, max(v.ts) AS last_t"
-    condition, params = filters.series() if filters else ("", {})
     series = f"({series_latest('metric')}) AS s WHERE {condition or 1}"
     ts = f"toDateTime64(toStartOfInterval(u.b, INTERVAL {s} SECOND), 3, 'UTC') AS ts, " if s else ""
     # per replica (its series joined first: an engine's several series are one replica) and bucket: up from
@@ -191,7 +219,7 @@ def uptime(
         name = "if(grouping(m.replica) = 1, m.model, m.replica)"
         group = "GROUPING SETS ((ts, m.model, m.gpu_type, m.gpu_count), (m.replica, m.model, m.gpu_type, m.gpu_count))"
         pooled = ", grouping(m.replica) AS pooled"
-    sql = f"""
+    return f"""
         SELECT {ts}{name} AS replica, m.model AS model,
                m.gpu_type AS gpu_type, m.gpu_count AS gpu_count, uniqExact(u.k) AS replicas,
                sum(u.up) AS up_seconds, sumIf(u.up, u.peak > 0) AS busy_seconds{pooled}
@@ -224,28 +252,6 @@ def uptime(
                     FROM {series} GROUP BY replica) AS m ON m.k = u.k
         GROUP BY {group}
         ORDER BY {"ts, " if s else ""}replica, gpu_type, gpu_count"""
-    params.update(
-        metric=UP_METRIC,
-        start=param_time(a),
-        end=param_time(b),
-        lookback=param_time(a - max(LOOKBACK, timedelta(seconds=g))),
-    )
-    df = query_df(client, sql, parameters=params)
-    window = None
-    if replicas_too:
-        per_replica = df["pooled"] == 0
-        window = _seconds(
-            df[per_replica].drop(columns=["ts", "pooled"]).reset_index(drop=True), (b - a).total_seconds()
-        )
-        df = df[~per_replica].drop(columns=["pooled"]).reset_index(drop=True)
-    if s:
-        df["ts"] = pd.to_datetime(df["ts"], utc=True).astype("datetime64[ns, UTC]")
-    df = _seconds(df, None if s else (b - a).total_seconds() * (df["replicas"] if by == "model" else 1))
-    df.attrs.update(plan=Plan(p.tier, a, b), grain=g, step=s)
-    if window is not None:
-        window.attrs.update(plan=Plan(p.tier, a, b), grain=g, step=None)
-        df.attrs["replicas"] = window
-    return df
 
 
 def _seconds(df: pd.DataFrame, span: Any) -> pd.DataFrame:
@@ -263,13 +269,13 @@ def priced(df: pd.DataFrame, prices: dict[str, float]) -> pd.DataFrame:
     """``uptime`` rows with their ``spend``, ``idle_spend`` and ``busy_spend`` (USD)."""
     unlabelled = sorted(set(df.loc[df["gpu_type"] == "", "replica"]))
     if unlabelled:
-        raise KeyError(
+        raise NoPrice(
             f"no gpu_type label on {', '.join(repr(r) for r in unlabelled[:5])}: give the scrape target "
             "gpu_type and gpu_count labels (the fleet spec does) to price it"
         )
     missing = sorted(set(df["gpu_type"]) - set(prices))
     if missing:
-        raise KeyError(
+        raise NoPrice(
             f"no GPU price for {', '.join(repr(m) for m in missing)}: add one (USD per GPU-hour, fleetscope prices set)"
         )
     per_second = df["gpu_count"] * df["gpu_type"].map(prices).astype(float) / 3600.0
@@ -283,8 +289,7 @@ def engine_tokens(client: Client, p: Plan, by: str, step: int | None, scope: Sco
     """The engines' tokens per ``by`` (model, replica) over plan ``p``'s window (as ``uptime``
     answered it), per step or (``None``) over the whole window: ``[ts?, by, prompt_tokens,
     cached_tokens, completion_tokens]``."""
-    _tier, retention, now, filters = scope_parts(scope)
-    kw: Scope = {"tier": p.tier.name, "retention": retention, "now": now, "filters": filters}
+    kw = rescope(scope, tier=p.tier.name)
     columns = ([] if step is None else ["ts"]) + [by]
     if step is None:
         found = counter_increases(client, list(ENGINE_COUNTERS), p.start, p.end, by, **kw)
@@ -375,10 +380,9 @@ def allocate(
     Model and replica filters pick the pools; tenant and route filters are the caller's to apply
     to ``payers`` (a payer's share does not depend on which payers are shown). ``replicas``: also
     each replica's priced uptime over the window (``Shares.replicas``, from the same read)."""
-    tier, retention, now, filters = scope_parts(scope)
     weights = weights or TokenWeights()
     pool_of = adapter_pools(client)
-    engine, logged = _pool_filters(filters, pool_of)
+    engine, logged = _pool_filters(scope.get("filters"), pool_of)
     spend = priced(_grain_uptime(client, start, end, step, engine, scope, replicas), prices)
     p, g = spend.attrs["plan"], spend.attrs["grain"]
     s = whole_step(step, g) if step is not None else None
@@ -388,16 +392,7 @@ def allocate(
     # the request log read on the samples' tier (6 h read as 1 h), so that its steps are the grain's
     # (its own retention is at least the samples': it holds what they hold)
     rows = request_totals(
-        client,
-        p.start,
-        p.end,
-        by=PAYER_KEYS,
-        source=source,
-        step=g,
-        tier=p.tier.name,
-        retention=retention,
-        now=now,
-        filters=logged,
+        client, p.start, p.end, by=PAYER_KEYS, source=source, step=g, **rescope(scope, tier=p.tier.name, filters=logged)
     )
     if len(rows) and rows.attrs.get("step") != g:
         raise RuntimeError(f"the request log was read in steps of {rows.attrs.get('step')}s, not the grain's {g}s")
@@ -446,22 +441,11 @@ def _grain_uptime(
     replicas: bool = False,
 ) -> pd.DataFrame:
     """``uptime`` per grain bucket and pool over the window widened to whole steps."""
-    tier, retention, now, _filters = scope_parts(scope)
     p = spend_plan(client, start, end, scope)
     g = grain(p)
     a, b = align(p.start, p.end, timedelta(seconds=whole_step(step, g) if step is not None else g))
-    return uptime(
-        client,
-        a,
-        b,
-        step=g,
-        by="model",
-        replicas_too=replicas,
-        tier=p.tier.name,
-        retention=retention,
-        now=now,
-        filters=engine,
-    )
+    kw = rescope(scope, tier=p.tier.name, filters=engine)
+    return uptime(client, a, b, step=g, by="model", replicas_too=replicas, **kw)
 
 
 def _per_step(df: pd.DataFrame, keys: list[str], measures: list[str], step: int | None) -> pd.DataFrame:

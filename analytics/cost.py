@@ -62,8 +62,9 @@ from analytics.allocation import (
     uptime,
     weighted,
 )
+from analytics.errors import BadInput
 from analytics.filters import Filters
-from analytics.window import Scope, scope_parts
+from analytics.window import Scope, rescope
 from storage.clickhouse import Client
 
 __all__ = [
@@ -97,8 +98,7 @@ class ReferencePrice:
 
 def gpu_hours(client: Client, start: datetime, end: datetime, **scope: Unpack[Scope]) -> pd.DataFrame:
     """Seconds up and busy, and GPU-hours, per replica over ``[start, end)``."""
-    tier, retention, now, filters = scope_parts(scope)
-    df = uptime(client, start, end, tier=tier, retention=retention, now=now, filters=engine_side(client, filters))
+    df = uptime(client, start, end, **rescope(scope, filters=engine_side(client, scope.get("filters"))))
     df["gpu_hours"] = df["up_seconds"] * df["gpu_count"] / 3600.0
     return df[GPU_HOURS]
 
@@ -134,20 +134,16 @@ def cost_per_token(
 ) -> pd.DataFrame:
     """Spend, tokens served and cost per 1M tokens per ``by`` (model or replica) and for the fleet."""
     if by not in ("model", "replica"):
-        raise ValueError("by must be 'model' or 'replica'")
+        raise BadInput("by must be 'model' or 'replica'")
     spend = gpu_spend(client, start, end, prices, **scope)
     return _per_token(client, spend, by, weights or TokenWeights(), scope)
 
 
 def _per_token(client: Client, spend: pd.DataFrame, by: str, weights: TokenWeights, scope: Scope) -> pd.DataFrame:
     """``cost_per_token`` from the spend already read: the engines' tokens over the same window."""
-    _tier, retention, now, filters = scope_parts(scope)
+    # the tokens on the spend's tier (``engine_tokens`` reads ``spend.attrs["plan"]``'s)
     tokens = engine_tokens(
-        client,
-        spend.attrs["plan"],
-        by,
-        None,
-        Scope(retention=retention, now=now, filters=engine_side(client, filters)),
+        client, spend.attrs["plan"], by, None, rescope(scope, filters=engine_side(client, scope.get("filters")))
     )
     money = spend.groupby(by)[[*MONEY, "gpu_hours"]].sum().reset_index()
     df = money.merge(tokens, on=by, how="outer").fillna(0.0)
@@ -173,7 +169,7 @@ def cost_by_tenant(
     by weighted tokens (direct: the busy spend; idle: the idle spend, in proportion or as its own
     row)."""
     if idle not in ("share", "separate"):
-        raise ValueError("idle must be 'share' (in proportion to use) or 'separate' (its own row)")
+        raise BadInput("idle must be 'share' (in proportion to use) or 'separate' (its own row)")
     shares = allocate(client, start, end, prices, weights=weights, **scope)
     return showback(shares, scope.get("filters"), idle=idle)
 

@@ -51,8 +51,9 @@ from analytics.allocation import (
     whole_step,
 )
 from analytics.changepoints import regression
+from analytics.errors import BadInput
 from analytics.timeseries import auto_step
-from analytics.window import Scope, scope_parts
+from analytics.window import Scope, rescope
 from storage.clickhouse import Client
 
 __all__ = ["BY", "MIN_STEP_S", "POINTS", "cost_breaks", "cost_over_time", "cost_step", "spend_over_time"]
@@ -80,11 +81,8 @@ def spend_over_time(
     **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Per step and replica: seconds up and busy, and the spend (see the module docstring)."""
-    tier, retention, now, filters = scope_parts(scope)
     s = cost_step(start, end, step, client, **scope)
-    df = uptime(
-        client, start, end, step=s, tier=tier, retention=retention, now=now, filters=engine_side(client, filters)
-    )
+    df = uptime(client, start, end, step=s, **rescope(scope, filters=engine_side(client, scope.get("filters"))))
     return priced(df, prices)
 
 
@@ -109,15 +107,16 @@ def cost_over_time(
 ) -> pd.DataFrame:
     """Spend, tokens and cost per 1M tokens per step and ``by`` (see the module docstring)."""
     if by not in BY:
-        raise ValueError(f"by must be one of {', '.join(BY)}, not {by!r}")
-    tier, retention, now, filters = scope_parts(scope)
+        raise BadInput(f"by must be one of {', '.join(BY)}, not {by!r}")
+    filters = scope.get("filters")
     s = cost_step(start, end, step, client, **scope)
     if by in ("fleet", "model", "replica"):
         group = "model" if by == "fleet" else by
         spend = spend_over_time(client, start, end, prices, step=s, **scope)
         money = spend.groupby(["ts", group], as_index=False)[MONEY].sum()
-        kw = Scope(retention=retention, now=now, filters=engine_side(client, filters))
-        tokens = engine_tokens(client, spend.attrs["plan"], group, s, kw)
+        tokens = engine_tokens(
+            client, spend.attrs["plan"], group, s, rescope(scope, filters=engine_side(client, filters))
+        )
         df = money.merge(tokens, on=["ts", group], how="outer").fillna({c: 0.0 for c in COLUMNS})
         if by == "fleet":
             df = df.groupby("ts", as_index=False)[COLUMNS].sum().assign(fleet=FLEET)

@@ -9,7 +9,16 @@ Out: a DataFrame ``[group, increase]``. Each sample in the window adds its incre
 
 This works from the values alone (window functions over ``samples``), ignoring the collector's
 reset marks: it is the reference ``analytics.metrics.counter_increase`` (reset marks, on the
-tier ``analytics.tiers`` picks: what pages and rules use) is checked against in the tests.
+tier ``analytics.tiers`` picks: what pages and rules use) is checked against in the tests, so it
+is kept apart from the arithmetic it checks.
+
+``marked_increases`` is that arithmetic, the one home of the reset-aware increase on raw samples
+that ``analytics.metrics`` (over a window) and ``analytics.timeseries`` (per step) read: per
+series and bucket, the bucket's last value minus the previous bucket's last value (the bucket
+before the window, found up to the lookback, is the first one's base) plus the values before the
+resets marked in the bucket (``samples.reset``); a series' first bucket without a base counts
+from its first value; a negative result (a reset nobody marked: the collector was away across an
+engine restart) counts from zero at the bucket's last value instead.
 """
 
 from __future__ import annotations
@@ -18,11 +27,21 @@ from datetime import datetime, timedelta
 
 import pandas as pd
 
+from analytics.errors import BadInput
 from analytics.frames import query_df
 from analytics.tiers import param_time
 from storage.clickhouse import Client
 
-__all__ = ["GROUPS", "LABELS", "SERIES_LATEST", "increase", "present", "series_latest", "sums_by_labels"]
+__all__ = [
+    "GROUPS",
+    "LABELS",
+    "SERIES_LATEST",
+    "increase",
+    "marked_increases",
+    "present",
+    "series_latest",
+    "sums_by_labels",
+]
 
 # one row per fingerprint (series rows are re-written to refresh last_seen)
 SERIES_LATEST = """
@@ -98,6 +117,30 @@ def sums_by_labels(
             ON m.k = t.k"""
 
 
+def marked_increases(bucket: str, keep: str) -> str:
+    """SQL: ``[fingerprint, t, increase]``: the reset-aware increase of every series of the
+    ``{metrics:Array(String)}`` per bucket (``bucket``: an expression over a sample's ``ts``) of
+    the raw samples in ``[{lookback_start}, {end})``, for the buckets ``keep`` (a condition on
+    ``t``) holds for (module docstring)."""
+    per_bucket = f"""
+        SELECT fingerprint, {bucket} AS t, argMax(value, ts) AS last_v,
+               argMin(value, ts) AS first_v, argMin(reset, ts) AS first_reset, sum(reset) AS resets
+        FROM samples
+        WHERE metric IN {{metrics:Array(String)}} AND ts >= {{lookback_start:DateTime64(3)}}
+              AND ts < {{end:DateTime64(3)}} AND NOT isNaN(value)
+        GROUP BY fingerprint, t"""
+    return f"""
+        SELECT fingerprint, t, if(marked < 0, last_v + resets, marked) AS increase
+        FROM (
+            SELECT fingerprint, t, last_v, resets,
+                   lagInFrame(last_v, 1, nan) OVER w AS prev,
+                   if(isNaN(prev), last_v - first_v + resets - first_reset, last_v - prev + resets) AS marked
+            FROM ({per_bucket})
+            WINDOW w AS (PARTITION BY fingerprint ORDER BY t ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
+        )
+        WHERE {keep}"""
+
+
 def increase(
     client: Client,
     metric: str,
@@ -108,7 +151,7 @@ def increase(
 ) -> pd.DataFrame:
     """Reset-aware increase of ``metric`` per ``by`` (replica, model, instance, fingerprint)."""
     if by not in GROUPS:
-        raise ValueError(f"by must be one of {', '.join(GROUPS)}")
+        raise BadInput(f"by must be one of {', '.join(GROUPS)}")
     sql = f"""
         SELECT {GROUPS[by]} AS {by}, sum(if(v.value >= v.prev, v.value - v.prev, v.value)) AS increase
         FROM (

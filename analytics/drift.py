@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analytics.errors import BadInput, BadWindow, NoData
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
 from analytics.requests import CONTEXT_BUCKET
@@ -70,7 +71,7 @@ def reference_window(start: datetime, end: datetime, kind: str = "trailing-day")
         return start - timedelta(days=1), start
     if kind == "last-week":
         return start - timedelta(days=7), end - timedelta(days=7)
-    raise ValueError("reference must be 'trailing-day' or 'last-week' (or give a window)")
+    raise BadInput("reference must be 'trailing-day' or 'last-week' (or give a window)")
 
 
 def _where(
@@ -179,7 +180,7 @@ def mix_shares(
     """``[value, reference_rows, current_rows, reference_requests, current_requests,
     reference_tokens, current_tokens]`` plus each as a share of its window's total."""
     if feature not in CATEGORICAL:
-        raise ValueError(f"unknown categorical feature {feature!r}; one of {', '.join(CATEGORICAL)}")
+        raise BadInput(f"unknown categorical feature {feature!r}; one of {', '.join(CATEGORICAL)}")
     return _shares(client, [feature], current, reference, source, filters)[feature]
 
 
@@ -196,7 +197,7 @@ def length_distribution(
     """Weighted histogram of ``prompt_tokens`` or ``output_tokens`` in both windows on the same
     bins (log-spaced from 1 to the largest value seen, so short and long prompts both show)."""
     if feature not in ("prompt_tokens", "output_tokens"):
-        raise ValueError("feature must be prompt_tokens or output_tokens")
+        raise BadInput("feature must be prompt_tokens or output_tokens")
     if isinstance(reference, str):
         reference = reference_window(current[0], current[1], reference)
     where, params = _where(current, reference, source, filters)
@@ -384,16 +385,16 @@ def drift(
     if isinstance(reference, str):
         reference = reference_window(current[0], current[1], reference)
     if current[1] <= current[0] or reference[1] <= reference[0]:
-        raise ValueError("windows must end after they start")
+        raise BadWindow("windows must end after they start")
     if reference[0] < current[1] and current[0] < reference[1]:
-        raise ValueError("the reference window overlaps the current one")
+        raise BadWindow("the reference window overlaps the current one")
     shares = _shares(client, list(CATEGORICAL), current, reference, source, filters)
     counts = shares["model"].set_index("value")[["reference_rows", "current_rows"]].sum()  # every row has a model
     ref_rows, cur_rows = int(counts["reference_rows"]), int(counts["current_rows"])
     columns = ["feature", "kind", "test", "score", "threshold", "drifted", "reference_rows", "current_rows", "detail"]
     if not ref_rows or not cur_rows:
         empty = "reference" if not ref_rows else "current"
-        raise ValueError(f"the {empty} window holds no request-log rows: nothing to compare")
+        raise NoData(f"the {empty} window holds no request-log rows: nothing to compare")
     large = ref_rows > LARGE
     where, params = _where(current, reference, source, filters)
     rows = (_numeric_large if large else _numeric_small)(client, where, params, ref_rows, cur_rows)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from analytics.errors import BadInput
+
 __all__ = ["Filters", "request_rows"]
 
 
@@ -64,7 +66,7 @@ class Filters:
         if raw:
             columns["replica"] = "replica"
         elif self.replica:
-            raise ValueError(
+            raise BadInput(
                 "the request rollups have no replica: filter by replica on the raw tier "
                 "(recent windows) or use the engine metrics"
             )

@@ -19,12 +19,14 @@ Out: - ``gateways_seen``: ``[gateway, requests_logged, families]`` per gateway s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import pandas as pd
 
+from analytics.errors import BadInput
 from analytics.frames import query_df
 from analytics.metrics import counter_increases, gauge_summaries
 from analytics.tiers import param_time
@@ -276,119 +278,142 @@ def _pivot(parts: dict[str, pd.DataFrame], key: str) -> pd.DataFrame:
     return out[[key, *parts]].sort_values(key, ignore_index=True)
 
 
+Figures = tuple[pd.DataFrame, str]  # the figures, one row per what ``by`` names; ``by``
+
+
+def _vllm_router(client: Client, start: datetime, end: datetime) -> Figures:
+    counters = _by_label(
+        client,
+        "counter",
+        ["vllm_router_processed_requests_total", "vllm_router_cb_outcomes_total"],
+        start,
+        end,
+        "worker",
+    )
+    gauges = _by_label(client, "gauge", ["vllm_router_worker_health", "vllm_router_cb_state"], start, end, "worker")
+    outcome = counters["labels"].map(lambda labels: labels.get("outcome", "")) if len(counters) else pd.Series()
+    parts = {
+        "requests": counters[counters["metric"] == "vllm_router_processed_requests_total"],
+        "served": counters[(counters["metric"] == "vllm_router_cb_outcomes_total") & (outcome == "success")],
+        "failed": counters[(counters["metric"] == "vllm_router_cb_outcomes_total") & (outcome == "failure")],
+        "healthy": gauges[gauges["metric"] == "vllm_router_worker_health"],
+        "breaker_open": gauges[gauges["metric"] == "vllm_router_cb_state"],
+    }
+    out = _pivot(parts, "worker")
+    replicas = _replicas(client, start, end)
+    out.insert(1, "replica", [replicas.get(_address(str(w)), "") for w in out["worker"]])
+    return out, "worker"
+
+
+def _litellm(client: Client, start: datetime, end: datetime) -> Figures:
+    tenant = ("team_alias", "team", "end_user")
+    counters = _by_label(
+        client,
+        "counter",
+        [
+            "litellm_proxy_total_requests_metric_total",
+            "litellm_proxy_failed_requests_metric_total",
+            "litellm_input_tokens_metric_total",
+            "litellm_output_tokens_metric_total",
+        ],
+        start,
+        end,
+        tenant,
+    )
+    parts = {
+        name: counters[counters["metric"] == metric]
+        for name, metric in (
+            ("requests", "litellm_proxy_total_requests_metric_total"),
+            ("failed", "litellm_proxy_failed_requests_metric_total"),
+            ("input_tokens", "litellm_input_tokens_metric_total"),
+            ("output_tokens", "litellm_output_tokens_metric_total"),
+        )
+    }
+    return _pivot(parts, "team"), "team"
+
+
+def _production_stack(client: Client, start: datetime, end: datetime) -> Figures:
+    gauges = _by_label(
+        client,
+        "gauge",
+        [
+            "production_stack:current_qps",
+            "production_stack:num_requests_running",
+            "production_stack:healthy_pods_total",
+            "production_stack:avg_latency",
+        ],
+        start,
+        end,
+        "server",
+    )
+    parts = {
+        name: gauges[gauges["metric"] == f"production_stack:{metric}"]
+        for name, metric in (
+            ("qps", "current_qps"),
+            ("running", "num_requests_running"),
+            ("healthy", "healthy_pods_total"),
+            ("mean_latency_s", "avg_latency"),
+        )
+    }
+    out = _pivot(parts, "server")
+    replicas = _replicas(client, start, end)
+    out.insert(1, "replica", [replicas.get(_address(str(s)), "") for s in out["server"]])
+    return out, "server"
+
+
+def _llm_d(client: Client, start: datetime, end: datetime) -> Figures:
+    gauges = _by_label(
+        client,
+        "gauge",
+        [
+            "inference_pool_average_kv_cache_utilization",
+            "inference_pool_average_queue_size",
+            "inference_pool_ready_pods",
+        ],
+        start,
+        end,
+        "name",
+    )
+    parts = {
+        name: gauges[gauges["metric"] == f"inference_pool_{metric}"]
+        for name, metric in (
+            ("kv_cache_utilization", "average_kv_cache_utilization"),
+            ("queue", "average_queue_size"),
+            ("ready_pods", "ready_pods"),
+        )
+    }
+    return _pivot(parts, "pool"), "pool"
+
+
+def _envoy(client: Client, start: datetime, end: datetime) -> Figures:
+    counters = _by_label(client, "counter", ["envoy_cluster_upstream_rq"], start, end, "envoy_cluster_name")
+    counters = counters[counters["key"] != "fleetscope_collector"]  # its own telemetry exports
+    codes = (
+        counters["labels"].map(lambda labels: labels.get("envoy_response_code", "")) if len(counters) else pd.Series()
+    )
+    parts = {
+        "requests": counters,
+        "errors_5xx": counters[codes.astype(str).str.startswith("5")] if len(counters) else counters,
+    }
+    return _pivot(parts, "cluster"), "cluster"
+
+
+# gateway kind -> its figures (the gateways with metrics of their own)
+FIGURES: dict[str, Callable[[Client, datetime, datetime], Figures]] = {
+    "vllm-router": _vllm_router,
+    "litellm": _litellm,
+    "production-stack": _production_stack,
+    "llm-d": _llm_d,
+    "envoy": _envoy,
+}
+
+
 def router_figures(client: Client, kind: str, start: datetime, end: datetime) -> pd.DataFrame:
     """The gateway's own figures over ``[start, end)`` (columns per ``kind``, see the docstring);
     ``.attrs["by"]`` names what a row is (worker, team, server, pool, cluster)."""
-    if kind == "vllm-router":
-        counters = _by_label(
-            client,
-            "counter",
-            ["vllm_router_processed_requests_total", "vllm_router_cb_outcomes_total"],
-            start,
-            end,
-            "worker",
-        )
-        gauges = _by_label(client, "gauge", ["vllm_router_worker_health", "vllm_router_cb_state"], start, end, "worker")
-        outcome = counters["labels"].map(lambda labels: labels.get("outcome", "")) if len(counters) else pd.Series()
-        parts = {
-            "requests": counters[counters["metric"] == "vllm_router_processed_requests_total"],
-            "served": counters[(counters["metric"] == "vllm_router_cb_outcomes_total") & (outcome == "success")],
-            "failed": counters[(counters["metric"] == "vllm_router_cb_outcomes_total") & (outcome == "failure")],
-            "healthy": gauges[gauges["metric"] == "vllm_router_worker_health"],
-            "breaker_open": gauges[gauges["metric"] == "vllm_router_cb_state"],
-        }
-        out = _pivot(parts, "worker")
-        replicas = _replicas(client, start, end)
-        out.insert(1, "replica", [replicas.get(_address(str(w)), "") for w in out["worker"]])
-        by = "worker"
-    elif kind == "litellm":
-        tenant = ("team_alias", "team", "end_user")
-        counters = _by_label(
-            client,
-            "counter",
-            [
-                "litellm_proxy_total_requests_metric_total",
-                "litellm_proxy_failed_requests_metric_total",
-                "litellm_input_tokens_metric_total",
-                "litellm_output_tokens_metric_total",
-            ],
-            start,
-            end,
-            tenant,
-        )
-        parts = {
-            name: counters[counters["metric"] == metric]
-            for name, metric in (
-                ("requests", "litellm_proxy_total_requests_metric_total"),
-                ("failed", "litellm_proxy_failed_requests_metric_total"),
-                ("input_tokens", "litellm_input_tokens_metric_total"),
-                ("output_tokens", "litellm_output_tokens_metric_total"),
-            )
-        }
-        out, by = _pivot(parts, "team"), "team"
-    elif kind == "production-stack":
-        gauges = _by_label(
-            client,
-            "gauge",
-            [
-                "production_stack:current_qps",
-                "production_stack:num_requests_running",
-                "production_stack:healthy_pods_total",
-                "production_stack:avg_latency",
-            ],
-            start,
-            end,
-            "server",
-        )
-        parts = {
-            name: gauges[gauges["metric"] == f"production_stack:{metric}"]
-            for name, metric in (
-                ("qps", "current_qps"),
-                ("running", "num_requests_running"),
-                ("healthy", "healthy_pods_total"),
-                ("mean_latency_s", "avg_latency"),
-            )
-        }
-        out, by = _pivot(parts, "server"), "server"
-        replicas = _replicas(client, start, end)
-        out.insert(1, "replica", [replicas.get(_address(str(s)), "") for s in out["server"]])
-    elif kind == "llm-d":
-        gauges = _by_label(
-            client,
-            "gauge",
-            [
-                "inference_pool_average_kv_cache_utilization",
-                "inference_pool_average_queue_size",
-                "inference_pool_ready_pods",
-            ],
-            start,
-            end,
-            "name",
-        )
-        parts = {
-            name: gauges[gauges["metric"] == f"inference_pool_{metric}"]
-            for name, metric in (
-                ("kv_cache_utilization", "average_kv_cache_utilization"),
-                ("queue", "average_queue_size"),
-                ("ready_pods", "ready_pods"),
-            )
-        }
-        out, by = _pivot(parts, "pool"), "pool"
-    elif kind == "envoy":
-        counters = _by_label(client, "counter", ["envoy_cluster_upstream_rq"], start, end, "envoy_cluster_name")
-        counters = counters[counters["key"] != "fleetscope_collector"]  # its own telemetry exports
-        codes = (
-            counters["labels"].map(lambda labels: labels.get("envoy_response_code", ""))
-            if len(counters)
-            else pd.Series()
-        )
-        parts = {
-            "requests": counters,
-            "errors_5xx": counters[codes.astype(str).str.startswith("5")] if len(counters) else counters,
-        }
-        out, by = _pivot(parts, "cluster"), "cluster"
-    else:
-        raise ValueError(f"no figures of its own for gateway {kind!r}; one of {', '.join(FAMILIES)}")
+    if kind not in FIGURES:
+        raise BadInput(f"no figures of its own for gateway {kind!r}; one of {', '.join(FAMILIES)}")
+    out, by = FIGURES[kind](client, start, end)
     for name in ("requests", "served", "failed", "input_tokens", "output_tokens", "errors_5xx"):
         if name in out:  # a counter with no series in the window counted nothing
             out[name] = out[name].fillna(0.0)

@@ -21,10 +21,12 @@ from datetime import datetime
 import pandas as pd
 from typing_extensions import Unpack
 
+from analytics.errors import BadInput
 from analytics.requests import request_quantiles, request_totals
-from analytics.timeseries import _plan, _step, histograms
+from analytics.tiers import plan_scope
+from analytics.timeseries import histograms, stepped_plan
 from analytics.vllm import LATENCIES
-from analytics.window import Scope, scope_parts
+from analytics.window import Scope
 from storage.clickhouse import Client
 
 __all__ = ["LATENCIES", "LEVELS", "SOURCES", "latency_over_time"]
@@ -47,33 +49,20 @@ def latency_over_time(
     **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Quantiles of ``latency`` per step and ``by`` from the sources asked for (see module doc)."""
-    tier, retention, now, filters = scope_parts(scope)
     if latency not in LATENCIES:
-        raise ValueError(f"unknown latency {latency!r}; one of {', '.join(LATENCIES)}")
+        raise BadInput(f"unknown latency {latency!r}; one of {', '.join(LATENCIES)}")
     if by not in ("model", "replica"):
-        raise ValueError("by must be 'model' or 'replica'")
+        raise BadInput("by must be 'model' or 'replica'")
     unknown = set(sources) - set(SOURCES)
     if unknown:
-        raise ValueError(f"unknown source {min(unknown)!r}; one of {', '.join(SOURCES)}")
+        raise BadInput(f"unknown source {min(unknown)!r}; one of {', '.join(SOURCES)}")
     family, field = LATENCIES[latency].family, LATENCIES[latency].sketch
     columns = ["ts", "source", by, "q", "value", "count"]
-    _p, step_s = _step(_plan(client, start, end, tier, retention, now), step)
+    _p, step_s = stepped_plan(plan_scope(client, start, end, scope), step)
     frames, plans, unapplied = [], {}, {}
     heatmap = pd.DataFrame(columns=["ts", "low", "high", "count"])
     if "engine histograms" in sources:
-        found = histograms(
-            client,
-            [family],
-            levels,
-            start,
-            end,
-            by,
-            step=step_s,
-            filters=filters,
-            tier=tier,
-            retention=retention,
-            now=now,
-        )[family]
+        found = histograms(client, [family], levels, start, end, by, step=step_s, **scope)[family]
         hist, heatmap = found.steps, found.heatmap
         hist["source"] = "engine histograms"
         frames.append(hist[columns])

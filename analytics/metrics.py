@@ -31,11 +31,12 @@ import numpy as np
 import pandas as pd
 from typing_extensions import Unpack
 
-from analytics.counters import GROUPS, LABELS, series_latest, sums_by_labels
+from analytics.counters import GROUPS, LABELS, marked_increases, series_latest, sums_by_labels
+from analytics.errors import BadInput
 from analytics.filters import Filters
 from analytics.frames import query_df
-from analytics.tiers import Plan, Retention, between, param_time, plan_read
-from analytics.window import Scope, scope_parts
+from analytics.tiers import Plan, between, param_time, plan_scope, time_param
+from analytics.window import Scope
 from storage.clickhouse import Client
 
 __all__ = [
@@ -57,15 +58,9 @@ LOOKBACK = timedelta(minutes=15)  # how far before a window its "previous sample
 SETTINGS = {"optimize_aggregation_in_order": 1}
 
 
-def _plan(
-    client: Client, start: datetime, end: datetime, tier: str | None, retention: Retention | None, now: datetime | None
-) -> Plan:
-    return plan_read(client, start, end, tier=tier, retention=retention, now=now)
-
-
 def _check_by(by: str) -> None:
     if by not in GROUPS:
-        raise ValueError(f"by must be one of {', '.join(GROUPS)}")
+        raise BadInput(f"by must be one of {', '.join(GROUPS)}")
 
 
 def _params(metrics: str | list[str] | tuple[str, ...], p: Plan) -> dict[str, object]:
@@ -93,21 +88,9 @@ def series_increase(p: Plan) -> str:
         return f"""
             SELECT fingerprint, sum(increase) AS increase
             FROM {p.samples} WHERE {_where("", rollup=True)} GROUP BY fingerprint"""
-    window = f"""
-        SELECT fingerprint, argMax(value, ts) AS last_v, argMin(value, ts) AS first_v,
-               argMin(reset, ts) AS first_reset, sum(reset) AS resets
-        FROM samples WHERE {_where("")} AND NOT isNaN(value) GROUP BY fingerprint"""
-    before = f"""
-        SELECT fingerprint, argMax(value, ts) AS base, 1 AS has
-        FROM samples WHERE {_before("")} AND NOT isNaN(value) GROUP BY fingerprint"""
-    # a negative result means a reset nobody marked (the collector was away when the engine
-    # restarted and had no previous value): count it from zero, as a marked one would be
-    return f"""
-        SELECT w.fingerprint AS fingerprint,
-               w.last_v - if(b.has = 1, b.base, w.first_v) + w.resets - if(b.has = 1, 0, w.first_reset) AS marked,
-               if(marked < 0, w.last_v + w.resets, marked) AS increase
-        FROM ({window}) AS w LEFT JOIN ({before}) AS b ON b.fingerprint = w.fingerprint
-        WHERE NOT isNaN(increase)"""
+    # the window is one bucket, the lookback before it the other (its last value the base)
+    found = marked_increases(f"ts >= {time_param('start', False)}", "t = 1")
+    return f"SELECT fingerprint, increase FROM ({found}) WHERE NOT isNaN(increase)"
 
 
 def _window_sums(p: Plan, labels: dict[str, str], series_where: str) -> str:
@@ -122,19 +105,11 @@ def _where(alias: str = "v.", rollup: bool = False) -> str:
     return f"{alias}metric IN {{metrics:Array(String)}} AND {between(rollup, f'{alias}ts')}"
 
 
-def _before(alias: str = "v.") -> str:
-    return (
-        f"{alias}metric IN {{metrics:Array(String)}} AND {alias}ts >= {{lookback_start:DateTime64(3)}} "
-        f"AND {alias}ts < {{start:DateTime64(3)}}"
-    )
-
-
 def counter_increase(
     client: Client, metric: str, start: datetime, end: datetime, by: str = "replica", **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """Reset-aware increase of counter ``metric`` per ``by`` over ``[start, end)``."""
-    tier, retention, now, filters = scope_parts(scope)
-    df = counter_increases(client, [metric], start, end, by, tier=tier, retention=retention, now=now, filters=filters)
+    df = counter_increases(client, [metric], start, end, by, **scope)
     return one_metric(df)
 
 
@@ -147,10 +122,9 @@ def counter_increases(
     **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """``counter_increase`` of several counters in one query: ``[metric, by, increase]``."""
-    tier, retention, now, filters = scope_parts(scope)
     _check_by(by)
-    p = _plan(client, start, end, tier, retention, now)
-    series_where, params = _series_filter(filters, _params(metrics, p))
+    p = plan_scope(client, start, end, scope)
+    series_where, params = _series_filter(scope.get("filters"), _params(metrics, p))
     sums = _window_sums(p, {"metric": "s.metric", by: LABELS[by]}, series_where)
     sql = f"SELECT metric, {by}, total AS increase FROM ({sums}) ORDER BY metric, {by}"
     df = query_df(client, sql, parameters=params, settings=SETTINGS)
@@ -170,8 +144,7 @@ def gauge_summary(
     client: Client, metric: str, start: datetime, end: datetime, by: str = "replica", **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """min / max / avg / last of gauge ``metric`` per ``by`` over ``[start, end)``."""
-    tier, retention, now, filters = scope_parts(scope)
-    df = gauge_summaries(client, [metric], start, end, by, tier=tier, retention=retention, now=now, filters=filters)
+    df = gauge_summaries(client, [metric], start, end, by, **scope)
     return one_metric(df)
 
 
@@ -186,10 +159,9 @@ def gauge_summaries(
     """``gauge_summary`` of several gauges in one query: ``[metric, by, min, max, avg, last,
     replicas, samples]`` (``replicas``: how many replicas reported the gauge; ``samples``: how many
     samples ``avg`` is the mean of)."""
-    tier, retention, now, filters = scope_parts(scope)
     _check_by(by)
-    p = _plan(client, start, end, tier, retention, now)
-    series_where, params = _series_filter(filters, _params(metrics, p))
+    p = plan_scope(client, start, end, scope)
+    series_where, params = _series_filter(scope.get("filters"), _params(metrics, p))
     if p.tier.rollup:
         per_series = f"""
             SELECT v.fingerprint AS fingerprint, min(v.value_min) AS lo, max(v.value_max) AS hi,
@@ -247,10 +219,9 @@ def histogram_buckets(
 ) -> pd.DataFrame:
     """``[by, le, count]``: histogram family ``metric``'s bucket increases over ``[start, end)``
     summed per ``by`` and upper bound (cumulative, as exposed)."""
-    tier, retention, now, filters = scope_parts(scope)
     _check_by(by)
-    p = _plan(client, start, end, tier, retention, now)
-    series_where, params = _series_filter(filters, _params(f"{metric}_bucket", p))
+    p = plan_scope(client, start, end, scope)
+    series_where, params = _series_filter(scope.get("filters"), _params(f"{metric}_bucket", p))
     sums = _window_sums(p, {by: LABELS[by], "le": "s.le"}, f"NOT isNaN(s.le) AND {series_where}")
     sql = f"SELECT {by}, le, total AS count FROM ({sums}) ORDER BY {by}, le"
     buckets = query_df(client, sql, parameters=params, settings=SETTINGS)
@@ -284,10 +255,7 @@ def histogram_quantile(
     client: Client, metric: str, q: float, start: datetime, end: datetime, by: str = "model", **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """The ``q`` quantile of histogram family ``metric`` per ``by`` over ``[start, end)``."""
-    tier, retention, now, filters = scope_parts(scope)
-    buckets = histogram_buckets(
-        client, metric, start, end, by, tier=tier, retention=retention, now=now, filters=filters
-    )
+    buckets = histogram_buckets(client, metric, start, end, by, **scope)
     rows = []
     for group, frame in buckets.groupby(by, sort=True) if len(buckets) else ():
         bounds, counts = frame["le"].to_numpy(float), frame["count"].to_numpy(float)

@@ -44,11 +44,12 @@ from datetime import datetime, timedelta
 import numpy as np
 import pandas as pd
 
+from analytics.errors import BadInput
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
 from analytics.metrics import counter_increases
 from analytics.tiers import param_time
-from analytics.vllm import PREFIX_HITS, PREFIX_QUERIES
+from analytics.vllm import CACHE_CONFIG_INFO, PREFIX_HITS, PREFIX_QUERIES, PROMPT_TOKENS
 from storage.clickhouse import Client
 
 __all__ = [
@@ -263,7 +264,8 @@ def cache_configs(client: Client) -> dict[str, tuple[int, int]]:
     ``block_size``). A replica whose engine did not say both is left out."""
     rows = client.query(  # series rows carry no window of their own (a replayed history writes them later)
         "SELECT replica, argMax(labels['num_gpu_blocks'], last_seen), argMax(labels['block_size'], last_seen) "
-        "FROM series WHERE metric = 'vllm:cache_config_info' GROUP BY replica"
+        "FROM series WHERE metric = {m:String} GROUP BY replica",
+        parameters={"m": CACHE_CONFIG_INFO},
     ).result_rows
     out: dict[str, tuple[int, int]] = {}
     for replica, blocks, size in rows:
@@ -286,10 +288,10 @@ def restarts(client: Client, start: datetime, end: datetime) -> dict[str, list[d
     (the collector marks a drop as a reset). Read from the raw samples."""
     rows = client.query(
         "SELECT s.replica, v.ts FROM samples AS v INNER JOIN (SELECT fingerprint, any(replica) AS replica FROM series "
-        "WHERE metric = 'vllm:prompt_tokens_total' GROUP BY fingerprint) AS s ON s.fingerprint = v.fingerprint "
-        "WHERE v.metric = 'vllm:prompt_tokens_total' AND v.reset > 0 AND v.ts >= {s:DateTime64(3)} "
+        "WHERE metric = {m:String} GROUP BY fingerprint) AS s ON s.fingerprint = v.fingerprint "
+        "WHERE v.metric = {m:String} AND v.reset > 0 AND v.ts >= {s:DateTime64(3)} "
         "AND v.ts < {e:DateTime64(3)} ORDER BY v.ts",
-        parameters={"s": param_time(start), "e": param_time(end)},
+        parameters={"m": PROMPT_TOKENS, "s": param_time(start), "e": param_time(end)},
     ).result_rows
     out: dict[str, list[datetime]] = {}
     for replica, ts in rows:
@@ -329,7 +331,7 @@ def prefix_misses(
     (``CLASSES``) and ``hit_rate``; see the module docstring for ``.attrs``. At most the last
     ``MAX_SPAN`` of the window is read (``.attrs["start"]`` says from when)."""
     if by not in ("model", "replica", "tenant"):
-        raise ValueError("by must be model, replica or tenant")
+        raise BadInput("by must be model, replica or tenant")
     start = max(start, end - MAX_SPAN)
     # every request fills the caches, whatever the view shows: the filters apply to the classes after
     rows = recorded_requests(client, start, end)

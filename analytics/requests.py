@@ -26,11 +26,12 @@ from datetime import datetime, timedelta
 import pandas as pd
 from typing_extensions import Unpack
 
+from analytics.errors import BadInput
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
-from analytics.tiers import Plan, Retention, align, between, param_time, plan_read
+from analytics.tiers import Plan, align, between, param_time, plan_scope
 from analytics.vllm import LATENCIES
-from analytics.window import Scope, scope_parts
+from analytics.window import Scope
 from storage.clickhouse import Client
 
 __all__ = [
@@ -85,34 +86,31 @@ def _prepare(
     end: datetime,
     by: list[str] | tuple[str, ...],
     source: str | None,
-    tier: str | None,
-    retention: Retention | None,
-    now: datetime | None,
-    filters: Filters | None = None,
+    scope: Scope,
     step: float | None = None,
 ) -> tuple[Plan, str, str, str, dict[str, object], int | None]:
     """The plan, table, select list, where clause, parameters and the step in effect (a rollup
     tier rounds it up to whole buckets)."""
     for dim in by:
         if dim not in DIMENSIONS + RAW_ONLY:
-            raise ValueError(f"cannot group requests by {dim!r}; one of {', '.join(DIMENSIONS + RAW_ONLY)}")
-    p = plan_read(client, start, end, kind="requests", tier=tier, retention=retention, now=now)
+            raise BadInput(f"cannot group requests by {dim!r}; one of {', '.join(DIMENSIONS + RAW_ONLY)}")
+    p = plan_scope(client, start, end, scope, kind="requests")
     if p.tier.rollup and any(d in RAW_ONLY for d in by):
-        raise ValueError(
+        raise BadInput(
             f"requests are rolled up without {', '.join(RAW_ONLY)}: group by it on the raw tier "
             f"(tier='raw', windows the raw request log still holds), or use analytics.metrics"
         )
     select = ", ".join(by)
     where = between(p.tier.rollup)
     params: dict[str, object] = {"start": param_time(p.start), "end": param_time(p.end)}
-    condition, extra = request_rows(source, filters, raw=not p.tier.rollup)
+    condition, extra = request_rows(source, scope.get("filters"), raw=not p.tier.rollup)
     where += f" AND {condition}"
     params.update(extra)
     # raw rows get their context bucket computed (the rollups store it)
     table = p.requests if p.tier.rollup else f"(SELECT *, {CONTEXT_BUCKET} AS context_bucket FROM {p.requests})"
     if step is not None:
         if step < 1:
-            raise ValueError(f"step must be at least 1 second, got {step}")
+            raise BadInput(f"step must be at least 1 second, got {step}")
         if p.tier.rollup:  # whole buckets of the tier
             res = int(p.tier.resolution.total_seconds())
             step = max(res, -(-int(step) // res) * res)
@@ -151,10 +149,7 @@ def request_totals(
     **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Weighted request and token totals per group over ``[start, end)``."""
-    tier, retention, now, filters = scope_parts(scope)
-    p, table, select, where, params, step = _prepare(
-        client, start, end, by, source, tier, retention, now, filters, step
-    )
+    p, table, select, where, params, step = _prepare(client, start, end, by, source, scope, step)
     if p.tier.rollup:
         measures = (
             "sum(rows) AS rows, sum(requests) AS requests, sum(prompt_tokens) AS prompt_tokens, "
@@ -184,14 +179,11 @@ def request_quantile(
     **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """The weighted ``q`` quantile of ``field`` per group over ``[start, end)``."""
-    tier, retention, now, filters = scope_parts(scope)
     if field not in FIELDS:
-        raise ValueError(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
+        raise BadInput(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
     if not 0 <= q <= 1:
-        raise ValueError(f"quantile must be within [0, 1], got {q}")
-    p, table, select, where, params, step = _prepare(
-        client, start, end, by, source, tier, retention, now, filters, step
-    )
+        raise BadInput(f"quantile must be within [0, 1], got {q}")
+    p, table, select, where, params, step = _prepare(client, start, end, by, source, scope, step)
     column, sketch, latency = FIELDS[field]
     if p.tier.rollup:
         measure = f"quantileTDigestWeightedMerge({q!r})({sketch}) AS value"
@@ -219,15 +211,12 @@ def request_quantiles(
 ) -> pd.DataFrame:
     """Weighted quantiles of several ``fields`` at several ``levels`` per group, in one query:
     columns ``{field}_q{level}`` (e.g. ``prompt_tokens_q0.9``)."""
-    tier, retention, now, filters = scope_parts(scope)
     for field in fields:
         if field not in FIELDS:
-            raise ValueError(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
+            raise BadInput(f"unknown request field {field!r}; one of {', '.join(FIELDS)}")
     if not levels or not all(0 <= q <= 1 for q in levels):
-        raise ValueError(f"quantile levels must be within [0, 1], got {levels}")
-    p, table, select, where, params, step = _prepare(
-        client, start, end, by, source, tier, retention, now, filters, step
-    )
+        raise BadInput(f"quantile levels must be within [0, 1], got {levels}")
+    p, table, select, where, params, step = _prepare(client, start, end, by, source, scope, step)
     qs = ", ".join(repr(float(q)) for q in levels)
     measures = []
     for field in fields:

@@ -35,7 +35,7 @@ from typing_extensions import Unpack
 from analytics.filters import Filters
 from analytics.metrics import counter_increases, gauge_summaries, histogram_quantile
 from analytics.stalls import replica_models, stalls
-from analytics.tiers import Retention, plan_read
+from analytics.tiers import plan_scope
 from analytics.timeseries import counter_rates_over_time, gauges_over_time
 from analytics.vllm import (
     ITERATION_TOKENS,
@@ -47,7 +47,7 @@ from analytics.vllm import (
     REQUESTS_WAITING,
     TTFT,
 )
-from analytics.window import Scope, scope_parts
+from analytics.window import Scope, rescope
 from storage.clickhouse import Client
 
 __all__ = [
@@ -89,20 +89,14 @@ class Targets:
     stall_s: float = 60.0  # a replica that held requests without a token this long is stalled
 
 
-def _kw(tier: str | None, retention: Retention | None, now: datetime | None, filters: Filters | None) -> Scope:
-    return Scope(tier=tier, retention=retention, now=now, filters=filters)
-
-
 def saturation(
     client: Client, start: datetime, end: datetime, by: str = "replica", **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """Saturation indicators per ``by`` over ``[start, end)``."""
-    tier, retention, now, filters = scope_parts(scope)
-    kw = _kw(tier, retention, now, filters)
     # one query for the gauges and one for the counters (not one per metric: a page shows all of them)
-    gauges = gauge_summaries(client, [KV, WAITING, RUNNING], start, end, by, **kw)
-    counters = counter_increases(client, list(COUNTERS.values()), start, end, by, **kw)
-    return _indicators(gauges, counters, by, (end - start).total_seconds(), filters)
+    gauges = gauge_summaries(client, [KV, WAITING, RUNNING], start, end, by, **scope)
+    counters = counter_increases(client, list(COUNTERS.values()), start, end, by, **scope)
+    return _indicators(gauges, counters, by, (end - start).total_seconds(), scope.get("filters"))
 
 
 def _indicators(
@@ -173,10 +167,7 @@ def kv_over_time(
 ) -> pd.DataFrame:
     """Per step and ``by``, from one query of the gauges: kv_avg, kv_max, waiting, running (per
     replica), replicas_up."""
-    tier, retention, now, filters = scope_parts(scope)
-    gauges = gauges_over_time(
-        client, [KV, WAITING, RUNNING], start, end, by, step=step, **_kw(tier, retention, now, filters)
-    )
+    gauges = gauges_over_time(client, [KV, WAITING, RUNNING], start, end, by, step=step, **scope)
     keys = ["ts", by]
     out = gauges[keys].drop_duplicates().sort_values(keys, ignore_index=True)
     for metric, columns in (
@@ -202,13 +193,13 @@ def saturation_over_time(
 ) -> pd.DataFrame:
     """Per step and ``by``: ``kv_over_time``'s columns, preemptions_per_s, prefix_hit_rate
     (two queries)."""
-    tier, retention, now, filters = scope_parts(scope)
-    kw = _kw(tier, retention, now, filters)
-    out = kv_over_time(client, start, end, by, step=step, **kw)
+    out = kv_over_time(client, start, end, by, step=step, **scope)
     attrs = dict(out.attrs)
     step = attrs["step"]
     keys = ["ts", by]
-    rates = counter_rates_over_time(client, [PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES], start, end, by, step=step, **kw)
+    rates = counter_rates_over_time(
+        client, [PREEMPTIONS, PREFIX_HITS, PREFIX_QUERIES], start, end, by, step=step, **scope
+    )
     for name, metric in (("preemptions", PREEMPTIONS), ("hits", PREFIX_HITS), ("queries", PREFIX_QUERIES)):
         r = rates[rates["metric"] == metric]
         out = out.merge(r[keys + ["increase"]].rename(columns={"increase": name}), on=keys, how="left")
@@ -223,12 +214,13 @@ def headroom(
     client: Client, start: datetime, end: datetime, *, targets: Targets | None = None, **scope: Unpack[Scope]
 ) -> pd.DataFrame:
     """Per model pool: how close it runs to saturation now (the window's last quarter)."""
-    tier, retention, now, filters = scope_parts(scope)
     targets = targets or Targets()
-    if tier is None:  # the recent quarter is read from the whole window's tier (on its own it would
-        # often get a finer one: 30 days read from the 6-hour rollup, their last 7.5 from the hourly)
-        tier = plan_read(client, start, end, retention=retention, now=now).tier.name
-    kw = _kw(tier, retention, now, filters)
+    filters = scope.get("filters")
+    # the recent quarter is read from the whole window's tier (on its own it would often get a
+    # finer one: 30 days read from the 6-hour rollup, their last 7.5 from the hourly)
+    kw = (
+        scope if scope.get("tier") is not None else rescope(scope, tier=plan_scope(client, start, end, scope).tier.name)
+    )
     recent = end - (end - start) / 4
     seconds = (end - recent).total_seconds()
     # read per replica once: the pools' figures are their sums (see _pools)
@@ -324,9 +316,8 @@ def scale_out(
 ) -> pd.DataFrame:
     """Per model pool: replicas now, replicas recommended, and why (leading indicators first:
     KV usage, queue depth, preemptions, the TTFT trend)."""
-    tier, retention, now, filters = scope_parts(scope)
     targets = targets or Targets()
-    room = headroom(client, start, end, targets=targets, filters=filters, tier=tier, retention=retention, now=now)
+    room = headroom(client, start, end, targets=targets, **scope)
     return recommend(room, targets)
 
 

@@ -43,12 +43,13 @@ from typing_extensions import Unpack
 
 from analytics.allocation import TokenWeights, allocate, picked
 from analytics.cost import FLEET, gpu_hours
+from analytics.errors import BadInput
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
 from analytics.metrics import bucket_quantile, bucket_share_below, histogram_buckets
 from analytics.tiers import Retention, param_time
 from analytics.vllm import LATENCIES
-from analytics.window import Scope, scope_parts
+from analytics.window import Scope
 from storage.catalog import SloTarget
 from storage.clickhouse import Client
 
@@ -110,11 +111,8 @@ def slo_attainment(
     """Share of requests meeting each target over ``[start, end)``. ``buckets(family, start, end)``,
     when given, supplies ``histogram_buckets(..., by="model")`` (a caller sharing answers between
     several questions, like the alert evaluator); the filters then are the caller's."""
-    tier, retention, now, filters = scope_parts(scope)
     targets = list(targets)
-    good = _good(
-        client, targets, start, end, {"tier": tier, "retention": retention, "now": now, "filters": filters}, buckets
-    )
+    good = _good(client, targets, start, end, scope, buckets)
     spec = pd.DataFrame(
         [
             {
@@ -136,6 +134,7 @@ def slo_attainment(
     out["met"] = (percentile & (out["observed"] <= out["threshold_seconds"])) | (
         ~percentile & (out["attainment"] >= out["objective"])
     )
+    filters = scope.get("filters")
     out.attrs["unapplied"] = filters.unapplied("samples") if filters else []
     return out
 
@@ -258,7 +257,7 @@ def goodput(
 ) -> pd.DataFrame:
     """Requests per second meeting every SLO of their model (DistServe's goodput), per ``by``."""
     if by not in ("model", "tenant", "route"):
-        raise ValueError("by must be model, tenant or route")
+        raise BadInput("by must be model, tenant or route")
     targets = list(targets)
     good, params = _good_condition(targets)
     params.update(start=param_time(start), end=param_time(end))

@@ -32,6 +32,7 @@ import pandas as pd
 from typing_extensions import Unpack
 
 from analytics.counters import present, series_latest
+from analytics.errors import BadInput
 from analytics.frames import query_df
 from analytics.metrics import counter_increases
 from analytics.stalls import replica_models
@@ -90,7 +91,7 @@ def acceptance(
     """Acceptance per ``by`` over ``[start, end)`` (see the module docstring); no rows where no
     replica decodes speculatively."""
     if by not in ("replica", "model", "fleet"):
-        raise ValueError(f"by must be replica, model or fleet, not {by!r}")
+        raise BadInput(f"by must be replica, model or fleet, not {by!r}")
     if not present(client, SPEC_DRAFTS):  # no replica ever drafted: one look at the series, not the samples
         return pd.DataFrame(columns=[by, *COLUMNS])
     df = counter_increases(client, [*COUNTERS, GENERATION_TOKENS], start, end, "replica", **scope)

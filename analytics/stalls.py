@@ -32,7 +32,7 @@ from typing_extensions import Unpack
 
 from analytics.timeseries import auto_step, counter_rates_over_time, gauges_over_time
 from analytics.vllm import GENERATION_TOKENS, REQUESTS_RUNNING, REQUESTS_WAITING
-from analytics.window import Scope, scope_parts
+from analytics.window import Scope
 from storage.clickhouse import Client
 
 __all__ = ["GAP_STEPS", "GENERATION", "MIN_STEP_S", "episodes", "replica_models", "stalled_steps", "stalls"]
@@ -85,8 +85,7 @@ def stalls(
     **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """The stall episodes in ``[start, end)`` lasting at least ``min_seconds``, longest first."""
-    tier, retention, now, filters = scope_parts(scope)
-    steps = stalled_steps(client, start, end, step=step, filters=filters, tier=tier, retention=retention, now=now)
+    steps = stalled_steps(client, start, end, step=step, **scope)
     return episodes(steps, min_seconds)
 
 

@@ -2,7 +2,8 @@
 
 In:  a query window ``[start, end)``, the current time, the retention of each tier
      (``Retention``, from the ``clickhouse.retention`` settings: ``for_queries()``) and,
-     when a client is at hand, where each tier's data begins (``coverage``).
+     when a client is at hand, where each tier's data begins (``coverage``); ``plan_scope``
+     takes the tier, retention and time from a ``Scope`` (what every read of ``analytics`` does).
 Out: a ``Plan``: the tier, its tables (``samples``/``requests``, ``samples_1m``/``requests_1m``,
      ``samples_1h``/``requests_1h``, ``samples_6h``) and the window aligned to the tier's resolution.
 
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from analytics.errors import BadInput, BadWindow
+from analytics.window import Scope
 from common.timeutil import as_utc
 from storage.clickhouse import Client
 from storage.retention import Retention
@@ -45,6 +48,7 @@ __all__ = [
     "param_time",
     "plan",
     "plan_read",
+    "plan_scope",
     "time_param",
 ]
 
@@ -163,13 +167,13 @@ def plan(
     """
     start, end = as_utc(start), as_utc(end)
     if end <= start:
-        raise ValueError(f"empty window: end {end:%Y-%m-%d %H:%M:%S} is not after start {start:%Y-%m-%d %H:%M:%S}")
+        raise BadWindow(f"empty window: end {end:%Y-%m-%d %H:%M:%S} is not after start {start:%Y-%m-%d %H:%M:%S}")
     if kind not in ("samples", "requests"):
-        raise ValueError("kind must be 'samples' or 'requests'")
+        raise BadInput("kind must be 'samples' or 'requests'")
     if tier is not None:
         if tier not in TIERS or (kind == "requests" and TIERS[tier] is SIX_HOURS):
             names = [n for n, t in TIERS.items() if kind == "samples" or t is not SIX_HOURS]
-            raise ValueError(f"unknown tier {tier!r} for {kind}; one of {', '.join(names)}")
+            raise BadInput(f"unknown tier {tier!r} for {kind}; one of {', '.join(names)}")
         chosen: Tier | None = TIERS[tier]
     else:
         now = as_utc(now) if now is not None else datetime.now(UTC)
@@ -238,3 +242,17 @@ def plan_read(
     (``coverage``) unless a tier is forced."""
     data = coverage(client, kind) if tier is None else None
     return plan(start, end, now=now, retention=retention, kind=kind, tier=tier, data=data)
+
+
+def plan_scope(client: Client, start: datetime, end: datetime, scope: Scope, *, kind: str = "samples") -> Plan:
+    """``plan_read`` for a read asked over ``scope`` (its forced tier, retention and current
+    time; its filters do not choose the table): the one way ``analytics`` plans a read."""
+    return plan_read(
+        client,
+        start,
+        end,
+        kind=kind,
+        tier=scope.get("tier"),
+        retention=scope.get("retention"),
+        now=scope.get("now"),
+    )

@@ -33,14 +33,14 @@ import numpy as np
 import pandas as pd
 from typing_extensions import Unpack
 
-from analytics.counters import GROUPS, LABELS, series_latest, sums_by_labels
+from analytics.counters import GROUPS, LABELS, marked_increases, series_latest, sums_by_labels
+from analytics.errors import BadInput
 from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.metrics import LOOKBACK, SETTINGS, one_metric
-from analytics.tiers import Plan, align, between, param_time, plan_read
-from analytics.window import Scope, scope_parts
+from analytics.tiers import Plan, align, between, param_time, plan_scope
+from analytics.window import Scope
 from storage.clickhouse import Client
-from storage.retention import Retention
 
 __all__ = [
     "auto_step",
@@ -54,6 +54,7 @@ __all__ = [
     "histogram_steps_and_window",
     "histograms",
     "step_increase",
+    "stepped_plan",
 ]
 
 
@@ -70,23 +71,12 @@ def auto_step(start: datetime, end: datetime, p: Plan | None = None, points: int
     return step
 
 
-def _plan(
-    client: Client,
-    start: datetime,
-    end: datetime,
-    tier: str | None,
-    retention: Retention | None,
-    now: datetime | None,
-) -> Plan:
-    return plan_read(client, start, end, tier=tier, retention=retention, now=now)
-
-
-def _step(p: Plan, step: float | None) -> tuple[Plan, int]:
+def stepped_plan(p: Plan, step: float | None) -> tuple[Plan, int]:
     """The step (rounded up to whole buckets of a rollup tier) and the plan's window widened to
     whole steps, so that every step is complete and every series shares the same grid."""
     value = int(step) if step else auto_step(p.start, p.end, p)
     if value < 1:
-        raise ValueError("step must be at least 1 second")
+        raise BadInput("step must be at least 1 second")
     if p.tier.rollup:
         res = int(p.tier.resolution.total_seconds())
         value = max(res, math.ceil(value / res) * res)
@@ -124,24 +114,8 @@ def step_increase(p: Plan, step: int) -> str:
             FROM {p.samples}
             WHERE metric IN {{metrics:Array(String)}} AND ts >= {{start:DateTime64(3)}} AND ts < {{end:DateTime64(3)}}
             GROUP BY fingerprint, ts"""
-    per_step = f"""
-        SELECT fingerprint, toDateTime64({bucket}, 3, 'UTC') AS t, argMax(value, ts) AS last_v,
-               argMin(value, ts) AS first_v, argMin(reset, ts) AS first_reset, sum(reset) AS resets
-        FROM samples
-        WHERE metric IN {{metrics:Array(String)}} AND ts >= {{lookback_start:DateTime64(3)}} AND ts <
-        {{end:DateTime64(3)}}
-              AND NOT isNaN(value)
-        GROUP BY fingerprint, t"""
-    return f"""
-        SELECT fingerprint, t AS ts, if(marked < 0, last_v + resets, marked) AS increase
-        FROM (
-            SELECT fingerprint, t, last_v, resets,
-                   lagInFrame(last_v, 1, nan) OVER w AS prev,
-                   if(isNaN(prev), last_v - first_v + resets - first_reset, last_v - prev + resets) AS marked
-            FROM ({per_step})
-            WINDOW w AS (PARTITION BY fingerprint ORDER BY t ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)
-        )
-        WHERE t >= {{start:DateTime64(3)}}"""
+    found = marked_increases(f"toDateTime64({bucket}, 3, 'UTC')", "t >= {start:DateTime64(3)}")
+    return f"SELECT fingerprint, t AS ts, increase FROM ({found})"
 
 
 def _finish(df: pd.DataFrame, p: Plan, step: int, filters: Filters | None) -> pd.DataFrame:
@@ -162,12 +136,7 @@ def counter_rate_over_time(
     **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Per step: the reset-aware increase of counter ``metric`` per ``by``, and its rate per second."""
-    tier, retention, now, filters = scope_parts(scope)
-    return one_metric(
-        counter_rates_over_time(
-            client, [metric], start, end, by, step=step, filters=filters, tier=tier, retention=retention, now=now
-        )
-    )
+    return one_metric(counter_rates_over_time(client, [metric], start, end, by, step=step, **scope))
 
 
 def counter_rates_over_time(
@@ -181,8 +150,8 @@ def counter_rates_over_time(
     **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """``counter_rate_over_time`` of several counters in one query: ``[metric, ts, by, increase, rate]``."""
-    tier, retention, now, filters = scope_parts(scope)
-    p, s = _step(_plan(client, start, end, tier, retention, now), step)
+    filters = scope.get("filters")
+    p, s = stepped_plan(plan_scope(client, start, end, scope), step)
     where, params = _params(metrics, p, s, filters)
     sums = _step_sums(p, s, {"metric": "s.metric", by: LABELS[by]}, where)
     sql = f"SELECT metric, ts, {by}, total AS increase, increase / {s} AS rate FROM ({sums}) ORDER BY metric, ts, {by}"
@@ -211,22 +180,7 @@ def gauge_over_time(
     **scope: Unpack[Scope],
 ) -> pd.DataFrame:
     """Per step: gauge ``metric``'s level per ``by`` (``agg`` of the series' means; max; min)."""
-    tier, retention, now, filters = scope_parts(scope)
-    return one_metric(
-        gauges_over_time(
-            client,
-            [metric],
-            start,
-            end,
-            by,
-            agg=agg,
-            step=step,
-            filters=filters,
-            tier=tier,
-            retention=retention,
-            now=now,
-        )
-    )
+    return one_metric(gauges_over_time(client, [metric], start, end, by, agg=agg, step=step, **scope))
 
 
 def gauges_over_time(
@@ -243,10 +197,10 @@ def gauges_over_time(
     """``gauge_over_time`` of several gauges in one query: ``[metric, ts, by, avg, max, min, replicas,
     series]`` (how many replicas, and series, reported the gauge in the step: with ``agg="avg"``,
     ``avg * series`` is what ``agg="sum"`` answers)."""
-    tier, retention, now, filters = scope_parts(scope)
+    filters = scope.get("filters")
     if agg not in ("avg", "sum"):
-        raise ValueError("agg must be 'avg' or 'sum'")
-    p, s = _step(_plan(client, start, end, tier, retention, now), step)
+        raise BadInput("agg must be 'avg' or 'sum'")
+    p, s = stepped_plan(plan_scope(client, start, end, scope), step)
     where, params = _params(metrics, p, s, filters)
     bucket = f"toDateTime64(toStartOfInterval(ts, INTERVAL {s} SECOND), 3, 'UTC')"
     if p.tier.rollup:
@@ -335,8 +289,8 @@ def histograms(
     """Histogram families -> their ``Histogram`` (per-step and window quantiles, heatmap), all
     from one query. With ``total`` the quantiles also have rows for all the groups together,
     ``by`` = ``(fleet)`` (what ``by="fleet"`` answers)."""
-    tier, retention, now, filters = scope_parts(scope)
-    p, s = _step(_plan(client, start, end, tier, retention, now), step)
+    filters = scope.get("filters")
+    p, s = stepped_plan(plan_scope(client, start, end, scope), step)
     buckets = _bucket_increases(client, list(metrics), p, s, by, filters)
     columns = ["ts", by, "q", "value", "count"]
     out = {}
@@ -386,10 +340,7 @@ def histogram_heatmap_over_time(
     """Per step and bucket of histogram family ``metric`` over the fleet (the filters applied):
     ``[ts, low, high, count]`` with ``count`` the observations that fell in ``(low, high]`` in
     that step (the last bucket's ``high`` is +Inf)."""
-    tier, retention, now, filters = scope_parts(scope)
-    return histograms(
-        client, [metric], (), start, end, "fleet", step=step, filters=filters, tier=tier, retention=retention, now=now
-    )[metric].heatmap
+    return histograms(client, [metric], (), start, end, "fleet", step=step, **scope)[metric].heatmap
 
 
 def histogram_quantiles_over_time(
@@ -407,21 +358,7 @@ def histogram_quantiles_over_time(
     """Per step and ``by``: the ``levels`` quantiles of histogram family ``metric``. With ``total``
     also those of all the groups together, as rows whose ``by`` is ``(fleet)`` (what ``by="fleet"``
     answers, from the same query)."""
-    tier, retention, now, filters = scope_parts(scope)
-    return histogram_steps_and_window(
-        client,
-        metric,
-        levels,
-        start,
-        end,
-        by,
-        step=step,
-        filters=filters,
-        tier=tier,
-        retention=retention,
-        now=now,
-        total=total,
-    )[0]
+    return histogram_steps_and_window(client, metric, levels, start, end, by, step=step, total=total, **scope)[0]
 
 
 def histogram_steps_and_window(
@@ -442,21 +379,7 @@ def histogram_steps_and_window(
     that window, but for a series whose previous sample lies between its 15-minute lookback
     and one step before the window, or an unmarked restart: the steps count those per step). A
     page that draws the line and shows the number reads the buckets once."""
-    tier, retention, now, filters = scope_parts(scope)
-    found = histograms(
-        client,
-        [metric],
-        levels,
-        start,
-        end,
-        by,
-        step=step,
-        filters=filters,
-        tier=tier,
-        retention=retention,
-        now=now,
-        total=total,
-    )[metric]
+    found = histograms(client, [metric], levels, start, end, by, step=step, total=total, **scope)[metric]
     return found.steps, found.window
 
 

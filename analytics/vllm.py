@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "CACHED_PROMPT_TOKENS",
+    "CACHE_CONFIG_INFO",
     "E2E",
     "GENERATION_TOKENS",
     "ITERATION_TOKENS",
@@ -27,6 +28,7 @@ __all__ = [
     "QUEUE",
     "REQUESTS_RUNNING",
     "REQUESTS_WAITING",
+    "REQUESTS_WAITING_BY_REASON",
     "SPEC_ACCEPTED",
     "SPEC_ACCEPTED_PER_POS",
     "SPEC_DRAFTS",
@@ -40,6 +42,10 @@ __all__ = [
 KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"  # 0..1, blocks used / blocks but the null block
 REQUESTS_RUNNING = "vllm:num_requests_running"  # every engine reports it: present while it is up
 REQUESTS_WAITING = "vllm:num_requests_waiting"
+# per reason (label ``reason``; ``deferred``: held back by the LoRA budget)
+REQUESTS_WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
+# an info gauge whose labels are the KV cache's config (``num_gpu_blocks``, ``block_size``, ...)
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
 # counters
 PREEMPTIONS = "vllm:num_preemptions_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"  # tokens

@@ -3,9 +3,10 @@
 In:  the window's ``start`` and ``end`` and, optionally, a forced tier, the retention the planner
      assumes, the current time and ``Filters``.
 Out: ``Scope`` (the options alone, a ``TypedDict``: the functions of ``analytics`` take them as
-     ``**scope``, typed, instead of repeating four keyword parameters each), ``scope_parts``
-     (the four, for a body that reads them) and ``Window`` (the window and its scope in one
-     value, for code that carries both).
+     ``**scope``, typed, instead of repeating four keyword parameters each, and hand them on
+     whole; ``analytics.tiers.plan_scope`` plans a read from one), ``rescope`` (the same
+     scope with some options replaced: other filters, a tier already chosen) and ``Window`` (the window
+     and its scope in one value, for code that carries both).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypedDict
 
+from typing_extensions import Unpack
+
 from analytics.filters import Filters
 from storage.retention import Retention
 
-__all__ = ["Scope", "Window", "scope_parts"]
+__all__ = ["Scope", "Window", "rescope"]
 
 
 class Scope(TypedDict, total=False):
@@ -27,8 +30,12 @@ class Scope(TypedDict, total=False):
     filters: Filters | None  # model, replica, tenant, route
 
 
-def scope_parts(scope: Scope) -> tuple[str | None, Retention | None, datetime | None, Filters | None]:
-    return scope.get("tier"), scope.get("retention"), scope.get("now"), scope.get("filters")
+def rescope(scope: Scope, **changes: Unpack[Scope]) -> Scope:
+    """``scope`` with some of its options replaced (a caller that narrows the filters, or reads on
+    a tier already chosen), the others handed on as they are."""
+    out = Scope(**scope)
+    out.update(changes)
+    return out
 
 
 @dataclass(frozen=True)

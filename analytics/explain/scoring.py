@@ -10,7 +10,7 @@ Out: evidence rows (``evidence_row``: signal, kind, before, after, score, moved_
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -155,155 +155,162 @@ def mix_evidence(
     return rows
 
 
+class _Split(NamedTuple):
+    """The capacity signals per step, split at the break: what every capacity row is judged on."""
+
+    cap: pd.DataFrame
+    before: pd.DataFrame
+    after: pd.DataFrame
+    break_at: pd.Timestamp
+    step: int
+
+    def shares(self, on: pd.Series) -> tuple[float, float]:
+        """The share of the steps before and after the break where ``on`` holds."""
+        return _frac(self.before, on[self.before.index]), _frac(self.after, on[self.after.index])
+
+
+def _frac(frame: pd.DataFrame, condition: pd.Series) -> float:
+    return float(condition.mean()) if len(frame) else 0.0
+
+
+def _row(
+    sp: _Split, signal: str, moving: pd.Series, before: str, after: str, change: float, detail: str
+) -> dict[str, Any]:
+    """A capacity row: ``change`` (its worsening, 0 when it got better) scored by when ``moving`` moved."""
+    moved = moved_at(moving, sp.break_at, sp.step)
+    lead, factor = timing(moved, sp.break_at, sp.step)
+    return evidence_row(signal, "capacity", before, after, max(change, 0.0) * factor, moved, lead, detail, sp.step)
+
+
 def capacity_evidence(
     cap: pd.DataFrame, break_at: pd.Timestamp, after_end: pd.Timestamp, step: int
 ) -> list[dict[str, Any]]:
     before = cap[cap.index < break_at]
     after = cap[(cap.index >= break_at) & (cap.index < after_end)]
-    rows: list[dict[str, Any]] = []
     if before.empty or after.empty:
-        return rows
+        return []
+    sp = _Split(cap, before, after, break_at, step)
+    adapter_wait = _adapter_wait(cap)
+    rows, kv_on = _kv_rows(sp, adapter_wait)
+    queue_on = (cap["waiting"] > 0.5) & ~adapter_wait
+    if kv_on is not None:
+        queue_on &= ~kv_on
+    q_b, q_a = sp.shares(queue_on)
+    rows.append(
+        _row(
+            sp,
+            "queueing without KV saturation",
+            cap["waiting"],
+            f"{q_b:.0%} of steps",
+            f"{q_a:.0%} of steps",
+            q_a - q_b,
+            f"requests waiting while no replica's KV cache was {PRESSURE:.0%} used: batch or compute limits",
+        )
+    )
+    hb, ha = before["prefix_hit_rate"].mean(), after["prefix_hit_rate"].mean()
+    if pd.notna(hb) and pd.notna(ha):
+        rows.append(
+            _row(
+                sp,
+                "prefix-cache hit rate",
+                cap["prefix_hit_rate"],
+                f"{hb:.0%}",
+                f"{ha:.0%}",
+                hb - ha,
+                "a lower hit rate means more prompt tokens to compute",
+            )
+        )
+    rows.extend(_stalled_rows(sp))
+    rows.extend(_draft_rows(cap, before, after, break_at, step))
+    rows.extend(_adapter_rows(sp, adapter_wait))
+    ub, ua = before["replicas_up"].mean(), after["replicas_up"].mean()
+    if pd.notna(ub) and ub > 0:
+        rows.append(
+            _row(
+                sp,
+                "replicas up",
+                cap["replicas_up"],
+                f"{ub:.1f}",
+                f"{ua:.1f}",
+                1 - ua / ub,
+                "fewer replicas serving the same traffic",
+            )
+        )
+    return rows
 
-    def frac(frame: pd.DataFrame, condition: pd.Series) -> float:
-        return float(condition.mean()) if len(frame) else 0.0
 
-    # requests waiting for a LoRA adapter slot wait for the adapter, not for KV blocks or compute
+def _adapter_wait(cap: pd.DataFrame) -> pd.Series:
+    """The steps where requests waited for a LoRA adapter slot: they wait for the adapter, not for
+    KV blocks or compute."""
     adapter_wait = pd.Series(False, index=cap.index)
     if "adapters_blocked" in cap:  # an adapter listed waiting while every slot ran another (the simulator's)
         adapter_wait |= cap["adapters_blocked"] > 0
     if "adapters_deferred" in cap:  # requests held back for a slot (vLLM's waiting reason "deferred")
         adapter_wait |= cap["adapters_deferred"] > 0.5
-    if "kv_peak" in cap:
-        # full, or so full that the next request's blocks do not fit: requests wait at half use
-        on = (cap["kv_peak"] >= SATURATED) | ((cap["waiting"] > 0.5) & (cap["kv_peak"] >= PRESSURE) & ~adapter_wait)
-        f_b, f_a = frac(before, on[before.index]), frac(after, on[after.index])
-        moved = moved_at(cap["kv_avg"], break_at, step)
-        lead, factor = timing(moved, break_at, step)
-        detail = (
-            f"KV usage {before['kv_avg'].mean():.0%} -> {after['kv_avg'].mean():.0%} on average; a replica at "
-            f">= {SATURATED:.0%}, or >= {PRESSURE:.0%} with requests waiting, in {f_b:.0%} -> {f_a:.0%} of steps; "
-            f"{before['waiting'].mean():.1f} -> "
-            f"{after['waiting'].mean():.1f} requests waiting; "
-            f"{before['preemptions'].sum() / max(len(before) * step, 1) * 60:.1f} -> "
-            f"{after['preemptions'].sum() / max(len(after) * step, 1) * 60:.1f} preemptions/min"
-        )
-        rows.append(
-            evidence_row(
-                "KV-cache saturation",
-                "capacity",
-                f"{f_b:.0%} of steps",
-                f"{f_a:.0%} of steps",
-                max(f_a - f_b, 0.0) * factor,
-                moved,
-                lead,
-                detail,
-                step,
-            )
-        )
-        queue_on = (cap["waiting"] > 0.5) & ~on & ~adapter_wait
-    else:
-        queue_on = (cap["waiting"] > 0.5) & ~adapter_wait
-    q_b, q_a = frac(before, queue_on[before.index]), frac(after, queue_on[after.index])
-    moved = moved_at(cap["waiting"], break_at, step)
-    lead, factor = timing(moved, break_at, step)
-    rows.append(
-        evidence_row(
-            "queueing without KV saturation",
-            "capacity",
-            f"{q_b:.0%} of steps",
-            f"{q_a:.0%} of steps",
-            max(q_a - q_b, 0.0) * factor,
-            moved,
-            lead,
-            f"requests waiting while no replica's KV cache was {PRESSURE:.0%} used: batch or compute limits",
-            step,
-        )
+    return adapter_wait
+
+
+def _kv_rows(sp: _Split, adapter_wait: pd.Series) -> tuple[list[dict[str, Any]], pd.Series | None]:
+    """KV-cache saturation's row and the steps it was on (none without the KV gauges)."""
+    cap, before, after, step = sp.cap, sp.before, sp.after, sp.step
+    if "kv_peak" not in cap:
+        return [], None
+    # full, or so full that the next request's blocks do not fit: requests wait at half use
+    on = (cap["kv_peak"] >= SATURATED) | ((cap["waiting"] > 0.5) & (cap["kv_peak"] >= PRESSURE) & ~adapter_wait)
+    f_b, f_a = sp.shares(on)
+    detail = (
+        f"KV usage {before['kv_avg'].mean():.0%} -> {after['kv_avg'].mean():.0%} on average; a replica at "
+        f">= {SATURATED:.0%}, or >= {PRESSURE:.0%} with requests waiting, in {f_b:.0%} -> {f_a:.0%} of steps; "
+        f"{before['waiting'].mean():.1f} -> "
+        f"{after['waiting'].mean():.1f} requests waiting; "
+        f"{before['preemptions'].sum() / max(len(before) * step, 1) * 60:.1f} -> "
+        f"{after['preemptions'].sum() / max(len(after) * step, 1) * 60:.1f} preemptions/min"
     )
-    hb, ha = before["prefix_hit_rate"].mean(), after["prefix_hit_rate"].mean()
-    if pd.notna(hb) and pd.notna(ha):
-        moved = moved_at(cap["prefix_hit_rate"], break_at, step)
-        lead, factor = timing(moved, break_at, step)
-        rows.append(
-            evidence_row(
-                "prefix-cache hit rate",
-                "capacity",
-                f"{hb:.0%}",
-                f"{ha:.0%}",
-                max(hb - ha, 0.0) * factor,
-                moved,
-                lead,
-                "a lower hit rate means more prompt tokens to compute",
-                step,
-            )
+    row = _row(
+        sp, "KV-cache saturation", cap["kv_avg"], f"{f_b:.0%} of steps", f"{f_a:.0%} of steps", f_a - f_b, detail
+    )
+    return [row], on
+
+
+def _stalled_rows(sp: _Split) -> list[dict[str, Any]]:
+    """Stalled replicas' row, where any stalled (``analytics.stalls``)."""
+    cap, step = sp.cap, sp.step
+    if "stalled" not in cap:
+        return []
+    s_b, s_a = sp.shares(cap["stalled"] > 0)
+    if not (s_a > 0 or s_b > 0):
+        return []
+    who = sorted((cap.attrs.get("stalled_replicas") or {}).items(), key=lambda item: -item[1][1])
+    named = ", ".join(f"{r} (from {first:%H:%M:%S}, {n * step / 60:.1f} min)" for r, (first, n) in who[:5])
+    detail = (
+        f"replicas that held requests and generated no token: {named or 'none named'}; their "
+        "requests wait, the others take the rest"
+    )
+    return [
+        _row(sp, "stalled replicas", cap["stalled"], f"{s_b:.0%} of steps", f"{s_a:.0%} of steps", s_a - s_b, detail)
+    ]
+
+
+def _adapter_rows(sp: _Split, adapter_wait: pd.Series) -> list[dict[str, Any]]:
+    """Adapter waiting's row, where requests waited for a LoRA adapter slot at all."""
+    cap, before, after = sp.cap, sp.before, sp.after
+    if not bool(adapter_wait.any()):
+        return []
+    f_b, f_a = sp.shares(adapter_wait)
+    waited = sorted((cap.attrs.get("blocked_adapters") or {}).items(), key=lambda item: -item[1])
+    slots = "/".join(str(m) for m in cap.attrs.get("max_lora") or []) or "?"
+    detail = (
+        f"requests waited for a LoRA adapter slot (max_loras {slots}) in {f_b:.0%} -> {f_a:.0%} of steps"
+        + (
+            f", {before['adapters_deferred'].mean():.1f} -> {after['adapters_deferred'].mean():.1f} requests deferred"
+            if "adapters_deferred" in cap
+            else ""
         )
-    if "stalled" in cap:
-        on = cap["stalled"] > 0
-        s_b, s_a = frac(before, on[before.index]), frac(after, on[after.index])
-        if s_a > 0 or s_b > 0:
-            moved = moved_at(cap["stalled"], break_at, step)
-            lead, factor = timing(moved, break_at, step)
-            who = sorted((cap.attrs.get("stalled_replicas") or {}).items(), key=lambda item: -item[1][1])
-            named = ", ".join(f"{r} (from {first:%H:%M:%S}, {n * step / 60:.1f} min)" for r, (first, n) in who[:5])
-            rows.append(
-                evidence_row(
-                    "stalled replicas",
-                    "capacity",
-                    f"{s_b:.0%} of steps",
-                    f"{s_a:.0%} of steps",
-                    max(s_a - s_b, 0.0) * factor,
-                    moved,
-                    lead,
-                    f"replicas that held requests and generated no token: {named or 'none named'}; their "
-                    "requests wait, the others take the rest",
-                    step,
-                )
-            )
-    rows.extend(_draft_rows(cap, before, after, break_at, step))
-    if bool(adapter_wait.any()):
-        f_b, f_a = frac(before, adapter_wait[before.index]), frac(after, adapter_wait[after.index])
-        moved = moved_at(adapter_wait.astype(float), break_at, step)
-        lead, factor = timing(moved, break_at, step)
-        waited = sorted((cap.attrs.get("blocked_adapters") or {}).items(), key=lambda item: -item[1])
-        slots = "/".join(str(m) for m in cap.attrs.get("max_lora") or []) or "?"
-        rows.append(
-            evidence_row(
-                "adapter waiting",
-                "capacity",
-                f"{f_b:.0%} of steps",
-                f"{f_a:.0%} of steps",
-                max(f_a - f_b, 0.0) * factor,
-                moved,
-                lead,
-                f"requests waited for a LoRA adapter slot (max_loras {slots}) in {f_b:.0%} -> {f_a:.0%} of steps"
-                + (
-                    f", {before['adapters_deferred'].mean():.1f} -> {after['adapters_deferred'].mean():.1f} requests "
-                    "deferred"
-                    if "adapters_deferred" in cap
-                    else ""
-                )
-                + (f"; adapters waiting most: {', '.join(name for name, _n in waited[:4])}" if waited else "")
-                + ": more adapters wanted at once than slots, so their requests wait and are swapped in turn",
-                step,
-            )
-        )
-    ub, ua = before["replicas_up"].mean(), after["replicas_up"].mean()
-    if pd.notna(ub) and ub > 0:
-        moved = moved_at(cap["replicas_up"], break_at, step)
-        lead, factor = timing(moved, break_at, step)
-        rows.append(
-            evidence_row(
-                "replicas up",
-                "capacity",
-                f"{ub:.1f}",
-                f"{ua:.1f}",
-                max(1 - ua / ub, 0.0) * factor,
-                moved,
-                lead,
-                "fewer replicas serving the same traffic",
-                step,
-            )
-        )
-    return rows
+        + (f"; adapters waiting most: {', '.join(name for name, _n in waited[:4])}" if waited else "")
+        + ": more adapters wanted at once than slots, so their requests wait and are swapped in turn"
+    )
+    moving = adapter_wait.astype(float)
+    return [_row(sp, "adapter waiting", moving, f"{f_b:.0%} of steps", f"{f_a:.0%} of steps", f_a - f_b, detail)]
 
 
 def _draft_rows(

@@ -1,6 +1,6 @@
 """One cost rule, read three ways: for a view and a period, the showback's figure (``analytics.cost``),
 the cost series' mean over the period's steps (``analytics.cost_series``: its spend over its tokens)
-and explain's before / after (``analytics.cost_explain``) must be the same number."""
+and explain's before / after (``analytics.explain.cost``) must be the same number."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from datetime import datetime
 import pandas as pd
 
 from analytics.cost import cost_by_adapter, cost_by_tenant, cost_per_token
-from analytics.cost_explain import explain_cost
 from analytics.cost_series import cost_over_time
+from analytics.explain import explain_cost
 from analytics.filters import Filters
 
 FLEET = "(fleet)"

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from analytics.cost import TokenWeights
-from analytics.cost_explain import explain_cost
-from analytics.cost_parts import Side, decompose, level, shapley
 from analytics.cost_series import cost_over_time
+from analytics.explain import explain_cost
+from analytics.explain.cost_parts import Side, decompose, level, shapley
 from analytics.filters import Filters
 from tests.analytics.agreement import disagreements, figures
 from tests.analytics.scenario_data import PRICES, play
@@ -138,8 +138,8 @@ def test_when_a_tenant_sent_its_tokens_is_its_own_traffic_not_the_others_volume(
 def test_offsetting_parts_are_said_in_dollars_never_as_shares_above_the_change() -> None:
     from datetime import UTC, datetime
 
-    from analytics.cost_explain import CostExplanation, View
-    from analytics.cost_words import Words, sentence
+    from analytics.explain.cost_model import CostExplanation, View
+    from analytics.explain.cost_words import Words, sentence
 
     # a pool's spend up by $2 per 1M tokens, the view's own traffic down by $1.5: a change of +$0.5, whose
     # largest part is 400 % of it

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from analytics.changepoints import change_points, episode, regression
-from analytics.explain import _full_steps, explain, quantile_series
+from analytics.explain import explain, quantile_series
+from analytics.explain.latency import _full_steps
 from tests.analytics.scenario_data import INTERVAL, PRICES, play
 
 

@@ -46,6 +46,8 @@ from itertools import combinations
 
 import pandas as pd
 
+from analytics.errors import NoData
+
 __all__ = ["KINDS", "Side", "decompose", "level", "shapley"]
 
 KINDS = ("traffic", "volume", "spend")
@@ -64,7 +66,7 @@ class Side:
 def level(side: Side) -> float:
     """The view's cost per token on one side: its part of the spend over its tokens."""
     if side.x <= 0:
-        raise ValueError("no tokens served")
+        raise NoData("no tokens served")
     return float(side.pools["view_spend"].sum()) / side.x
 
 
@@ -129,7 +131,7 @@ def decompose(before: Side, after: Side, *, shared: bool) -> pd.DataFrame:
     one pool, whose part of a pool is all of it. ``ValueError`` when the view served no tokens on
     a side (its cost per token is undefined there)."""
     if before.x <= 0 or after.x <= 0:
-        raise ValueError("no tokens served " + ("before the break" if before.x <= 0 else "after the break"))
+        raise NoData("no tokens served " + ("before the break" if before.x <= 0 else "after the break"))
     pools = sorted(set(before.pools.index) | set(after.pools.index))
     b = before.pools.reindex(pools)[SIDE_COLUMNS].fillna(0.0).astype(float)
     a = after.pools.reindex(pools)[SIDE_COLUMNS].fillna(0.0).astype(float)

@@ -1,7 +1,7 @@
 """The words of a cost explanation: each part of the change in a few words (the sentence) and in
 full (the decomposition's ``detail``), from the two periods' tables.
 
-In:  ``Words``: the view (``analytics.cost_explain.View``), both periods' per-pool tables (spend,
+In:  ``Words``: the view (``analytics.explain.cost_model.View``), both periods' per-pool tables (spend,
      tokens, the view's tokens and part, other tokens, replicas, idle share; per hour), the view's
      tokens per hour on each side, the tenants' flows per hour and the movers; for the sentence,
      the ``CostExplanation`` (levels, break, evidence).
@@ -14,24 +14,15 @@ Out: ``sentence``: "Cost per 1M tokens of ... rose from $a to $b at ...; consist
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import NamedTuple
 
 import pandas as pd
 
-if TYPE_CHECKING:
-    from analytics.cost_explain import CostExplanation, View
+from analytics.explain.cost_model import CostExplanation, View, records, to_float
 
 __all__ = ["MOVED", "Words", "detail", "sentence"]
 
 MOVED = 0.05  # a share of a tenant's tokens that changed pool by this much is a move
-
-
-def _f(value: Any) -> float:
-    return float(value)
-
-
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    return [{str(k): v for k, v in row.items()} for row in df.to_dict(orient="records")]
 
 
 def _money(usd_per_million: float) -> str:
@@ -63,7 +54,7 @@ class Words(NamedTuple):
 
 
 def _at(t: pd.DataFrame, pool: str, column: str) -> float:
-    return _f(t.at[pool, column]) if pool in t.index and column in t.columns else 0.0
+    return to_float(t.at[pool, column]) if pool in t.index and column in t.columns else 0.0
 
 
 def _moves(w: Words) -> tuple[list[str], list[str]]:
@@ -87,10 +78,10 @@ def _others_moved(w: Words, pool: str) -> list[str]:
         f = f[f["tenant"] != w.view.value]
     f = f.assign(change=f["tokens_after"] - f["tokens_before"]).sort_values("change", key=abs, ascending=False)
     out = []
-    for r in _records(f.head(2)):
-        if abs(_f(r["change"])) <= MOVED * max(_f(r["tokens_before"]), 1.0):
+    for r in records(f.head(2)):
+        if abs(to_float(r["change"])) <= MOVED * max(to_float(r["tokens_before"]), 1.0):
             continue
-        before, after = _f(r["tokens_before"]), _f(r["tokens_after"])
+        before, after = to_float(r["tokens_before"]), to_float(r["tokens_after"])
         went = "left" if after <= 0 else "arrived" if before <= 0 else f"per hour {_pct(before, after)}"
         mover = w.movers[w.movers["tenant"] == r["tenant"]] if len(w.movers) else w.movers
         how = ""
@@ -125,7 +116,7 @@ def detail(kind: str, pool: str, w: Words) -> str:
     b, a = w.before, w.after
     if kind == "spend":
         rb, ra = _at(b, pool, "replicas"), _at(a, pool, "replicas")
-        ib, ia = (_f(t.at[pool, "idle_share"]) if pool in t.index else math.nan for t in (b, a))
+        ib, ia = (to_float(t.at[pool, "idle_share"]) if pool in t.index else math.nan for t in (b, a))
         idle = f", idle {ib:.0%} -> {ia:.0%}" if not (math.isnan(ib) or math.isnan(ia)) else ""
         spend = _pct(_at(b, pool, "spend"), _at(a, pool, "spend"))
         return f"{pool}'s spend per hour {spend}: replicas up {rb:.1f} -> {ra:.1f}{idle}"
@@ -154,7 +145,7 @@ def detail(kind: str, pool: str, w: Words) -> str:
         per_tenant = flows.groupby("tenant")[["tokens_before", "tokens_after"]].sum()
         change = (per_tenant["tokens_after"] - per_tenant["tokens_before"]).sort_values(key=abs, ascending=False)
         top = [
-            f"{t} {_pct(_f(per_tenant.at[t, 'tokens_before']), _f(per_tenant.at[t, 'tokens_after']))}"
+            f"{t} {_pct(to_float(per_tenant.at[t, 'tokens_before']), to_float(per_tenant.at[t, 'tokens_after']))}"
             for t in change.index[:2]
         ]
         if top:
@@ -174,16 +165,18 @@ def sentence(ex: CostExplanation, w: Words) -> str:
     if along.empty:
         return head + "; no single driver explains it (see the decomposition)."
     against = ex.evidence[ex.evidence["share"] < 0]
-    offset = len(against) and _f(along["share"].max()) > 1.0
+    offset = len(against) and to_float(along["share"].max()) > 1.0
     parts = []
-    for r in _records(along):
+    for r in records(along):
         label = _label(str(r["kind"]), str(r["pool"]), w)
-        share = "" if offset else f", {_f(r['share']):.0%} of the change"
-        parts.append(f"{label} ({_money(_f(r['usd_per_million']))}{share})")
+        share = "" if offset else f", {to_float(r['share']):.0%} of the change"
+        parts.append(f"{label} ({_money(to_float(r['usd_per_million']))}{share})")
     text = f"{head}. Consistent with {'; '.join(parts)}"
     if offset:
-        r = _records(against.sort_values("share").head(1))[0]
-        text += f"; partly offset by {_label(str(r['kind']), str(r['pool']), w)} ({_money(_f(r['usd_per_million']))})"
+        r = records(against.sort_values("share").head(1))[0]
+        text += (
+            f"; partly offset by {_label(str(r['kind']), str(r['pool']), w)} ({_money(to_float(r['usd_per_million']))})"
+        )
     if len(ex.movers):
         m = ex.movers.iloc[0]
         text += (
