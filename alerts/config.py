@@ -13,12 +13,16 @@ have nowhere to go, and ``fleetscope alerts run`` says so at start.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from alerts.model import Matcher, parse_matchers
 from alerts.receivers import ReceiverConfig
 from common.durations import Duration
+
+if TYPE_CHECKING:
+    from alerts.rules import RuleGroup
 
 __all__ = ["AlertsSettings", "InhibitRule", "Route", "rule_groups"]
 
@@ -146,7 +150,7 @@ class AlertsSettings(BaseModel):
         return out
 
 
-def rule_groups(settings: AlertsSettings) -> list:
+def rule_groups(settings: AlertsSettings) -> list[RuleGroup]:
     """The rule groups to evaluate: the built-in pack (unless turned off) and ``rule_files``."""
     from alerts.rules import PACK, load_rules, merge
 

@@ -1,6 +1,6 @@
 """The evaluator: rule groups on a schedule -> states, history and notifications.
 
-In:  rule groups (``alerts.rules``), a ``signals.Context`` (ClickHouse client, metadata
+In:  rule groups (``alerts.rules``), a ``reading.Context`` (ClickHouse client, metadata
      sessions), the ``alerts`` settings (receivers, routes), and the evaluation time.
 Out: per evaluation of a group: the instances' new states saved in the metadata DB
      (``alert_states``), their state changes appended to ClickHouse (``alert_events``), and
@@ -20,18 +20,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from alerts.config import AlertsSettings
+from alerts.errors import SignalError
+from alerts.expr import evaluate, parse_expr
 from alerts.model import Alert
 from alerts.notify import Notifier, Sent
+from alerts.reading import Context
 from alerts.rules import Rule, RuleGroup, render
-from alerts.signals import Context, SignalError, evaluate
 from alerts.state import REASON, Active, Instance, Outcome, Timing, Transition, step
 from alerts.store import load_states, prune_states, save_evaluation, save_states, write_events
+
+if TYPE_CHECKING:
+    from storage.leases import Bind
 
 __all__ = ["Evaluator", "GroupReport"]
 
@@ -135,7 +141,9 @@ class Evaluator:
     def _rule(self, rule: Rule, at: datetime, report: GroupReport) -> tuple[dict[str, Instance], list[Transition]]:
         base = {**rule.labels, "alertname": rule.name}
         try:
-            samples = evaluate(self.ctx, rule.parsed, at)
+            # a validated rule holds its parsed expression; one made without validation is parsed here
+            expr = rule.parsed if rule.parsed is not None else parse_expr(rule.expr)
+            samples = evaluate(self.ctx, expr, at)
             active = []
             for s in samples:
                 if rule.holds(s.value):
@@ -208,7 +216,7 @@ class Evaluator:
         with self._lease_lock:  # groups run in two threads: the lease changes hands once, states load once
             return self._holding(acquire)
 
-    def _holding(self, acquire) -> bool:  # noqa: ANN001
+    def _holding(self, acquire: Callable[[Bind, str, str, float], bool]) -> bool:
         try:
             held = acquire(self.sessions.kw["bind"], LEASE, self.holder, self.lease_ttl_s)
         except Exception as exc:  # noqa: BLE001 - the metadata DB is down: nobody can save state either
@@ -227,6 +235,7 @@ class Evaluator:
 
     def start(self, *, deliver: bool = True) -> None:
         """Evaluate every group on its interval (APScheduler) and deliver the outbox in a thread."""
+        # APScheduler ships no type information
         from apscheduler.executors.pool import ThreadPoolExecutor
         from apscheduler.schedulers.background import BackgroundScheduler
 

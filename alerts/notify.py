@@ -143,10 +143,10 @@ class Notifier:
                 continue
             bucket = buckets.get((receiver, key))
             if bucket is None:  # nothing of the group is left: what it was told resolves
-                route = self._route(key)
-                if route is None or receiver not in self.receivers:
+                last_route = self._route(key)
+                if last_route is None or receiver not in self.receivers:
                     continue
-                bucket = buckets[(receiver, key)] = _Bucket(route, dict((row.sent or {}).get("labels", {})), [])
+                bucket = buckets[(receiver, key)] = _Bucket(last_route, dict((row.sent or {}).get("labels", {})), [])
             present = {a.fingerprint for a in bucket.alerts}
             bucket.alerts.extend(_gone(item, at) for item in told if item["fingerprint"] not in present)
         sent: list[Sent] = []
@@ -174,10 +174,10 @@ class Notifier:
         config = self.receivers[receiver]
         # what this receiver would see: without send_resolved a resolve changes nothing for it
         seen = [a for a in b.alerts if config.send_resolved or a.status == "firing"]
-        digest = _digest(seen)
+        digest: str | None = _digest(seen)
         told = {item["fingerprint"] for item in (row.sent or {}).get("firing", [])} if row is not None else set()
         told_before = bool(row is not None and row.first_seen_at is not None and told)
-        if not config.send_resolved and told_before and {a.fingerprint for a in seen} <= told:
+        if row is not None and not config.send_resolved and told_before and {a.fingerprint for a in seen} <= told:
             digest = row.digest  # only fewer firing: nothing new for a receiver that is not told resolves
         if row is None or row.first_seen_at is None:
             if not firing:

@@ -17,12 +17,14 @@ UTC in and out (SQLite stores them without a zone: every bound time is converted
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Table, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session, sessionmaker
 
 from common.timeutil import as_utc, aware_utc
@@ -43,7 +45,10 @@ __all__ = [
 STATUSES = ("pending", "delivered", "failed")
 _MAX_ERROR = 2000  # characters of last_error kept
 _REDACTED = "<redacted>"
-_INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
+_INSERTS: dict[str, Callable[[Table], postgresql.Insert | sqlite.Insert]] = {
+    "postgresql": postgresql.insert,
+    "sqlite": sqlite.insert,
+}
 
 Sessions = sessionmaker[Session]
 
@@ -82,7 +87,7 @@ def add(session: Any, key: str, receiver: str, body: dict[str, Any], now: dateti
     insert = _INSERTS.get(session.get_bind().dialect.name)
     if insert is None:
         raise ValueError(f"the outbox needs SQLite or PostgreSQL, not {session.get_bind().dialect.name}")
-    t = AlertOutbox.__table__
+    t = cast(Table, AlertOutbox.__table__)  # a declarative model's table (typed as any FromClause)
     added = session.execute(
         insert(t)
         .values(
@@ -187,7 +192,8 @@ def _update(sessions: Sessions, key: str, *, attempted: bool, **values: Any) -> 
     if attempted:
         values["attempts"] = t.attempts + 1
     with sessions() as session:
-        changed = session.execute(update(t).where(t.key == key, t.status == "pending").values(**values)).rowcount
+        result = session.execute(update(t).where(t.key == key, t.status == "pending").values(**values))
+        changed = cast(CursorResult[Any], result).rowcount  # an UPDATE's result is a cursor's
         session.commit()
     return changed == 1
 

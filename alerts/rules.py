@@ -40,7 +40,7 @@ from pydantic import (
     model_validator,
 )
 
-from alerts.signals import Expr, parse_expr
+from alerts.expr import Expr, parse_expr
 from common.durations import Duration, parse_duration
 from common.yamlfile import YamlConfigError, describe_validation_error, read_yaml
 

@@ -85,7 +85,7 @@ class Sink:
                 sink._take(body)
                 self._answer(200, {"status": "ok"})
 
-            def _answer(self, code: int, body: dict) -> None:
+            def _answer(self, code: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(code)
                 self.send_header("content-type", "application/json")
@@ -103,7 +103,7 @@ class Sink:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/"
+        return f"http://{str(host)}:{port}/"  # a str: the server was bound to (host, port)
 
     def _say(self, line: str) -> None:
         self.out(f"{datetime.now(UTC):%H:%M:%S} {line}")

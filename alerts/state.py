@@ -92,6 +92,27 @@ def _special(base: dict[str, str], reason: str, message: str) -> Active:
     )
 
 
+def _under_policy(
+    outcome: Outcome, base_labels: dict[str, str], no_data: str, error: str
+) -> tuple[list[Active], bool] | None:
+    """What holds after ``outcome`` under the rule's ``no_data`` and ``error`` policies, and whether
+    the real instances are kept as they were; None: change nothing (``KeepLast``)."""
+    if outcome.error is not None:
+        if error == "KeepLast":
+            return None
+        active = [] if error == "OK" else [_special(base_labels, "Error", outcome.error)]
+        return active, error == "Error"  # an unanswered query says nothing about the real instances
+    if not outcome.any_data:
+        if no_data == "KeepLast":
+            return None
+        if no_data == "NoData":
+            return [_special(base_labels, "NoData", "the expression returned no data")], True
+        if no_data == "Error":
+            return [_special(base_labels, "Error", "the expression returned no data")], True
+        return [], False
+    return outcome.active, False
+
+
 def step(
     timing: Timing,
     prior: dict[str, Instance],
@@ -103,25 +124,10 @@ def step(
     error: str = "Error",
 ) -> tuple[dict[str, Instance], list[Transition]]:
     """One evaluation of a rule at ``at``: the new instances and the transitions made."""
-    if outcome.error is not None:
-        policy = error
-        if policy == "KeepLast":
-            return dict(prior), []
-        active = [] if policy == "OK" else [_special(base_labels, "Error", outcome.error)]
-        keep_real = policy == "Error"  # an unanswered query says nothing about the real instances
-    elif not outcome.any_data:
-        policy = no_data
-        if policy == "KeepLast":
-            return dict(prior), []
-        if policy == "NoData":
-            active, keep_real = [_special(base_labels, "NoData", "the expression returned no data")], True
-        elif policy == "Error":
-            active, keep_real = [_special(base_labels, "Error", "the expression returned no data")], True
-        else:
-            active, keep_real = [], False
-    else:
-        active, keep_real = outcome.active, False
-
+    holds = _under_policy(outcome, base_labels, no_data, error)
+    if holds is None:
+        return dict(prior), []
+    active, keep_real = holds
     new: dict[str, Instance] = {}
     moves: list[Transition] = []
 

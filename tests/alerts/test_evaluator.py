@@ -12,8 +12,8 @@ import pytest
 from alerts.config import AlertsSettings
 from alerts.evaluator import Evaluator, aligned
 from alerts.model import parse_matchers
+from alerts.reading import Context
 from alerts.rules import RuleFile
-from alerts.signals import Context
 from alerts.store import add_silence, load_states
 from migrations import clickhouse_runner
 from storage.leases import release

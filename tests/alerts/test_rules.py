@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from alerts.expr import parse_expr
 from alerts.rules import PACK, load_rules, parse_duration, render
-from alerts.signals import SIGNALS, parse_expr
+from alerts.signals import SIGNALS
 from common.yamlfile import YamlConfigError
 from fleetscope.ruletest import expand_values
 from tests.conftest import run_cli

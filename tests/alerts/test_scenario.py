@@ -16,7 +16,7 @@ import pytest
 from alerts.config import AlertsSettings, rule_groups
 from alerts.delivery import Deliverer
 from alerts.evaluator import Evaluator
-from alerts.signals import Context
+from alerts.reading import Context
 from alerts.store import history
 from fleet.spec import load_spec
 from fleet.traffic import load_scenario
