@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 
 import httpx
 
+from fleet.errors import FleetError
 from fleet.loadgen import percentile, send_request
 from fleet.traffic import Scenario, TrafficMix, plan_request
 
@@ -129,7 +130,7 @@ def _template_bounds() -> tuple[float, ...]:
 TEMPLATE_TTFT_BOUNDS = _template_bounds()
 
 
-class CalibrationError(Exception):
+class CalibrationError(FleetError):
     """The probe did not measure enough to calibrate: the reason, in words."""
 
 

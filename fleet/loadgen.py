@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import httpx
 
-from fleet.traffic import RequestPlan, Scenario, next_gap, plan_request
+from fleet.traffic import Event, RequestPlan, Scenario, next_gap, plan_request
 
 __all__ = [
     "LoadStats",
@@ -322,12 +322,7 @@ async def run_scenario(
                 break
             t = elapsed * speed  # scenario time
             phase, mix = scenario.mix_at(t)
-            while pending_events and pending_events[0].at_s <= t:
-                event = pending_events.pop(0)
-                if progress:
-                    progress(f"[+{elapsed:5.0f}s {phase}] event: {event.action} {event.replica}")
-                if on_event is not None:
-                    event_tasks.append(asyncio.create_task(_run_event(on_event, event.action, event.replica, progress)))
+            _fire_events(pending_events, t, elapsed, phase, progress, on_event, event_tasks)
             if progress and elapsed >= next_progress:
                 progress(stats.line(elapsed, phase, len(tasks)))
                 next_progress += progress_every_s
@@ -344,12 +339,41 @@ async def run_scenario(
                 next_arrival += next_gap(scaled, t, rng)
                 continue
             await asyncio.sleep(min(next_arrival - elapsed, 0.25, max(0.0, wall_duration - elapsed)))
-        if tasks:
-            if progress:
-                progress(f"waiting for {len(tasks)} in-flight request(s)")
-            await asyncio.wait(tasks, timeout=request_timeout_s)
-        for task in event_tasks:
-            await task
+        await _drain(tasks, event_tasks, request_timeout_s, progress)
         if progress:
             progress(stats.line(time.perf_counter() - start, phase, 0))
     return stats
+
+
+def _fire_events(
+    pending: list[Event],
+    t: float,
+    elapsed: float,
+    phase: str,
+    progress: Callable[[str], None] | None,
+    on_event: Callable[[str, str], None] | None,
+    event_tasks: list[asyncio.Task[None]],
+) -> None:
+    """The scenario's events due by scenario time ``t`` taken from ``pending`` (sorted), announced
+    (with the wall time ``elapsed`` and the ``phase``) and run through ``on_event`` as tasks."""
+    while pending and pending[0].at_s <= t:
+        event = pending.pop(0)
+        if progress:
+            progress(f"[+{elapsed:5.0f}s {phase}] event: {event.action} {event.replica}")
+        if on_event is not None:
+            event_tasks.append(asyncio.create_task(_run_event(on_event, event.action, event.replica, progress)))
+
+
+async def _drain(
+    tasks: set[asyncio.Task[None]],
+    event_tasks: list[asyncio.Task[None]],
+    timeout_s: float,
+    progress: Callable[[str], None] | None,
+) -> None:
+    """The requests still in flight waited for (at most ``timeout_s``), then the events' tasks."""
+    if tasks:
+        if progress:
+            progress(f"waiting for {len(tasks)} in-flight request(s)")
+        await asyncio.wait(tasks, timeout=timeout_s)
+    for task in event_tasks:
+        await task

@@ -94,7 +94,6 @@ SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"]
 
 def _tokenizer(directory: Path) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -107,7 +106,7 @@ def _tokenizer(directory: Path) -> None:
         show_progress=False,
     )
     tok.train_from_iterator(_CORPUS * 8, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
+    fast = _transformers().PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=SPECIAL_TOKENS[0],
         eos_token=SPECIAL_TOKENS[1],
@@ -117,13 +116,21 @@ def _tokenizer(directory: Path) -> None:
     fast.save_pretrained(str(directory))
 
 
+def _transformers() -> Any:
+    """The ``transformers`` module, untyped: a dynamic boundary. Its stubs leave the constructors
+    used here unannotated (``no-untyped-call`` under ``--strict``) and reject the ``torch_dtype``
+    its configs accept (transformers 5 stores it as ``dtype``)."""
+    import transformers
+
+    return transformers
+
+
 def _imports() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         import torch  # noqa: F401
-        from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
+        _transformers().utils.logging.disable_progress_bar()
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise RuntimeError(
             f"making a model needs torch and transformers ({exc.name} is missing): "
@@ -158,13 +165,13 @@ def make_model(directory: Path, size: str = "small", repeat: bool = False) -> Pa
         raise ValueError(f"unknown size {size!r}: choose {' or '.join(SIZES)}")
     _imports()
     import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+    hf = _transformers()
     directory.mkdir(parents=True, exist_ok=True)
     _tokenizer(directory)
     vocab = json.loads((directory / "tokenizer.json").read_text())["model"]["vocab"]
     dims = SIZES[size]
-    config = LlamaConfig(
+    config = hf.LlamaConfig(
         vocab_size=max(VOCAB_SIZE, len(vocab)),
         hidden_size=dims.hidden_size,
         intermediate_size=dims.intermediate_size,
@@ -179,14 +186,14 @@ def make_model(directory: Path, size: str = "small", repeat: bool = False) -> Pa
         torch_dtype="float32",
     )
     torch.manual_seed(SEED)
-    model = LlamaForCausalLM(config).to(torch.float32)
+    model = hf.LlamaForCausalLM(config).to(torch.float32)
     if repeat:
         special = {vocab[t] for t in SPECIAL_TOKENS}
         if sorted(set(vocab.values()) - special) != list(REPEAT_IDS):
             raise RuntimeError(f"the tokenizer's ordinary ids are no longer {REPEAT_IDS}: update REPEAT_IDS")
         _make_repeat(model, successors())
     model.save_pretrained(str(directory), safe_serialization=True)
-    GenerationConfig(
+    hf.GenerationConfig(
         bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
     ).save_pretrained(str(directory))
     return directory

@@ -25,6 +25,7 @@ from analytics.cost import gpu_hours
 from analytics.prefix import cache_capacity, cache_configs
 from fleet.gateway.config import ModelRouterSpec
 from fleet.sim.engine import EngineConfig
+from planner.errors import PlannerError
 from storage.clickhouse import Client
 
 __all__ = ["GPU_SPEED", "POLICIES", "PlanError", "Pool", "Variant", "gateway_routing", "observed_fleet"]
@@ -35,7 +36,7 @@ POLICIES = ("least_loaded", "round_robin", "affinity")
 DEFAULT_BLOCK = 16
 
 
-class PlanError(ValueError):
+class PlanError(PlannerError, ValueError):
     """What cannot be planned, in one line."""
 
 

@@ -38,7 +38,7 @@ from planner.calibrate import FIT_WINDOW_S, Fit, fit, medians
 from planner.fleet import GPU_SPEED, POLICIES, PlanError, Variant, gpu_speed, observed_fleet
 from planner.replay import replay
 from planner.report import FLEET, summary
-from planner.traffic import arrivals
+from planner.traffic import Arrival, arrivals
 from storage.catalog import SloTarget
 from storage.clickhouse import Client
 
@@ -317,24 +317,10 @@ def plan(
     the simulator on another window's traffic (e.g. the quiet hour before an incident) instead of
     the first minutes of this one, so that the backtest judges the fit out of sample."""
     targets = list(targets)
-    rows = recorded_requests(client, start, end)
-    if rows.empty:
-        raise PlanError(
-            f"no request log between {start:%Y-%m-%d %H:%M} and {end:%H:%M} UTC: a replay needs the gateway's log "
-            "(or the engines' spans) of the window"
-        )
-    for column in ("ttft_seconds", "itl_seconds"):  # the gateway times the tokens of streamed answers only:
-        rows[column] = rows[column].where(rows[column] > 0)  # a 0 is "not timed", not an instant answer
-    logged = int(len(rows))
-    if logged < MIN_REQUESTS:
-        raise PlanError(
-            f"the request log holds {logged} rows between {start:%H:%M} and {end:%H:%M} UTC: too thin to replay "
-            f"(at least {MIN_REQUESTS}; a longer window, or a higher sampling rate, gives more)"
-        )
+    rows = _recorded(client, start, end)
     # the window as the traffic filled it: a window opened before the fleet ran (or closed after) would
     # count idle minutes in the replay that the recorded gauges and bill never saw
-    start = max(start, rows["ts"].min().floor("s").to_pydatetime())
-    end = min(end, (rows["ts"].max() + pd.Timedelta(seconds=1)).ceil("s").to_pydatetime())
+    start, end = _filled(rows, start, end)
     seconds = (end - start).total_seconds()
     base = observed_fleet(client, start, end, policy=recorded_policy(rows), router=router)
     base = replace(base, shared_cores=shared_cores)
@@ -347,20 +333,7 @@ def plan(
     traffic = arrivals(rows, t0, prefix_tokens=prefix_tokens, auto_model=auto, seed=seed)
     fit_rows, fit_traffic, fit_seconds = rows, traffic, seconds
     if fit_on is not None:  # out of sample: the fit's own window, its own arrivals
-        fit_rows = recorded_requests(client, *fit_on)
-        if len(fit_rows) < MIN_REQUESTS:
-            raise PlanError(
-                f"the request log holds {len(fit_rows)} rows between {fit_on[0]:%H:%M} and {fit_on[1]:%H:%M} UTC: "
-                f"too thin to fit the simulator on (at least {MIN_REQUESTS})"
-            )
-        for column in ("ttft_seconds", "itl_seconds"):
-            fit_rows[column] = fit_rows[column].where(fit_rows[column] > 0)
-        fit_start = max(fit_on[0], fit_rows["ts"].min().floor("s").to_pydatetime())
-        fit_end = min(fit_on[1], (fit_rows["ts"].max() + pd.Timedelta(seconds=1)).ceil("s").to_pydatetime())
-        fit_seconds = (fit_end - fit_start).total_seconds()
-        fit_traffic = arrivals(
-            fit_rows, pd.Timestamp(fit_start), prefix_tokens=prefix_tokens, auto_model=auto, seed=seed
-        )
+        fit_rows, fit_traffic, fit_seconds = _fit_window(client, fit_on, prefix_tokens, auto, seed)
     fitting = fit_rows[fit_rows["ts"] < fit_rows["ts"].min() + pd.Timedelta(seconds=FIT_WINDOW_S)]  # what it replays
     observed_medians = medians(
         fitting.rename(columns={"ttft_seconds": "ttft", "e2e_seconds": "e2e"})[
@@ -397,6 +370,54 @@ def plan(
         (start, end),
         summaries,
     )
+
+
+def _recorded(client: Client, start: datetime, end: datetime) -> pd.DataFrame:
+    """The request log of ``[start, end)``, untimed latencies as NaN; ``PlanError`` where there is
+    none or too little of it to replay."""
+    rows = recorded_requests(client, start, end)
+    if rows.empty:
+        raise PlanError(
+            f"no request log between {start:%Y-%m-%d %H:%M} and {end:%H:%M} UTC: a replay needs the gateway's log "
+            "(or the engines' spans) of the window"
+        )
+    _untimed_as_nan(rows)
+    logged = int(len(rows))
+    if logged < MIN_REQUESTS:
+        raise PlanError(
+            f"the request log holds {logged} rows between {start:%H:%M} and {end:%H:%M} UTC: too thin to replay "
+            f"(at least {MIN_REQUESTS}; a longer window, or a higher sampling rate, gives more)"
+        )
+    return rows
+
+
+def _untimed_as_nan(rows: pd.DataFrame) -> None:
+    for column in ("ttft_seconds", "itl_seconds"):  # the gateway times the tokens of streamed answers only:
+        rows[column] = rows[column].where(rows[column] > 0)  # a 0 is "not timed", not an instant answer
+
+
+def _filled(rows: pd.DataFrame, start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """``[start, end)`` narrowed to the whole seconds its logged requests span."""
+    return (
+        max(start, rows["ts"].min().floor("s").to_pydatetime()),
+        min(end, (rows["ts"].max() + pd.Timedelta(seconds=1)).ceil("s").to_pydatetime()),
+    )
+
+
+def _fit_window(
+    client: Client, fit_on: tuple[datetime, datetime], prefix_tokens: int, auto: str | None, seed: int
+) -> tuple[pd.DataFrame, list[Arrival], float]:
+    """Another window to fit the simulator on: its request log, its arrivals, its length in seconds."""
+    fit_rows = recorded_requests(client, *fit_on)
+    if len(fit_rows) < MIN_REQUESTS:
+        raise PlanError(
+            f"the request log holds {len(fit_rows)} rows between {fit_on[0]:%H:%M} and {fit_on[1]:%H:%M} UTC: "
+            f"too thin to fit the simulator on (at least {MIN_REQUESTS})"
+        )
+    _untimed_as_nan(fit_rows)
+    fit_start, fit_end = _filled(fit_rows, *fit_on)
+    traffic = arrivals(fit_rows, pd.Timestamp(fit_start), prefix_tokens=prefix_tokens, auto_model=auto, seed=seed)
+    return fit_rows, traffic, (fit_end - fit_start).total_seconds()
 
 
 def _table(summaries: dict[str, pd.DataFrame], fleets: dict[str, Variant]) -> pd.DataFrame:

@@ -70,24 +70,44 @@ class _Replica:
 
 def replay(variant: Variant, arrivals: list[Arrival], seconds: float) -> Outcome:
     """``arrivals`` through ``variant`` (see the module docstring)."""
-    replicas: dict[str, _Replica] = {}
-    for pool in variant.pools.values():
-        config = pool.engine_config()
-        for name in pool.replica_names():
-            replicas[name] = _Replica(ReplicaState(name, pool.model, url=""), SimEngine(config))
-    spec = GatewaySpec(policy=variant.policy, model_router=variant.router, max_in_flight=variant.max_in_flight)  # type: ignore[arg-type]
-    router = Router(spec, [r.state for r in replicas.values()])
-    rows: list[dict[str, object]] = []
-    gaps: dict[str, list[float]] = {}
-    kv: list[tuple[float, str, str, float]] = []
-    meta: dict[str, dict[str, object]] = {}  # request id -> its row so far
-    waiting: deque[tuple[Arrival, int]] = deque()  # the gateway's queue
-    forwarded = 0
+    run = _Replay(variant)
+    tick = 0.0
+    for n, arrival in enumerate(arrivals):
+        while tick <= arrival.at:
+            run.advance(tick)
+            run.admit(tick)
+            run.sample_kv(tick)
+            tick += TICK_S
+        run.arrive(arrival, n)
+    run.drain(tick, max(seconds, arrivals[-1].at if arrivals else 0.0))
+    return run.outcome(seconds)
 
-    def finish(request: SimRequest) -> None:
-        nonlocal forwarded
-        forwarded -= 1
-        row = meta.pop(request.request_id)
+
+class _Replay:
+    """The state of one replay: the replicas, the gateway's router and queue, and the rows so far."""
+
+    __slots__ = ("cores", "forwarded", "gaps", "kv", "meta", "replicas", "router", "rows", "variant", "waiting")
+
+    def __init__(self, variant: Variant) -> None:
+        self.variant = variant
+        self.replicas: dict[str, _Replica] = {}
+        for pool in variant.pools.values():
+            config = pool.engine_config()
+            for name in pool.replica_names():
+                self.replicas[name] = _Replica(ReplicaState(name, pool.model, url=""), SimEngine(config))
+        spec = GatewaySpec(policy=variant.policy, model_router=variant.router, max_in_flight=variant.max_in_flight)  # type: ignore[arg-type]
+        self.router = Router(spec, [r.state for r in self.replicas.values()])
+        self.rows: list[dict[str, object]] = []
+        self.gaps: dict[str, list[float]] = {}
+        self.kv: list[tuple[float, str, str, float]] = []
+        self.meta: dict[str, dict[str, object]] = {}  # request id -> its row so far
+        self.waiting: deque[tuple[Arrival, int]] = deque()  # the gateway's queue
+        self.forwarded = 0
+        self.cores = variant.shared_cores
+
+    def finish(self, request: SimRequest) -> None:
+        self.forwarded -= 1
+        row = self.meta.pop(request.request_id)
         arrived = float(row["at"])  # type: ignore[arg-type]
         first = request.first_token_at if request.first_token_at is not None else request.finished_at
         row.update(
@@ -99,22 +119,33 @@ def replay(variant: Variant, arrivals: list[Arrival], seconds: float) -> Outcome
             itl=float(np.mean(request.token_gaps)) if request.token_gaps else np.nan,
             outcome="ok",
         )
-        gaps.setdefault(str(row["model"]), []).extend(request.token_gaps)
-        rows.append(row)
+        self.gaps.setdefault(str(row["model"]), []).extend(request.token_gaps)
+        self.rows.append(row)
 
-    cores = variant.shared_cores
-
-    def advance(until: float) -> None:
-        if cores:  # engines on one host share its cores: each runs slower while more than it has are busy
+    def advance(self, until: float) -> None:
+        replicas = self.replicas
+        if self.cores:  # engines on one host share its cores: each runs slower while more than it has are busy
             busy = sum(1 for r in replicas.values() if r.engine.has_work())
             for r in replicas.values():
-                r.share(max(1.0, busy / cores))
+                r.share(max(1.0, busy / self.cores))
         for replica in replicas.values():
             for request in replica.advance(until):
-                finish(request)
+                self.finish(request)
 
-    def send(arrival: Arrival, n: int, now: float) -> None:
-        nonlocal forwarded
+    def sample_kv(self, tick: float) -> None:
+        self.kv.extend((tick, name, r.state.model, r.engine.kv_usage) for name, r in self.replicas.items())
+
+    def arrive(self, arrival: Arrival, n: int) -> None:
+        """The ``n``-th request at the gateway: sent on, queued, or rejected (queue full)."""
+        self.advance(arrival.at)
+        if self.forwarded < self.variant.max_in_flight and not self.waiting:
+            self.send(arrival, n, arrival.at)
+        elif len(self.waiting) < self.variant.max_queue:
+            self.waiting.append((arrival, n))
+        else:
+            self.rows.append(_rejected(arrival, self.model_of(arrival)))
+
+    def send(self, arrival: Arrival, n: int, now: float) -> None:
         row: dict[str, object] = {
             "at": arrival.at,
             "tenant": arrival.tenant,
@@ -123,7 +154,7 @@ def replay(variant: Variant, arrivals: list[Arrival], seconds: float) -> Outcome
             "cached_tokens": 0,
         }
         try:
-            decision = router.decide(
+            decision = self.router.decide(
                 arrival.model,
                 arrival.tenant,
                 len(arrival.prompt),
@@ -131,9 +162,9 @@ def replay(variant: Variant, arrivals: list[Arrival], seconds: float) -> Outcome
                 arrival.key,
             )
         except NoReplica:
-            rows.append(dict(row, model=model_of(arrival), replica="", outcome="no_replica"))
+            self.rows.append(dict(row, model=self.model_of(arrival), replica="", outcome="no_replica"))
             return
-        target = replicas[decision.replica.name]
+        target = self.replicas[decision.replica.name]
         row.update(model=decision.model, replica=target.state.name)
         target.advance(now)
         try:
@@ -141,80 +172,73 @@ def replay(variant: Variant, arrivals: list[Arrival], seconds: float) -> Outcome
                 SimRequest(request_id=f"r{n}", prompt=arrival.prompt, max_tokens=arrival.max_tokens, arrival=arrival.at)
             )
         except RequestRejected:
-            rows.append(dict(row, outcome="too_long"))
+            self.rows.append(dict(row, outcome="too_long"))
             return
         target.state.in_flight += 1
-        meta[f"r{n}"] = row
-        forwarded += 1
+        self.meta[f"r{n}"] = row
+        self.forwarded += 1
 
-    def model_of(arrival: Arrival) -> str:
+    def model_of(self, arrival: Arrival) -> str:
         """The model a request counts against: the router's choice for ``auto`` (a refused request
         misses its model's SLO), else the one asked for."""
         try:
-            return router.choose_model(
+            return self.router.choose_model(
                 arrival.model, arrival.tenant, len(arrival.prompt), arrival.asked_tokens or arrival.max_tokens
             )[0]
         except NoReplica:
             return arrival.model
 
-    def admit(now: float) -> None:
-        while waiting and forwarded < variant.max_in_flight:
-            arrival, n = waiting.popleft()
-            if now - arrival.at > variant.queue_timeout_s:
-                rows.append(_rejected(arrival, model_of(arrival)))
+    def admit(self, now: float) -> None:
+        """The gateway's queue sent on while slots are free (a request that waited too long: rejected)."""
+        while self.waiting and self.forwarded < self.variant.max_in_flight:
+            arrival, n = self.waiting.popleft()
+            if now - arrival.at > self.variant.queue_timeout_s:
+                self.rows.append(_rejected(arrival, self.model_of(arrival)))
                 continue
-            send(arrival, n, now)
+            self.send(arrival, n, now)
 
-    tick = 0.0
-    for n, arrival in enumerate(arrivals):
-        while tick <= arrival.at:
-            advance(tick)
-            admit(tick)
-            kv.extend((tick, name, r.state.model, r.engine.kv_usage) for name, r in replicas.items())
+    def drain(self, tick: float, horizon: float) -> None:
+        """After the last arrival: ticks until every request finished and the queue is empty (KV
+        sampled up to ``horizon``), for at most an hour past it; what is left is ``unfinished``."""
+        while self.meta or self.waiting:
+            self.advance(tick)
+            self.admit(tick)
+            if tick < horizon:
+                self.sample_kv(tick)
             tick += TICK_S
-        advance(arrival.at)
-        if forwarded < variant.max_in_flight and not waiting:
-            send(arrival, n, arrival.at)
-        elif len(waiting) < variant.max_queue:
-            waiting.append((arrival, n))
-        else:
-            rows.append(_rejected(arrival, model_of(arrival)))
-    horizon = max(seconds, arrivals[-1].at if arrivals else 0.0)
-    while meta or waiting:
-        advance(tick)
-        admit(tick)
-        if tick < horizon:
-            kv.extend((tick, name, r.state.model, r.engine.kv_usage) for name, r in replicas.items())
-        tick += TICK_S
-        if tick > horizon + 3600:  # a fleet that cannot drain its queue in an hour: the rest never finished
-            break
-    for row in meta.values():
-        rows.append(dict(row, outcome="unfinished"))
-    for arrival, _n in waiting:  # still in the gateway's queue when the replay gave up
-        rows.append(dict(_rejected(arrival, model_of(arrival)), outcome="unfinished"))
-    columns = [
-        "at",
-        "model",
-        "replica",
-        "tenant",
-        "prompt_tokens",
-        "completion_tokens",
-        "cached_tokens",
-        "ttft",
-        "itl",
-        "e2e",
-        "queue",
-        "outcome",
-    ]
-    df = pd.DataFrame(rows).reindex(columns=columns).sort_values("at", ignore_index=True)
-    return Outcome(
-        df,
-        {m: np.asarray(g, float) for m, g in gaps.items()},
-        pd.DataFrame(kv, columns=["t", "replica", "model", "kv"]),
-        seconds,
-        variant,
-        {name: r.state.model for name, r in replicas.items()},
-    )
+            if tick > horizon + 3600:  # a fleet that cannot drain its queue in an hour: the rest never finished
+                break
+        for row in self.meta.values():
+            self.rows.append(dict(row, outcome="unfinished"))
+        for arrival, _n in self.waiting:  # still in the gateway's queue when the replay gave up
+            self.rows.append(dict(_rejected(arrival, self.model_of(arrival)), outcome="unfinished"))
+
+    def outcome(self, seconds: float) -> Outcome:
+        df = pd.DataFrame(self.rows).reindex(columns=_COLUMNS).sort_values("at", ignore_index=True)
+        return Outcome(
+            df,
+            {m: np.asarray(g, float) for m, g in self.gaps.items()},
+            pd.DataFrame(self.kv, columns=["t", "replica", "model", "kv"]),
+            seconds,
+            self.variant,
+            {name: r.state.model for name, r in self.replicas.items()},
+        )
+
+
+_COLUMNS = [
+    "at",
+    "model",
+    "replica",
+    "tenant",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "ttft",
+    "itl",
+    "e2e",
+    "queue",
+    "outcome",
+]
 
 
 def _rejected(arrival: Arrival, model: str) -> dict[str, object]:

@@ -13,12 +13,13 @@ import math
 import time
 from dataclasses import dataclass
 
+from fleet.errors import FleetError
 from fleet.gateway.config import GatewaySpec, TenantLimits
 
 __all__ = ["Admission", "Rejected", "TokenBucket"]
 
 
-class Rejected(Exception):
+class Rejected(FleetError):
     def __init__(self, reason: str, retry_after_s: float) -> None:
         super().__init__(reason)
         self.reason = reason

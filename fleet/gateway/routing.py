@@ -17,12 +17,13 @@ import hashlib
 import itertools
 from dataclasses import dataclass, field
 
+from fleet.errors import FleetError
 from fleet.gateway.config import GatewaySpec
 
 __all__ = ["Decision", "NoReplica", "ReplicaState", "Router", "prefix_hash"]
 
 
-class NoReplica(Exception):
+class NoReplica(FleetError):
     """No healthy replica serves the model."""
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from fleet.errors import FleetError
 from fleet.spec import FleetSpec
 
 __all__ = ["KINDS", "GatewayError", "GatewayPlan", "client_headers", "collector_base", "gateway_plan", "metrics_url"]
@@ -25,7 +26,7 @@ __all__ = ["KINDS", "GatewayError", "GatewayPlan", "client_headers", "collector_
 KINDS = ("fleetscope", "litellm", "vllm-router", "envoy")
 
 
-class GatewayError(ValueError):
+class GatewayError(FleetError, ValueError):
     """The spec cannot be served by the gateway asked for; the message says why."""
 
 

@@ -92,14 +92,57 @@ def _usage_rules(namespace: str) -> list[dict[str, Any]]:
 
 
 def config(spec: FleetSpec) -> dict[str, Any]:
-    """Envoy's static configuration for the spec (a dict: ``yaml.safe_dump`` writes it)."""
+    """Envoy's static configuration for the spec (a dict: ``yaml.safe_dump`` writes it): the admin
+    port, one listener whose HTTP connection manager routes on ``x-model``, reads the usage into
+    metadata and sends the access log to the collector, and a cluster per served model."""
     gw = spec.gateway
     assert gw is not None
+    served = _served(spec)
+    manager = {
+        "@type": _API + "filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "fleet",
+        "codec_type": "AUTO",
+        "preserve_external_request_id": True,
+        "always_set_request_id_in_response": True,
+        "route_config": {
+            "name": "fleet",
+            "virtual_hosts": [{"name": "fleet", "domains": ["*"], "routes": _routes(served)}],
+        },
+        "http_filters": _http_filters(),
+        "access_log": [_access_log(spec)],
+    }
+    return {
+        "admin": {"address": {"socket_address": {"address": spec.host, "port_value": gw.metrics_port_or_default()}}},
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "fleet",
+                    "address": {"socket_address": {"address": spec.host, "port_value": gw.port}},
+                    "filter_chains": [
+                        {
+                            "filters": [
+                                {"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}
+                            ]
+                        }
+                    ],
+                }
+            ],
+            "clusters": _clusters(spec, served),
+        },
+    }
+
+
+def _served(spec: FleetSpec) -> dict[str, list[int]]:
+    """Model (or adapter) name -> the ports of the replicas serving it."""
     served: dict[str, list[int]] = {}
     for r in spec.replicas:
         for name in (r.model, *r.adapters):
             served.setdefault(name, []).append(r.port)
-    collector = urlsplit(collector_base(spec))
+    return served
+
+
+def _routes(served: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """A route per served model on its ``x-model`` header; without one, a 400 naming them."""
     routes: list[dict[str, Any]] = [
         {
             "name": name,
@@ -118,6 +161,12 @@ def config(spec: FleetSpec) -> dict[str, Any]:
             },
         }
     )
+    return routes
+
+
+def _clusters(spec: FleetSpec, served: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """A cluster per served model (its replicas, round robin), and the collector's."""
+    collector = urlsplit(collector_base(spec))
     clusters: list[dict[str, Any]] = [
         {
             "name": name,  # a cluster per served model: Envoy's upstream figures are per model
@@ -143,95 +192,73 @@ def config(spec: FleetSpec) -> dict[str, Any]:
             },
         }
     )
-    manager = {
-        "@type": _API + "filters.network.http_connection_manager.v3.HttpConnectionManager",
-        "stat_prefix": "fleet",
-        "codec_type": "AUTO",
-        "preserve_external_request_id": True,
-        "always_set_request_id_in_response": True,
-        "route_config": {"name": "fleet", "virtual_hosts": [{"name": "fleet", "domains": ["*"], "routes": routes}]},
-        "http_filters": [
-            {
-                "name": "envoy.filters.http.json_to_metadata",
-                "typed_config": {
-                    "@type": _API + "filters.http.json_to_metadata.v3.JsonToMetadata",
-                    "request_rules": {
-                        "rules": [
-                            {
-                                "selectors": [{"key": "model"}],
-                                "on_present": {"metadata_namespace": "llm", "key": "model", "type": "STRING"},
-                            }
-                        ]
-                    },
-                    "response_rules": {
-                        "allow_content_types": ["application/json", "application/json; charset=utf-8"],
-                        "rules": _usage_rules("llm"),
-                    },
-                },
-            },
-            {
-                "name": "envoy.filters.http.sse_to_metadata",
-                "typed_config": {
-                    "@type": _API + "filters.http.sse_to_metadata.v3.SseToMetadata",
-                    "response_rules": {
-                        "content_parser": {
-                            "name": "envoy.content_parsers.json",
-                            "typed_config": {
-                                "@type": _API + "content_parsers.json.v3.JsonContentParser",
-                                "rules": [{"rule": rule} for rule in _usage_rules("llm")],
-                            },
-                        }
-                    },
-                },
-            },
-            {
-                "name": "envoy.filters.http.router",
-                "typed_config": {"@type": _API + "filters.http.router.v3.Router"},
-            },
-        ],
-        "access_log": [
-            {
-                "name": "envoy.access_loggers.open_telemetry",
-                "typed_config": {
-                    "@type": _API + "access_loggers.open_telemetry.v3.OpenTelemetryAccessLogConfig",
-                    "log_name": "fleetscope_requests",
-                    "buffer_flush_interval": f"{FLUSH_S:g}s",
-                    "buffer_size_bytes": 65536,
-                    "http_service": {
-                        "http_uri": {
-                            "uri": f"{collector_base(spec)}/v1/logs",
-                            "cluster": "fleetscope_collector",
-                            "timeout": "5s",
-                        }
-                    },
-                    "resource_attributes": {
-                        "values": [{"key": "service.name", "value": {"string_value": "fleetscope-envoy"}}]
-                    },
-                    "body": {"string_value": "%REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE%"},
-                    "attributes": {
-                        "values": [{"key": k, "value": {"string_value": v}} for k, v in ACCESS_LOG_ATTRIBUTES.items()]
-                    },
-                },
-            }
-        ],
-    }
-    return {
-        "admin": {"address": {"socket_address": {"address": spec.host, "port_value": gw.metrics_port_or_default()}}},
-        "static_resources": {
-            "listeners": [
-                {
-                    "name": "fleet",
-                    "address": {"socket_address": {"address": spec.host, "port_value": gw.port}},
-                    "filter_chains": [
+    return clusters
+
+
+def _http_filters() -> list[dict[str, Any]]:
+    """The request's model and the response's usage (JSON or SSE) into metadata, then the router."""
+    return [
+        {
+            "name": "envoy.filters.http.json_to_metadata",
+            "typed_config": {
+                "@type": _API + "filters.http.json_to_metadata.v3.JsonToMetadata",
+                "request_rules": {
+                    "rules": [
                         {
-                            "filters": [
-                                {"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}
-                            ]
+                            "selectors": [{"key": "model"}],
+                            "on_present": {"metadata_namespace": "llm", "key": "model", "type": "STRING"},
                         }
-                    ],
+                    ]
+                },
+                "response_rules": {
+                    "allow_content_types": ["application/json", "application/json; charset=utf-8"],
+                    "rules": _usage_rules("llm"),
+                },
+            },
+        },
+        {
+            "name": "envoy.filters.http.sse_to_metadata",
+            "typed_config": {
+                "@type": _API + "filters.http.sse_to_metadata.v3.SseToMetadata",
+                "response_rules": {
+                    "content_parser": {
+                        "name": "envoy.content_parsers.json",
+                        "typed_config": {
+                            "@type": _API + "content_parsers.json.v3.JsonContentParser",
+                            "rules": [{"rule": rule} for rule in _usage_rules("llm")],
+                        },
+                    }
+                },
+            },
+        },
+        {
+            "name": "envoy.filters.http.router",
+            "typed_config": {"@type": _API + "filters.http.router.v3.Router"},
+        },
+    ]
+
+
+def _access_log(spec: FleetSpec) -> dict[str, Any]:
+    """The OpenTelemetry access log: a record per request to the collector's ``/v1/logs``."""
+    return {
+        "name": "envoy.access_loggers.open_telemetry",
+        "typed_config": {
+            "@type": _API + "access_loggers.open_telemetry.v3.OpenTelemetryAccessLogConfig",
+            "log_name": "fleetscope_requests",
+            "buffer_flush_interval": f"{FLUSH_S:g}s",
+            "buffer_size_bytes": 65536,
+            "http_service": {
+                "http_uri": {
+                    "uri": f"{collector_base(spec)}/v1/logs",
+                    "cluster": "fleetscope_collector",
+                    "timeout": "5s",
                 }
-            ],
-            "clusters": clusters,
+            },
+            "resource_attributes": {"values": [{"key": "service.name", "value": {"string_value": "fleetscope-envoy"}}]},
+            "body": {"string_value": "%REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE%"},
+            "attributes": {
+                "values": [{"key": k, "value": {"string_value": v}} for k, v in ACCESS_LOG_ATTRIBUTES.items()]
+            },
         },
     }
 

@@ -33,8 +33,8 @@ import os
 from typing import Any
 
 import httpx
-from litellm.integrations.custom_logger import CustomLogger  # type: ignore[import-not-found]
-from litellm.litellm_core_utils.safe_json_dumps import safe_dumps  # type: ignore[import-not-found]
+from litellm.integrations.custom_logger import CustomLogger
+from litellm.litellm_core_utils.safe_json_dumps import safe_dumps
 
 MAX_QUEUE = 100_000
 BATCH = 1_000
@@ -118,7 +118,8 @@ class FleetscopeRequests(CustomLogger):  # type: ignore[misc]
         async with httpx.AsyncClient(timeout=30) as client:
             while True:
                 await asyncio.sleep(1.0)
-                batch, size = [], 0
+                batch: list[tuple[Any, str]] = []
+                size = 0
                 for record in self.queue[:BATCH]:  # at most BATCH records and MAX_BYTES of them
                     line = safe_dumps(record)
                     if batch and size + len(line) > MAX_BYTES:

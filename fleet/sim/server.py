@@ -229,86 +229,26 @@ class SimFleet:
         return app
 
     async def _complete(self, replica: SimReplica, request: web.Request, chat: bool) -> web.StreamResponse:
-        try:
-            body = await request.json()
-            prompt = _prompt_tokens(body, chat)
-            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-        except (ValueError, TypeError, json.JSONDecodeError) as exc:
-            return web.json_response({"error": {"message": f"invalid request: {exc}", "code": 400}}, status=400)
-        asked = body.get("model") or replica.model
-        if asked not in (replica.model, *replica.adapters):
-            return web.json_response(
-                {"error": {"message": f"The model `{body.get('model')}` does not exist.", "code": 404}}, status=404
-            )
-        trace_id = _trace_id(request.headers.get("traceparent"))
-        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
-        sim = SimRequest(
-            request_id,
-            prompt,
-            max_tokens,
-            asyncio.get_running_loop().time(),
-            trace_id,
-            acceptance=prompt_acceptance(prompt),
-            lora="" if asked == replica.model else asked,
-        )
-        try:
-            replica.engine.submit(sim)
-        except RequestRejected as exc:  # vLLM's answer, word for word
-            return web.json_response(
-                {"error": {"message": str(exc), "type": "BadRequestError", "param": exc.param, "code": 400}}, status=400
-            )
+        accepted = await _accept(replica, request, chat)
+        if isinstance(accepted, web.Response):
+            return accepted
+        sim, body, asked = accepted
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        replica.waiters[request_id] = queue
+        replica.waiters[sim.request_id] = queue
         replica.wake.set()
-        created = int(time.time())
-        stream = bool(body.get("stream"))
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         kind = "chat.completion" if chat else "text_completion"
+        head = {"id": sim.request_id, "object": kind, "created": int(time.time()), "model": asked}
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if body.get("stream"):
+            return await _stream(request, queue, sim, head, chat, include_usage)
         pieces: list[str] = []
-        response: web.StreamResponse | None = None
-        if stream:
-            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await response.prepare(request)
         while True:
             item = await queue.get()
             if isinstance(item, Exception):
-                if response is None:
-                    return web.json_response({"error": {"message": str(item), "code": 500}}, status=500)
-                break
+                return web.json_response({"error": {"message": str(item), "code": 500}}, status=500)
             if item is None:
                 break
             pieces.append(item)
-            if response is not None:
-                choice = {"index": 0, "delta": {"content": item}} if chat else {"index": 0, "text": item}
-                choice["finish_reason"] = None
-                chunk = {
-                    "id": request_id,
-                    "object": f"{kind}.chunk" if chat else kind,
-                    "created": created,
-                    "model": asked,
-                    "choices": [choice],
-                }
-                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        usage = {
-            "prompt_tokens": sim.prompt_len,
-            "completion_tokens": sim.generated,
-            "total_tokens": sim.prompt_len + sim.generated,
-            "prompt_tokens_details": {"cached_tokens": sim.cached_tokens},
-        }
-        if response is not None:
-            reason = sim.finish_reason or "length"
-            last = (
-                {"index": 0, "delta": {}, "finish_reason": reason}
-                if chat
-                else {"index": 0, "text": "", "finish_reason": reason}
-            )
-            head = {"id": request_id, "object": kind, "created": created, "model": asked}
-            await response.write(f"data: {json.dumps({**head, 'choices': [last]})}\n\n".encode())
-            if include_usage:
-                await response.write(f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n".encode())
-            await response.write(b"data: [DONE]\n\n")
-            await response.write_eof()
-            return response
         text = "".join(pieces)
         reason = sim.finish_reason or "length"
         choice = (
@@ -316,16 +256,7 @@ class SimFleet:
             if chat
             else {"index": 0, "text": text, "finish_reason": reason}
         )
-        return web.json_response(
-            {
-                "id": request_id,
-                "object": kind,
-                "created": created,
-                "model": asked,
-                "choices": [choice],
-                "usage": usage,
-            }
-        )
+        return web.json_response({**head, "choices": [choice], "usage": _usage(sim)})
 
     # ------------------------------------------------------------------ spans
     async def _export_loop(self) -> None:
@@ -371,9 +302,92 @@ def _trace_id(header: str | None) -> str:
     return secrets.token_hex(16)
 
 
+async def _accept(
+    replica: SimReplica, request: web.Request, chat: bool
+) -> web.Response | tuple[SimRequest, dict[str, Any], str]:
+    """A completion request read and submitted to the replica's engine: the engine's request, the
+    body and the model asked for; or the error response vLLM gives (400 unreadable or rejected,
+    404 a model it does not serve)."""
+    try:
+        body = await request.json()
+        prompt = _prompt_tokens(body, chat)
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+    except (ValueError, TypeError, json.JSONDecodeError) as exc:
+        return web.json_response({"error": {"message": f"invalid request: {exc}", "code": 400}}, status=400)
+    asked = body.get("model") or replica.model
+    if asked not in (replica.model, *replica.adapters):
+        return web.json_response(
+            {"error": {"message": f"The model `{body.get('model')}` does not exist.", "code": 404}}, status=404
+        )
+    trace_id = _trace_id(request.headers.get("traceparent"))
+    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(8)}"
+    sim = SimRequest(
+        request_id,
+        prompt,
+        max_tokens,
+        asyncio.get_running_loop().time(),
+        trace_id,
+        acceptance=prompt_acceptance(prompt),
+        lora="" if asked == replica.model else asked,
+    )
+    try:
+        replica.engine.submit(sim)
+    except RequestRejected as exc:  # vLLM's answer, word for word
+        return web.json_response(
+            {"error": {"message": str(exc), "type": "BadRequestError", "param": exc.param, "code": 400}}, status=400
+        )
+    return sim, body, asked
+
+
+async def _stream(
+    request: web.Request,
+    queue: asyncio.Queue[Any],
+    sim: SimRequest,
+    head: dict[str, Any],
+    chat: bool,
+    include_usage: bool,
+) -> web.StreamResponse:
+    """The engine's tokens for ``sim`` as server-sent events, as vLLM streams them: one chunk a
+    piece, the finish reason, the usage if asked for, ``[DONE]``."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    kind = head["object"]
+    while True:
+        item = await queue.get()
+        if isinstance(item, Exception) or item is None:
+            break
+        choice = {"index": 0, "delta": {"content": item}} if chat else {"index": 0, "text": item}
+        choice["finish_reason"] = None
+        chunk = {**head, "object": f"{kind}.chunk" if chat else kind, "choices": [choice]}
+        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    reason = sim.finish_reason or "length"
+    last = (
+        {"index": 0, "delta": {}, "finish_reason": reason}
+        if chat
+        else {"index": 0, "text": "", "finish_reason": reason}
+    )
+    await response.write(f"data: {json.dumps({**head, 'choices': [last]})}\n\n".encode())
+    if include_usage:
+        await response.write(f"data: {json.dumps({**head, 'choices': [], 'usage': _usage(sim)})}\n\n".encode())
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
+def _usage(sim: SimRequest) -> dict[str, Any]:
+    """The OpenAI ``usage`` of a finished request, with the prompt tokens served from the prefix cache."""
+    return {
+        "prompt_tokens": sim.prompt_len,
+        "completion_tokens": sim.generated,
+        "total_tokens": sim.prompt_len + sim.generated,
+        "prompt_tokens_details": {"cached_tokens": sim.cached_tokens},
+    }
+
+
 def _export_request(spans: list[tuple[SimReplica, SimRequest, float]]) -> bytes:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource
     from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
     def kv(key: str, value: Any) -> KeyValue:
@@ -405,7 +419,7 @@ def _export_request(spans: list[tuple[SimReplica, SimRequest, float]]) -> bytes:
             name="llm_request",
             trace_id=bytes.fromhex(r.trace_id),
             span_id=secrets.token_bytes(8),
-            kind=2,
+            kind=Span.SPAN_KIND_SERVER,
             start_time_unix_nano=int(start_wall * 1e9),
             end_time_unix_nano=int(wall_end * 1e9),
             attributes=attrs,
@@ -414,10 +428,11 @@ def _export_request(spans: list[tuple[SimReplica, SimRequest, float]]) -> bytes:
     request = ExportTraceServiceRequest(
         resource_spans=[
             ResourceSpans(
-                resource={"attributes": [kv(k, v) for k, v in replica.resource().items()]},
+                resource=Resource(attributes=[kv(k, v) for k, v in replica.resource().items()]),
                 scope_spans=[ScopeSpans(spans=spans_)],
             )
             for replica, spans_ in by_replica.values()
         ]
     )
-    return request.SerializeToString()
+    data: bytes = request.SerializeToString()  # google.protobuf has no type stubs here
+    return data

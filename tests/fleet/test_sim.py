@@ -215,7 +215,8 @@ def test_simulated_engines_send_llm_request_spans_with_the_trace_id() -> None:
 
 
 def test_fleet_launcher_runs_sim_replicas_in_one_process_and_stops_them(tmp_path: Path) -> None:
-    from fleet.launcher import Launcher, group_members
+    from fleet.launcher import Launcher
+    from fleet.processes import group_members
     from fleet.spec import load_spec
 
     ports = [free_port() for _ in range(3)]

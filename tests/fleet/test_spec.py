@@ -103,7 +103,7 @@ def test_missing_spec_file(tmp_path: Path) -> None:
 def test_slo_targets_in_the_spec_reach_the_metadata_db_once_and_never_overwrite(
     tmp_path: Path, metadata_url: str
 ) -> None:
-    from fleetscope.up import seed_slos
+    from fleetscope.slo_ledger import seed_slos
     from storage.catalog import SloTarget, set_slo, slo_targets
     from tests.conftest import migrated_sessions
 
