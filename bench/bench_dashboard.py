@@ -40,6 +40,7 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dashboard.pages import PAGES as APP_PAGES  # noqa: E402
 from dashboard.serve import Served, free_port, wait_healthy  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -50,7 +51,10 @@ ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
-PAGES = ["", "latency", "capacity", "traffic", "cost", "investigate", "alerts", "sql", "fleet"]
+# the app's pages (dashboard.pages) that draw their charts as they open, by url path ("" for the default
+# page, served at "/"); the Plan page draws nothing until its form is sent
+PAGES = ["" if i == 0 else p.url_path for i, p in enumerate(APP_PAGES) if p.draws_on_open]
+DEFAULT = APP_PAGES[0].url_path  # the name of the page served at "/"
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 REFRESH_S = 10  # the shortest auto-refresh
 # dashboard.max_grain_s of the served dashboard: its 30-day view moves every 20 s instead of 10 minutes,
@@ -282,7 +286,7 @@ def main() -> None:
     parser.add_argument("--store", type=Path, help="a directory seeded by an earlier run (kept with --keep)")
     parser.add_argument("--keep", type=Path, help="seed into this directory and keep it")
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--pages", nargs="+", choices=[p or "overview" for p in PAGES], help="only these pages")
+    parser.add_argument("--pages", nargs="+", choices=[p or DEFAULT for p in PAGES], help="only these pages")
     parser.add_argument(
         "--readers",
         type=int,
@@ -311,8 +315,8 @@ def main() -> None:
             t = time.perf_counter()
             seed(root, env, args.replicas, args.days)
             print(f"seeded in {time.perf_counter() - t:.0f}s", flush=True)
-        pages = [p for p in PAGES if args.pages is None or (p or "overview") in args.pages]
-        runs: dict[str, list[dict]] = {p or "overview": [] for p in pages}
+        pages = [p for p in PAGES if args.pages is None or (p or DEFAULT) in args.pages]
+        runs: dict[str, list[dict]] = {p or DEFAULT: [] for p in pages}
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             if args.warm_browser:  # one context: pages share its HTTP cache (a browser.new_page() has its own)
@@ -331,7 +335,7 @@ def main() -> None:
                     warm.close()
                     for path in pages:
                         result = measure(served.url, browser, path)
-                        runs[path or "overview"].append(result)
+                        runs[path or DEFAULT].append(result)
                         print(
                             f"  run {i + 1} {path or 'overview':<12} first {result['first_render_s']:.2f}s  "
                             f"second viewer {result['second_viewer_s']:.2f}s  refresh within the grain "

@@ -1,6 +1,6 @@
 """The Streamlit app: ``streamlit run dashboard/app.py`` (``fleetscope dashboard`` does it with the
-configured stores). Pages live in ``dashboard/screens`` (not ``pages``: Streamlit would serve those files
-bare, past the login); each renders what ``analytics`` returns.
+configured stores). The pages, listed in ``dashboard.pages``, live in ``dashboard/screens``; each
+renders what ``analytics`` returns.
 
 In:  the settings (``FLEETSCOPE_CONFIG``), the URL query string (the view: time range, refresh,
      filters).
@@ -21,11 +21,8 @@ if str(ROOT) not in sys.path:  # `streamlit run dashboard/app.py` from a checkou
 
 from dashboard.auth import authenticated, require_login  # noqa: E402
 from dashboard.context import current_params, settings_for_login  # noqa: E402
+from dashboard.pages import PAGES  # noqa: E402
 from dashboard.view import read_view  # noqa: E402
-
-PAGES = (
-    Path(__file__).resolve().parent / "screens"
-)  # not "pages": Streamlit would serve those files bare, past the login
 
 # an icon of its own for the browser tab: a page's material icon would be fetched from fonts.gstatic.com,
 # which a dashboard on a closed network cannot reach (the console said so on every page)
@@ -34,23 +31,11 @@ st.set_page_config(
 )
 settings = settings_for_login()
 allowed = authenticated(settings)
-PAGE_LIST = [  # (file, title, url path, icon)
-    ("overview.py", "Overview", "overview", ":material/monitor_heart:"),
-    ("latency.py", "Latency", "latency", ":material/timer:"),
-    ("capacity.py", "Cache & capacity", "capacity", ":material/memory:"),
-    ("traffic.py", "Traffic & drift", "traffic", ":material/swap_calls:"),
-    ("cost.py", "Cost", "cost", ":material/payments:"),
-    ("investigate.py", "Investigate", "investigate", ":material/troubleshoot:"),
-    ("plan.py", "Plan", "plan", ":material/science:"),
-    ("alerts.py", "Alerts", "alerts", ":material/notifications:"),
-    ("sql.py", "SQL", "sql", ":material/terminal:"),
-    ("fleet.py", "Fleet", "fleet", ":material/dns:"),
-]
 # the page is picked from the URL before the login, so that the visitor lands on it after
 page = st.navigation(
     [
-        st.Page(str(PAGES / file), title=title, url_path=path, icon=icon, default=i == 0)
-        for i, (file, title, path, icon) in enumerate(PAGE_LIST)
+        st.Page(str(p.path), title=p.title, url_path=p.url_path, icon=p.icon, default=i == 0)
+        for i, p in enumerate(PAGES)
     ],
     position="sidebar" if allowed else "hidden",
 )

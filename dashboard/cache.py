@@ -11,7 +11,8 @@ Out: its result, from ``st.cache_data``. The arguments carry the window, whose e
      only bounds how long an answer nobody asks for again is kept. ``fetch`` returns the answers
      by name, each computed on a reader of its own (chDB runs queries on several handles in
      parallel, one at a time on each), keyed as ``cached`` keys them: a page's later ``cached``
-     call of the same thing reads the answer, or waits for the one being computed.
+     call of the same thing reads the answer, or waits for the one being computed. An exception is
+     never an answer: it is not cached, and the next run computes again.
 """
 
 from __future__ import annotations
@@ -41,26 +42,20 @@ def _key(value: Any) -> Any:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=512)
-def _run(_fn: Callable[..., Any], _client: Any, _args: tuple, _kwargs: dict, key: str) -> tuple[bool, Any]:
-    try:
-        return True, _fn(_client, *_args, **_kwargs)
-    except (ValueError, KeyError) as exc:  # an answer too ("no rows to compare", "no price for L40S"): kept
-        return False, exc
+def _run(_fn: Callable[..., Any], _client: Any, _args: tuple[Any, ...], _kwargs: dict[str, Any], key: str) -> Any:
+    return _fn(_client, *_args, **_kwargs)  # what it raises goes through, not kept: st.cache_data keeps returns only
 
 
-def _cached_on(fn: Callable[..., Any], client: Any, handle: Any, args: tuple, kwargs: dict) -> tuple[bool, Any]:
+def _cached_on(fn: Callable[..., Any], client: Any, handle: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``fn`` run on ``handle``, cached under the key ``client`` gives it (the page's own client)."""
     key = repr((fn.__module__, fn.__qualname__, id(client), _key(list(args)), _key(kwargs)))
-    return _run(fn, handle, args, kwargs, key)  # type: ignore[no-any-return]
+    return _run(fn, handle, args, kwargs, key)
 
 
 def cached(fn: Callable[..., Any], client: Any, *args: Any, **kwargs: Any) -> Any:
-    """``fn(client, *args, **kwargs)``, cached; the ``ValueError``/``KeyError`` it raises for a view
-    is cached and raised again, so a page that explains why it cannot show something stays fast."""
-    ok, value = _cached_on(fn, client, client, args, kwargs)
-    if not ok:
-        raise value
-    return value
+    """``fn(client, *args, **kwargs)``, cached; what it raises (a ``ValueError`` a page explains, a store
+    that cannot be read) is raised and not cached: the next rerun calls ``fn`` again."""
+    return _cached_on(fn, client, client, args, kwargs)
 
 
 class Call(NamedTuple):
@@ -75,7 +70,8 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Call:
 
 
 class Fetched(Mapping[str, Any]):
-    """``fetch``'s answers by name; reading one that was a ``ValueError``/``KeyError`` raises it."""
+    """``fetch``'s answers by name; reading one whose call raised a ``ValueError``/``KeyError`` raises it
+    (this once: it was not cached)."""
 
     def __init__(self, answers: dict[str, tuple[bool, Any]]) -> None:
         self._answers = answers
@@ -93,11 +89,22 @@ class Fetched(Mapping[str, Any]):
         return len(self._answers)
 
 
+def _answer(
+    fn: Callable[..., Any], client: Any, handle: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[bool, Any]:
+    """(True, the cached answer), or (False, the ``ValueError``/``KeyError`` it raised, for ``Fetched`` to
+    raise where it is read); any other exception goes through ``fetch``."""
+    try:
+        return True, _cached_on(fn, client, handle, args, kwargs)
+    except (ValueError, KeyError) as exc:  # "no rows to compare", "no price for L40S": said where it is read
+        return False, exc
+
+
 def fetch(client: Any, calls: Mapping[str, Call], readers: Sequence[Any] = ()) -> Fetched:
     """The ``calls``' cached answers, computed at once on the ``readers`` (in turn on ``client``
-    without two of them). Each answer is cached as ``cached`` would cache it."""
+    without two of them). Each answer is cached as ``cached`` would cache it; an exception is not."""
     if len(readers) < 2 or len(calls) < 2:
-        return Fetched({name: _cached_on(c.fn, client, client, c.args, c.kwargs) for name, c in calls.items()})
+        return Fetched({name: _answer(c.fn, client, client, c.args, c.kwargs) for name, c in calls.items()})
     ctx = get_script_run_ctx()
     free: queue.SimpleQueue[Any] = queue.SimpleQueue()
     for handle in readers[:READERS]:
@@ -108,7 +115,7 @@ def fetch(client: Any, calls: Mapping[str, Call], readers: Sequence[Any] = ()) -
             add_script_run_ctx(threading.current_thread(), ctx)
         handle = free.get()
         try:
-            return _cached_on(c.fn, client, handle, c.args, c.kwargs)
+            return _answer(c.fn, client, handle, c.args, c.kwargs)
         finally:
             free.put(handle)
 

@@ -12,6 +12,7 @@ import os
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from common.config import Section
+from dashboard.errors import DashboardConfigError
 
 __all__ = ["DashboardSettings"]
 
@@ -52,13 +53,13 @@ class DashboardSettings(Section):
     @classmethod
     def _not_blank(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and len(value.get_secret_value()) < 8:
-            raise ValueError("the dashboard password must be at least 8 characters")
+            raise DashboardConfigError("the dashboard password must be at least 8 characters")
         return value
 
     @model_validator(mode="after")
     def _oidc_allow_list(self) -> DashboardSettings:
         if self.oidc and not self.allowed_emails:
-            raise ValueError(
+            raise DashboardConfigError(
                 "oidc needs allowed_emails (addresses, or '@example.com' for a domain): "
                 "the provider lets in anyone who has an account with it"
             )

@@ -243,12 +243,12 @@ def page_context(title: str) -> Context:
 def _marks(sessions: Any, view: View) -> list[Any]:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from storage.catalog import annotations
+    from storage.catalog import annotations_in
 
     if sessions is None:
         return []
     try:
-        return annotations(sessions, view.start, view.end)
+        return annotations_in(sessions, view.start, view.end)
     except SQLAlchemyError as exc:  # the charts still draw; say why the markers are missing
         st.caption(
             f"Annotations unavailable (metadata DB: {str(exc).splitlines()[0][:200]}; run `fleetscope migrate`)."

@@ -1,7 +1,7 @@
 """Cost on the pages: Investigate's cost explanation, and the cost series with its breaks.
 
 In:  the page ``Context`` (view, client, metadata sessions, settings) and what ``analytics``
-     returns: ``analytics.cost_explain.explain_cost`` and ``analytics.cost_series``.
+     returns: ``analytics.explain.explain_cost`` and ``analytics.cost_series``.
 Out: Streamlit elements: the sentence and the figures, the series with its break, the waterfall
      (before -> each driver -> after, in USD per 1M tokens), the tokens of each tenant by pool
      before and after, the evidence and the routing decisions (Investigate, ``metric=cost``);
@@ -12,15 +12,15 @@ Out: Streamlit elements: the sentence and the figures, the series with its break
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlencode
 
 import altair as alt
 import pandas as pd
 import streamlit as st
 
-from analytics.cost_explain import CostExplanation, explain_cost
 from analytics.cost_series import cost_breaks, cost_over_time
+from analytics.explain import CostExplanation, explain_cost
 from dashboard.cache import cached
 from dashboard.context import Context, plain
 from dashboard.format import table
@@ -102,14 +102,37 @@ def render_cost_investigation(ctx: Context, start: datetime) -> None:
         st.info(ex.sentence + " Widen the time range to include the rise and some time before it.")
     else:
         st.success(ex.sentence)
-        cols = st.columns(4)
-        cols[0].metric("Before", f"${ex.before:,.4g} / 1M")
-        cols[1].metric(
-            "After", f"${ex.after:,.4g} / 1M", delta=f"{ex.after / ex.before - 1:+.0%}", delta_color="inverse"
-        )
-        cols[2].metric("Break", f"{ex.break_at:%H:%M:%S} UTC", help=f"±{ex.step}s; tokens from the {ex.source}")
-        cols[3].metric("Change", f"{ex.after - ex.before:+,.4g} $/1M", help="after - before: the waterfall's sum")
+        _figures(ex, ex.break_at)
     st.subheader(f"Cost per 1M tokens of {ex.view}")
+    st.altair_chart(with_annotations(_series_chart(ctx, ex), ctx), width="stretch")
+    if ex.break_at is None:
+        return
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Where the change comes from")
+        st.caption("Before, each driver's part (an exact shift-share: they add up), after; USD per 1M tokens.")
+        st.altair_chart(_waterfall_chart(ex), width="stretch")
+    with right:
+        st.subheader("Tokens by pool, before and after")
+        if ex.flows.empty:
+            st.caption("No request log in this window: the pools' tokens come from the engines, tenants are unknown.")
+        else:
+            st.altair_chart(_flows_chart(ex), width="stretch")
+    _evidence(ex)
+
+
+def _figures(ex: CostExplanation, break_at: datetime) -> None:
+    """Before, after, the break and the change, side by side."""
+    cols = st.columns(4)
+    cols[0].metric("Before", f"${ex.before:,.4g} / 1M")
+    cols[1].metric("After", f"${ex.after:,.4g} / 1M", delta=f"{ex.after / ex.before - 1:+.0%}", delta_color="inverse")
+    cols[2].metric("Break", f"{break_at:%H:%M:%S} UTC", help=f"±{ex.step}s; tokens from the {ex.source}")
+    cols[3].metric("Change", f"{ex.after - ex.before:+,.4g} $/1M", help="after - before: the waterfall's sum")
+
+
+def _series_chart(ctx: Context, ex: CostExplanation) -> alt.Chart | alt.LayerChart:
+    """Cost per 1M tokens per step, with the break and the end of the rise ruled where there is one."""
+    v = ctx.view
     series = plain(with_gaps(ex.series.dropna(subset=["value"]), ex.step))
     chart: alt.Chart | alt.LayerChart = (
         alt.Chart(series)
@@ -138,56 +161,50 @@ def render_cost_investigation(ctx: Context, start: datetime) -> None:
                 tooltip=["what:N", TS_TIP],
             ),
         ).resolve_scale(color="independent")
-    st.altair_chart(with_annotations(chart, ctx), width="stretch")
-    if ex.break_at is None:
-        return
-    left, right = st.columns(2)
-    with left:
-        st.subheader("Where the change comes from")
-        st.caption("Before, each driver's part (an exact shift-share: they add up), after; USD per 1M tokens.")
-        steps = waterfall(ex)
-        st.altair_chart(
-            alt.Chart(steps)
-            .mark_bar()
-            .encode(
-                x=alt.X("label:N", sort=alt.EncodingSortField("order"), title=None, axis=alt.Axis(labelAngle=-30)),
-                y=alt.Y("start:Q", title="USD per 1M tokens"),
-                y2="end:Q",
-                color=alt.Color(
-                    "kind:N",
-                    title="",
-                    scale=alt.Scale(domain=["level", "up", "down"], range=["#6b7280", "#dc2626", "#16a34a"]),
-                ),
-                tooltip=["label:N", alt.Tooltip("start:Q", format=",.4g"), alt.Tooltip("end:Q", format=",.4g")],
+    return chart
+
+
+def _waterfall_chart(ex: CostExplanation) -> alt.Chart:
+    chart: alt.Chart = (  # altair types its mark_* methods as returning Any
+        alt.Chart(waterfall(ex))
+        .mark_bar()
+        .encode(
+            x=alt.X("label:N", sort=alt.EncodingSortField("order"), title=None, axis=alt.Axis(labelAngle=-30)),
+            y=alt.Y("start:Q", title="USD per 1M tokens"),
+            y2="end:Q",
+            color=alt.Color(
+                "kind:N",
+                title="",
+                scale=alt.Scale(domain=["level", "up", "down"], range=["#6b7280", "#dc2626", "#16a34a"]),
             ),
-            width="stretch",
+            tooltip=["label:N", alt.Tooltip("start:Q", format=",.4g"), alt.Tooltip("end:Q", format=",.4g")],
         )
-    with right:
-        st.subheader("Tokens by pool, before and after")
-        if ex.flows.empty:
-            st.caption("No request log in this window: the pools' tokens come from the engines, tenants are unknown.")
-        else:
-            flows = ex.flows.melt(
-                id_vars=["tenant", "pool"],
-                value_vars=["share_before", "share_after"],
-                var_name="period",
-                value_name="share",
-            )
-            flows["period"] = flows["period"].str.removeprefix("share_")
-            st.altair_chart(
-                alt.Chart(flows)
-                .mark_bar()
-                .encode(
-                    y=alt.Y("tenant:N", title=None),
-                    x=alt.X(
-                        "share:Q", title="share of the tenant's tokens", axis=alt.Axis(format="%"), stack="normalize"
-                    ),
-                    color=alt.Color("pool:N"),
-                    row=alt.Row("period:N", title=None, sort=["before", "after"]),
-                    tooltip=["tenant:N", "pool:N", "period:N", alt.Tooltip("share:Q", format=".0%")],
-                ),
-                width="stretch",
-            )
+    )
+    return chart
+
+
+def _flows_chart(ex: CostExplanation) -> alt.Chart:
+    """Each tenant's tokens by pool, before and after."""
+    flows = ex.flows.melt(
+        id_vars=["tenant", "pool"], value_vars=["share_before", "share_after"], var_name="period", value_name="share"
+    )
+    flows["period"] = flows["period"].str.removeprefix("share_")
+    chart: alt.Chart = (  # altair types its mark_* methods as returning Any
+        alt.Chart(flows)
+        .mark_bar()
+        .encode(
+            y=alt.Y("tenant:N", title=None),
+            x=alt.X("share:Q", title="share of the tenant's tokens", axis=alt.Axis(format="%"), stack="normalize"),
+            color=alt.Color("pool:N"),
+            row=alt.Row("period:N", title=None, sort=["before", "after"]),
+            tooltip=["tenant:N", "pool:N", "period:N", alt.Tooltip("share:Q", format=".0%")],
+        )
+    )
+    return chart
+
+
+def _evidence(ex: CostExplanation) -> None:
+    """The drivers' figures, the requests that changed pool and the routing decisions."""
     st.subheader("Evidence")
     st.dataframe(
         table(ex.evidence, {"share": "Share of the change"}),
@@ -234,13 +251,16 @@ def render_cost_series(ctx: Context) -> None:
     found = cost_breaks(series, by)
     if len(found):
         marks = found.assign(what=found[by].astype(str) + " rises")
-        chart = alt.layer(
-            chart,
-            alt.Chart(plain(marks))
-            .mark_rule(strokeDash=[6, 3], strokeWidth=2, color="#dc2626")
-            .encode(
-                x=time_x(v, field="break_at"),
-                tooltip=["what:N", alt.Tooltip("before:Q", format=",.4g"), alt.Tooltip("after:Q", format=",.4g")],
+        chart = cast(  # alt.layer of charts is a LayerChart; altair types it LayerChart | FacetChart
+            alt.LayerChart,
+            alt.layer(
+                chart,
+                alt.Chart(plain(marks))
+                .mark_rule(strokeDash=[6, 3], strokeWidth=2, color="#dc2626")
+                .encode(
+                    x=time_x(v, field="break_at"),
+                    tooltip=["what:N", alt.Tooltip("before:Q", format=",.4g"), alt.Tooltip("after:Q", format=",.4g")],
+                ),
             ),
         )
     st.altair_chart(with_annotations(chart, ctx), width="stretch")

@@ -299,6 +299,15 @@ _PRINT: dict[str, Callable[[Any], str]] = {
 }
 
 
+def _day_and_time_or_none(value: Any) -> str:
+    return NONE if pd.isna(value) else _day_and_time(value)
+
+
+def _printer(kind: str) -> Callable[[object], str]:
+    """``cell`` for the values of one column of ``kind``."""
+    return lambda value: cell(value, kind)
+
+
 def cell(value: Any, kind: str) -> str:
     """One value as a table of ``kind`` prints it ("–" for no number)."""
     if pd.api.types.is_scalar(value) and pd.isna(value):  # None, NaN, NaT, NA
@@ -350,7 +359,7 @@ def table(df: pd.DataFrame, labels: Mapping[str, str | tuple[str, str]] | None =
     """``df`` as a table a person reads (see the module docstring): a ``Styler`` for ``st.dataframe``."""
     labels = labels or {}
     out = pd.DataFrame(index=range(len(df)))
-    printers: dict[str, Callable[[Any], str]] = {}
+    printers: dict[str, Callable[[object], str]] = {}
     for name in df.columns:
         series = df[name].reset_index(drop=True)
         given = labels.get(name)
@@ -370,10 +379,11 @@ def table(df: pd.DataFrame, labels: Mapping[str, str | tuple[str, str]] | None =
             head += " "
         out[head] = series
         if kind == TIME and _days(series) > 1:  # times on more than one day carry the date
-            printers[head] = lambda v: NONE if pd.isna(v) else _day_and_time(v)
+            printers[head] = _day_and_time_or_none
         else:
-            printers[head] = lambda v, kind=kind: cell(v, kind)
+            printers[head] = _printer(kind)
         if series.isna().any():  # Streamlit prints an empty cell "None" whatever the Styler says:
             out[head] = series.map(printers[head])  # such a column is printed here (it sorts as text)
             printers[head] = str
-    return out.style.format(printers, na_rep=NONE)
+    formatters: dict[Any, str | Callable[[object], str] | None] = dict(printers)
+    return out.style.format(formatters, na_rep=NONE)

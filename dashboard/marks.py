@@ -21,7 +21,9 @@ import pandas as pd
 __all__ = ["GAP_STEPS", "LINE", "TS_TIP", "marks_frame", "tick_minutes", "time_x", "with_annotations", "with_gaps"]
 
 GAP_STEPS = 3  # a series silent for more than this many steps draws a gap
-LINE = {"invalid": "break-paths-show-domains"}  # path marks break at empty values (Vega-Lite's default, said here)
+LINE: dict[str, Any] = {
+    "invalid": "break-paths-show-domains"
+}  # path marks break at empty values (Vega-Lite's default, said here)
 
 # Every time axis and tooltip reads UTC, as the page captions say (Vega would use the browser's zone).
 TS_TIP = alt.Tooltip("utcyearmonthdatehoursminutesseconds(ts):T", title="time (UTC)")
@@ -42,7 +44,7 @@ def time_x(view: Any = None, title: str | None = "time (UTC)", field: str = "ts"
     ticks at least ``tick_minutes`` apart up to a day."""
     seconds = view.span.total_seconds() if view is not None else None
     long = seconds is not None and seconds > 86400
-    axis = {"format": "%m-%d %H:%M" if long else "%H:%M", "labelOverlap": True}
+    axis: dict[str, Any] = {"format": "%m-%d %H:%M" if long else "%H:%M", "labelOverlap": True}
     if seconds is not None and not long:
         # the smallest step between ticks, in the scale's milliseconds: Vega then picks whole minutes. (A
         # tickCount of {"interval": "minute", "step": n} passes Vega-Lite's schema, but the Vega in
@@ -95,7 +97,7 @@ def marks_frame(marks: list[Any]) -> pd.DataFrame:
     )
 
 
-def with_annotations(chart: alt.Chart, ctx: Any) -> alt.Chart | alt.LayerChart:
+def with_annotations(chart: alt.Chart | alt.LayerChart, ctx: Any) -> alt.Chart | alt.LayerChart:
     marks = getattr(ctx, "marks", None) or []
     if not marks:
         return chart
@@ -114,4 +116,5 @@ def with_annotations(chart: alt.Chart, ctx: Any) -> alt.Chart | alt.LayerChart:
         .mark_rect(color="#7c3aed", opacity=0.08)
         .encode(x=time_x(ctx.view), x2="end:T")
     )
-    return alt.layer(chart, spans, rules).resolve_scale(color="independent")
+    layered: alt.LayerChart = alt.layer(chart, spans, rules).resolve_scale(color="independent")  # typed Any
+    return layered

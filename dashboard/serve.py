@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import AnyStr
 
 import httpx
 
@@ -28,7 +29,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen[AnyStr], timeout_s: float) -> None:
     """Until the Streamlit server at ``url`` answers ``/_stcore/health``; ``RuntimeError`` when
     ``proc`` exits first or ``timeout_s`` passes."""
     deadline = time.monotonic() + timeout_s

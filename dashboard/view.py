@@ -85,7 +85,7 @@ def read_view(params: Mapping[str, str], now: datetime | None = None, *, longest
             problems.append(f"time range from={params.get('from')!r} to={params.get('to')!r} ignored: {exc}")
             start = end = None
             range_key = DEFAULT_RANGE
-    if start is None:
+    if start is None or end is None:
         if range_key not in RANGES:
             problems.append(f"range={range_key!r} is not one of {', '.join(RANGES)}: showing {DEFAULT_RANGE}")
             range_key = DEFAULT_RANGE

@@ -344,7 +344,9 @@ with st.form("silence"):
         try:
             matchers = parse_matchers(text)
             begins = datetime.now(UTC)
-            silence_id = add_silence(sessions, matchers, begins, begins + DURATIONS[duration], author, comment)
+            silence_id = add_silence(
+                sessions, matchers, begins, begins + DURATIONS[duration], author or "", comment
+            )  # author is never None (the box has a value)
         except ValueError as exc:
             st.error(f"Not saved: {exc}")
         else:

@@ -271,23 +271,35 @@ plan = recommend(room, targets)  # from the headroom just read: no second query
 recent = room.attrs.get("window")
 if recent:
     st.caption(f"Judged on the window's last quarter ({recent[0]:%H:%M}–{recent[1]:%H:%M} UTC).")
-for row in plan.itertuples():
+for row in plan.to_dict("records"):
     verb = (
-        ("add " + str(row.change)) if row.change > 0 else ("remove " + str(-row.change)) if row.change < 0 else "keep"
+        ("add " + str(row["change"]))
+        if row["change"] > 0
+        else ("remove " + str(-row["change"]))
+        if row["change"] < 0
+        else "keep"
     )
     box = (
         st.error
-        if row.stalled
+        if row["stalled"]
         else st.warning
-        if row.change > 0 or row.attention
+        if row["change"] > 0 or row["attention"]
         else st.success
-        if row.change == 0
+        if row["change"] == 0
         else st.info
     )
-    box(f"**{row.model}**: {row.replicas} → {row.recommended} replicas ({verb}). " + "; ".join(row.reasons) + ".")
+    box(
+        f"**{row['model']}**: {row['replicas']} → {row['recommended']} replicas ({verb}). "
+        + "; ".join(row["reasons"])
+        + "."
+    )
 st.dataframe(table(room.drop(columns=["saturated", "stalled"])), hide_index=True, width="stretch")
 
-moves = {str(r.model): [int(r.recommended)] for r in plan.itertuples() if r.change != 0 and r.recommended > 0}
+moves = {
+    str(r["model"]): [int(r["recommended"])]
+    for r in plan.to_dict("records")
+    if r["change"] != 0 and r["recommended"] > 0
+}
 if moves and st.toggle(
     "Replay the recommendation on the fleet's own traffic",
     key="capacity_replay",

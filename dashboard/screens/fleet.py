@@ -23,7 +23,7 @@ from storage.catalog import (
     METRICS,
     SloTarget,
     add_annotation,
-    annotations,
+    annotations_in,
     check_slo,
     delete_annotation,
     delete_gpu_price,
@@ -124,8 +124,8 @@ if st.button("Save prices", key="save_prices"):
     rows = edited.dropna(how="all")
     problems = [
         f"row {i + 1}: GPU type and price are both needed"
-        for i, r in enumerate(rows.itertuples())
-        if not str(r.gpu_type or "").strip() or pd.isna(r.usd_per_gpu_hour)
+        for i, r in enumerate(rows.to_dict("records"))
+        if not str(r["gpu_type"] or "").strip() or pd.isna(r["usd_per_gpu_hour"])
     ]
     names = [str(t).strip() for t in rows["gpu_type"].dropna()]
     problems += [f"{name} is listed twice" for name in sorted({n for n in names if names.count(n) > 1})]
@@ -133,8 +133,8 @@ if st.button("Save prices", key="save_prices"):
         st.error("Not saved: " + "; ".join(problems) + ".")
     else:
         try:
-            for r in rows.itertuples():
-                set_gpu_price(sessions, str(r.gpu_type).strip(), float(r.usd_per_gpu_hour))
+            for r in rows.to_dict("records"):
+                set_gpu_price(sessions, str(r["gpu_type"]).strip(), float(r["usd_per_gpu_hour"]))
             gone = set(prices["gpu_type"]) - set(names)
             for name in gone:
                 delete_gpu_price(sessions, name)
@@ -168,8 +168,8 @@ if st.button("Save SLOs", key="save_slos"):
     keep = edited_slo.dropna(how="all")
     problems = [
         f"row {i + 1}: model, metric and threshold are needed"
-        for i, r in enumerate(keep.itertuples())
-        if not str(r.model or "").strip() or pd.isna(r.metric) or pd.isna(r.threshold_seconds)
+        for i, r in enumerate(keep.to_dict("records"))
+        if not str(r["model"] or "").strip() or pd.isna(r["metric"]) or pd.isna(r["threshold_seconds"])
     ]
     keys = list(zip(keep["model"].astype(str).str.strip(), keep["metric"].astype(str), strict=True))
     problems += [f"{m} {k} is listed twice" for m, k in sorted({key for key in keys if keys.count(key) > 1})]
@@ -179,14 +179,14 @@ if st.button("Save SLOs", key="save_slos"):
             if problems
             else [
                 SloTarget(
-                    str(r.model).strip(),
-                    str(r.metric),
-                    float(r.threshold_seconds),
-                    0.99 if pd.isna(r.objective) else float(r.objective),
-                    30 if pd.isna(r.window_days) else int(r.window_days),
-                    None if pd.isna(r.percentile) else float(r.percentile),
+                    str(r["model"]).strip(),
+                    str(r["metric"]),
+                    float(r["threshold_seconds"]),
+                    0.99 if pd.isna(r["objective"]) else float(r["objective"]),
+                    30 if pd.isna(r["window_days"]) else int(r["window_days"]),
+                    None if pd.isna(r["percentile"]) else float(r["percentile"]),
                 )
-                for r in keep.itertuples()
+                for r in keep.to_dict("records")
             ]
         )
         for target in wanted:
@@ -222,7 +222,7 @@ with st.form("annotate", clear_on_submit=True):
             st.success(f"Added “{title}”.")
 # up to now, not to the window's end (a relative window ends on its grain, up to 10 s back):
 # a mark just added must be listed at once
-marks = annotations(sessions, v.start, max(v.end, datetime.now(UTC)) + timedelta(seconds=1))
+marks = annotations_in(sessions, v.start, max(v.end, datetime.now(UTC)) + timedelta(seconds=1))
 if not marks:
     st.caption("No annotations in this window.")
 for mark in marks:

@@ -75,7 +75,7 @@ if not len(head.series):
 
 
 def series_chart(ex: Explanation) -> alt.Chart:
-    return (
+    chart: alt.Chart = (  # altair types its mark_* methods as returning Any
         alt.Chart(plain(with_gaps(ex.series.dropna(subset=["value"]))))
         .mark_line(point=True, **LINE)
         .encode(
@@ -85,6 +85,7 @@ def series_chart(ex: Explanation) -> alt.Chart:
         )
         .properties(height=200)
     )
+    return chart
 
 
 # the quantile first (one cheap query), the explanation above it once worked out
@@ -138,7 +139,10 @@ rules = (
 
 
 def aligned(chart: alt.Chart, height: int = 160) -> alt.LayerChart:
-    return alt.layer(with_annotations(chart.properties(height=height), ctx), rules).resolve_scale(color="independent")
+    layered: alt.LayerChart = alt.layer(with_annotations(chart.properties(height=height), ctx), rules).resolve_scale(
+        color="independent"
+    )  # resolve_scale of alt.layer's union is typed Any
+    return layered
 
 
 drawn.altair_chart(aligned(series_chart(ex), 200), width="stretch")

@@ -11,6 +11,7 @@ from typing import Any
 import altair as alt
 import streamlit as st
 from sqlalchemy.exc import SQLAlchemyError
+from streamlit.delta_generator import DeltaGenerator
 from streamlit.errors import StreamlitPageNotFoundError
 
 from alerts.store import load_states
@@ -92,7 +93,7 @@ requests = (
 ttft_line = ttft_steps.loc[ttft_steps["model"] == "(fleet)", "value"].dropna().round(4).tolist()
 itl_line = itl_steps["value"].dropna().round(5).tolist()
 kv_line = got["kv"]["avg"].dropna().round(3).tolist()
-cols = st.columns(5)
+cols: list[DeltaGenerator] = list(st.columns(5))  # a row of five, then one of four
 down = int((~health["up"]).sum()) if len(health) else 0
 cols[0].metric(
     "Replicas reporting",
@@ -120,7 +121,7 @@ cols[4].metric(
     chart_data=itl_line or None,
     chart_type="line",
 )
-cols = st.columns(4)
+cols = list(st.columns(4))
 cols[0].metric(
     "KV cache used (avg)", shown(sat["kv_avg"].mean(), "{:.0%}"), chart_data=kv_line or None, chart_type="area"
 )

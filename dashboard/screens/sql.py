@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import altair as alt
 import pandas as pd
@@ -136,15 +136,20 @@ def _cell(value: Any) -> Any:
     return str(value)
 
 
+def _set_column(df: pd.DataFrame, i: int, values: pd.Series) -> None:
+    """Column ``i`` of ``df`` (by position: two columns may share a name) set to ``values``."""
+    df.isetitem(i, cast(Any, values))  # pandas takes a Series; pandas-stubs type the value as an array only
+
+
 def _table(result: Result) -> pd.DataFrame:
     """The result as the table shows it: repeated column names made unique (``x``, ``x (2)``), and
     maps, arrays, tuples, UUIDs and addresses as text (as in the CSV), which the table cannot hold."""
     df = result.frame()
     for i, kind in enumerate(result.types):
         if _base(kind).startswith(_AS_TEXT):
-            df.isetitem(i, df.iloc[:, i].map(_cell))
+            _set_column(df, i, df.iloc[:, i].map(_cell))
         elif _base(kind).startswith("DateTime"):  # shown in UTC, whatever zone the column has
-            df.isetitem(i, pd.to_datetime(df.iloc[:, i], utc=True))
+            _set_column(df, i, pd.to_datetime(df.iloc[:, i], utc=True))
     seen: dict[str, int] = {}
     names = []
     for name in result.columns:
@@ -355,7 +360,7 @@ with main:
             st.error("Not saved: no metadata DB configured (`metadata.url`).")
         else:
             try:
-                replaced = save_query(sessions, name, sql, description, author)
+                replaced = save_query(sessions, name, sql, description, author or "")  # never None: value given
             except ValueError as exc:  # a bad name, or a statement the check refuses (adhoc.guard.Refused)
                 st.error(f"Not saved: {exc}")
             except SQLAlchemyError as exc:

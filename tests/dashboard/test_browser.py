@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dashboard import pages
 from dashboard.serve import Served
 from tests.conftest import ROOT, missing, need, run_cli
 
@@ -29,17 +30,10 @@ ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
-PAGES = {
-    "overview": "Overview",
-    "latency": "Latency",
-    "capacity": "Cache & capacity",
-    "traffic": "Traffic & drift",
-    "cost": "Cost",
-    "investigate": "Investigate",
-    "alerts": "Alerts",
-    "sql": "SQL",
-    "fleet": "Fleet",
-}
+# every page of the app (dashboard.pages) that draws a chart as it opens, by url path; the Plan page draws
+# none before it is asked (its own test below), and the sidebar lists them all
+PAGES = {p.url_path: p.title for p in pages.PAGES if p.draws_on_open}
+DEFAULT = pages.PAGES[0].url_path  # served at "/"
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 
 if not Path(CHROMIUM).exists():
@@ -128,7 +122,7 @@ def test_every_page_loads_draws_a_chart_and_shows_no_error(dashboard, browser) -
     page.on("requestfailed", lambda r: logged.append(f"cannot fetch {r.url}"))
     for path, title in PAGES.items():
         logged.clear()
-        page.goto(f"{dashboard.url}/{'' if path == 'overview' else path}?range=1h")  # the default page is "/"
+        page.goto(f"{dashboard.url}/{'' if path == DEFAULT else path}?range=1h")  # the default page is "/"
         settle(page)
         page.get_by_role("heading", name=title).first.wait_for(timeout=30_000)
         charts = page.locator('[data-testid="stVegaLiteChart"]')
@@ -142,7 +136,7 @@ def test_every_page_loads_draws_a_chart_and_shows_no_error(dashboard, browser) -
         assert not logged, (path, logged[:3])
     # the sidebar lists the pages by their titles (the page files are not served on their own)
     nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
-    assert all(title in nav for title in [*PAGES.values(), "Plan"]) and "app" not in nav.split()
+    assert all(p.title in nav for p in pages.PAGES) and "app" not in nav.split()
     page.close()
 
 

@@ -37,3 +37,42 @@ def test_reads_at_once_run_on_the_readers_and_are_what_a_later_read_finds() -> N
     # without two readers: in turn, on the page's client
     alone = fetch(page, {"c": call(doubled, 3), "d": call(doubled, 4)})
     assert (alone["c"], alone["d"]) == (6, 8) and [n for n, x, _t in ran if x in (3, 4)] == ["page", "page"]
+
+
+def test_an_error_is_not_cached_as_an_answer() -> None:
+    """A call that raised runs again on the next rerun (the store may be back, the row may have arrived);
+    once it answers, the answer is cached."""
+    st.cache_data.clear()
+    ran: list[int] = []
+
+    def flaky(client: Client, x: int) -> int:
+        ran.append(x)
+        if len(ran) < 3:
+            raise ValueError("no rows yet") if len(ran) == 1 else KeyError("no price yet")
+        return x + 1
+
+    page = Client("page")
+    with pytest.raises(ValueError, match="no rows yet"):
+        cached(flaky, page, 1)
+    got = fetch(page, {"a": call(flaky, 1)})  # fetch does not keep it either: it runs again
+    with pytest.raises(KeyError, match="no price yet"):
+        got["a"]
+    assert cached(flaky, page, 1) == 2 and ran == [1, 1, 1]
+    assert cached(flaky, page, 1) == 2 and fetch(page, {"a": call(flaky, 1)})["a"] == 2 and len(ran) == 3
+
+
+def test_an_error_read_at_once_on_the_readers_is_not_cached_either() -> None:
+    st.cache_data.clear()
+    ran: list[str] = []
+
+    def once_broken(client: Client, x: int) -> int:
+        ran.append(client.name)
+        if len(ran) == 1:
+            raise ValueError("the store is away")
+        return x
+
+    page, readers = Client("page"), [Client("r1"), Client("r2")]
+    got = fetch(page, {"bad": call(once_broken, 1), "other": call(lambda c: 0)}, readers)
+    with pytest.raises(ValueError, match="the store is away"):
+        got["bad"]
+    assert cached(once_broken, page, 1) == 1 and len(ran) == 2  # computed again, on the page's client

@@ -121,8 +121,7 @@ def test_behind_vllm_router_the_page_says_what_is_missing(store, sessions, chdb_
 def test_explain_says_what_vllm_router_does_not_give(store) -> None:
     """Behind vllm-router the request rows are the engines' spans: a tenant's cost cannot be
     explained and the refusal says why; the fleet's explanations carry the same words as a note."""
-    from analytics.cost_explain import explain_cost
-    from analytics.explain import explain
+    from analytics.explain import explain, explain_cost
     from analytics.filters import Filters
 
     store.command("ALTER TABLE requests UPDATE source = 'otlp', gateway = '' WHERE 1 SETTINGS mutations_sync = 1")

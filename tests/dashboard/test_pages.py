@@ -22,42 +22,32 @@ from alerts.model import fingerprint, parse_matchers
 from alerts.state import Instance, Transition
 from alerts.store import add_silence, save_evaluation, save_states, silences, write_events
 from analytics.cost import cost_by_tenant, cost_per_token, gpu_spend
-from analytics.cost_explain import explain_cost
 from analytics.cost_series import cost_breaks, cost_over_time
 from analytics.drift import drift
-from analytics.explain import explain
+from analytics.explain import explain, explain_cost
 from analytics.filters import Filters
 from analytics.metrics import histogram_quantile
 from analytics.saturation import kv_over_time, scale_out
 from analytics.timeseries import histogram_steps_and_window
+from dashboard import pages
 from dashboard.context import use_stores
 from dashboard.view import read_view, view_params
 from fleetscope.history import seed
 from fleetscope.settings import load_settings
 from migrations import clickhouse_runner
-from storage.catalog import add_annotation, annotations, gpu_prices
+from storage.catalog import add_annotation, annotations_in, gpu_prices
 from storage.clickhouse import connect
 from tests.analytics.scenario_data import play
 from tests.conftest import migrated_sessions
 
 ROOT = Path(__file__).resolve().parents[2]
-TITLES = {
-    "overview": "Overview",
-    "latency": "Latency",
-    "capacity": "Cache & capacity",
-    "traffic": "Traffic & drift",
-    "cost": "Cost",
-    "investigate": "Investigate",
-    "plan": "Plan",
-    "alerts": "Alerts",
-    "sql": "SQL",
-    "fleet": "Fleet",
-}
-PAGES = list(TITLES)
+PAGES = [p.url_path for p in pages.PAGES]  # every page of the app (dashboard.pages), by the url path run() takes
+TITLES = {p.url_path: p.title for p in pages.PAGES}
+FILES = {p.url_path: p.path for p in pages.PAGES}
 
 
 def run(page: str, **params: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "dashboard" / "screens" / f"{page}.py"), default_timeout=60)
+    at = AppTest.from_file(str(FILES[page]), default_timeout=60)
     for key, value in params.items():
         at.query_params[key] = value
     return at.run()
@@ -407,7 +397,7 @@ def test_fleet_page_names_a_failing_scrape_and_keeps_annotations(ch, sessions) -
     at.text_input[0].input("deploy vllm 0.32.1")
     at = at.get("form_submit_button")[0].click().run()
     assert not at.exception
-    marks = annotations(sessions, datetime.now(UTC) - timedelta(days=1), datetime.now(UTC) + timedelta(days=1))
+    marks = annotations_in(sessions, datetime.now(UTC) - timedelta(days=1), datetime.now(UTC) + timedelta(days=1))
     assert [m.title for m in marks] == ["deploy vllm 0.32.1"]
     assert any("deploy vllm 0.32.1" in m.value for m in at.markdown)
 
