@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
+from fleetscope.cliutil import ConfigOption, fail, sessions_or_exit, settings_or_exit
 
 app = typer.Typer(help="Alert rules, the evaluator, silences and notifications.", no_args_is_help=True)
 silence_app = typer.Typer(help="Mute notifications of matching alerts for a while.", no_args_is_help=True)
@@ -36,18 +36,6 @@ def _until_stopped() -> None:
             pass
     except KeyboardInterrupt:
         pass
-
-
-def _sessions(settings):  # noqa: ANN001, ANN202
-    from fleetscope.stores import migrate_all
-    from storage.errors import StoreError
-    from storage.metadata import make_engine, make_sessionmaker
-
-    try:
-        migrate_all(settings, clickhouse=False)
-    except StoreError as exc:
-        fail(str(exc))
-    return make_sessionmaker(make_engine(settings.metadata.url))
 
 
 @app.command()
@@ -88,12 +76,12 @@ def test_rules(
     from common.yamlfile import YamlConfigError
     from fleetscope.ruletest import run_tests
     from migrations import clickhouse_runner
-    from storage.clickhouse import connect
+    from storage.clickhouse import Client, connect
 
     failed = 0
     with tempfile.TemporaryDirectory(prefix="fleetscope-ruletest-") as tmp:
 
-        def store():  # noqa: ANN202 - a fresh database per case in one throwaway chDB directory
+        def store() -> Client:  # a fresh database per case in one throwaway chDB directory
             client = connect(f"chdb:{tmp}/clickhouse", database=f"t_{uuid.uuid4().hex[:12]}", create_database=True)
             clickhouse_runner.apply(client)
             return client
@@ -129,7 +117,7 @@ def run(
 
     from alerts.config import rule_groups
     from alerts.evaluator import Evaluator
-    from alerts.signals import Context
+    from alerts.reading import Context
     from common.yamlfile import YamlConfigError
     from fleetscope.stores import migrate_all, open_clickhouse
     from storage.errors import StoreError
@@ -147,7 +135,7 @@ def run(
         client = open_clickhouse(settings)
     except StoreError as exc:
         fail(str(exc))
-    sessions = _sessions(settings)
+    sessions = sessions_or_exit(settings)
     weights = settings.cost.weights()
     try:
         evaluator = Evaluator(groups, Context(client, sessions, weights), sessions, settings.alerts)
@@ -200,7 +188,7 @@ def list_alerts(config: ConfigOption = None) -> None:
     """Show every pending, firing and recently resolved alert."""
     from alerts.store import load_states
 
-    states = load_states(_sessions(settings_or_exit(config)))
+    states = load_states(sessions_or_exit(settings_or_exit(config)))
     rows = [(inst.state, rule, inst) for rule, instances in states.items() for inst in instances.values()]
     if not rows:
         typer.echo("no alerts pending or firing")
@@ -239,7 +227,7 @@ def silence_add(
         begins = datetime.fromisoformat(start).replace(tzinfo=UTC) if start else datetime.now(UTC)
         ends = begins + timedelta(seconds=parse_duration(duration))
         silence_id = add_silence(
-            _sessions(settings_or_exit(config)), parsed, begins, ends, author or getpass.getuser(), comment
+            sessions_or_exit(settings_or_exit(config)), parsed, begins, ends, author or getpass.getuser(), comment
         )
     except ValueError as exc:
         fail(str(exc), code=2)
@@ -255,7 +243,7 @@ def silence_list(
     from alerts.store import silences
 
     now = datetime.now(UTC)
-    rows = silences(_sessions(settings_or_exit(config)), active_at=None if all_ else now)
+    rows = silences(sessions_or_exit(settings_or_exit(config)), active_at=None if all_ else now)
     if not rows:
         typer.echo("no silences" if all_ else "no active silences")
     for s in rows:
@@ -273,7 +261,7 @@ def silence_expire(
     """End a silence now."""
     from alerts.store import expire_silence
 
-    if not expire_silence(_sessions(settings_or_exit(config)), silence_id):
+    if not expire_silence(sessions_or_exit(settings_or_exit(config)), silence_id):
         fail(f"no active silence #{silence_id}", code=2)
     typer.echo(f"silence #{silence_id} expired")
 
@@ -286,7 +274,7 @@ def outbox(
     """Show the notification log: what was sent to which receiver, and what is still being retried."""
     from alerts import outbox as box
 
-    sessions = _sessions(settings_or_exit(config))
+    sessions = sessions_or_exit(settings_or_exit(config))
     counts = box.counts(sessions)
     typer.echo(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no notifications yet")
     for row in box.log(sessions, limit=limit):

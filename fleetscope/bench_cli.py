@@ -12,11 +12,15 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from typing import Annotated, TextIO
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
 from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
+
+if TYPE_CHECKING:
+    from fleetscope.history import SeedReport
+    from storage.clickhouse import Client
 
 app = typer.Typer(help="Benchmark helpers: synthetic history at fleet scale.", no_args_is_help=True)
 
@@ -86,13 +90,8 @@ def seed(
     except StoreError as exc:
         fail(str(exc))
     try:
-        rows = int(client.command("SELECT count() FROM samples"))
-        if rows and not force:
-            fail(
-                f"the store already holds {rows:,} samples; seeded history would mix with them "
-                "(use another clickhouse.url, or --force)",
-                code=2,
-            )
+        if not force:
+            _refuse_to_mix(client)
         typer.echo(f"seeding {days:g} days of {replicas} simulated replicas into {settings.clickhouse.url}", err=True)
         # the embedded ClickHouse takes SIGINT for itself when it starts: take Ctrl-C back
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -117,7 +116,23 @@ def seed(
             raise typer.Exit(130) from None
     finally:
         client.close()
-    typer.echo(
+    typer.echo(_summary(report, interval, request_sample_rate))
+
+
+def _refuse_to_mix(client: Client) -> None:
+    """Exit 2 when the store already holds samples: seeded history would mix with them."""
+    rows = int(client.query("SELECT count() FROM samples").result_rows[0][0])
+    if rows:
+        fail(
+            f"the store already holds {rows:,} samples; seeded history would mix with them "
+            "(use another clickhouse.url, or --force)",
+            code=2,
+        )
+
+
+def _summary(report: SeedReport, interval: float, request_sample_rate: float) -> str:
+    """What ``seed`` wrote, a line per table."""
+    return (
         f"wrote {report.series:,} series of {report.replicas} replicas from {report.start:%Y-%m-%d %H:%M} to "
         f"{report.end:%Y-%m-%d %H:%M} UTC in {report.seconds:.0f}s:\n"
         f"  raw samples      {report.raw_samples:>14,}  (since {report.raw_start:%Y-%m-%d %H:%M}, every "

@@ -8,27 +8,22 @@ Out: tables on stdout; changes through ``storage.catalog`` (the metadata DB is m
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
+from fleetscope.cliutil import ConfigOption, fail, sessions_or_exit, settings_or_exit
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import sessionmaker
 
 prices_app = typer.Typer(help="GPU prices per hour (cost analytics).", no_args_is_help=True)
 slo_app = typer.Typer(help="Latency SLO targets per model (attainment, burn rates, goodput).", no_args_is_help=True)
 
 
-def _sessions(config):  # noqa: ANN001, ANN202
-    from fleetscope.stores import migrate_all
-    from storage.errors import StoreError
-    from storage.metadata import make_engine, make_sessionmaker
-
-    settings = settings_or_exit(config)
-    try:
-        migrate_all(settings, clickhouse=False)
-    except StoreError as exc:
-        fail(str(exc))
-    return make_sessionmaker(make_engine(settings.metadata.url))
+def _sessions(config: Path | None) -> sessionmaker[Any]:
+    return sessions_or_exit(settings_or_exit(config))
 
 
 @prices_app.command("list")

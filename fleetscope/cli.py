@@ -187,58 +187,66 @@ def dashboard(
     os.execve(sys.executable, command, env)  # streamlit takes this process over: signals reach it, nothing lingers
 
 
+_UpFleetOption = Annotated[
+    str,
+    typer.Option(
+        help="The fleet to start: vllm (real engines: the GPU build where there is a GPU, "
+        "the CPU build elsewhere) or sim (simulated engines)."
+    ),
+]
+_UpScenarioOption = Annotated[
+    str,
+    typer.Option(
+        "--scenario",
+        "-s",
+        help="Traffic scenario to play (a shipped name or a YAML "
+        "file; `fleetscope fleet scenarios`); none: no traffic.",
+    ),
+]
+_UpReplicasOption = Annotated[
+    int | None, typer.Option(min=1, help="How many replicas (cycled from the fleet spec's).", show_default=False)
+]
+_UpRateScaleOption = Annotated[
+    float | None,
+    typer.Option(
+        min=0.01,
+        help="Multiply the scenario's request rate. Default: on real engines, measured before the traffic "
+        "(the steady phase's bursts at 60 % of what the engines sustain here, its mean at most 30 %); "
+        "1 on simulated ones.",
+        show_default=False,
+    ),
+]
+_UpNoCalibrateOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-calibrate",
+        help="Real engines: do not probe them first; play the scenario's own rate (x --rate-scale) "
+        "and record the fleet spec's SLO targets.",
+    ),
+]
+_UpGatewayOption = Annotated[
+    str | None,
+    typer.Option(
+        help="The gateway in front of the engines: fleetscope (its own), litellm (LiteLLM's proxy, the "
+        "model router as its hook), vllm-router (a fleet of one model) or envoy (routes on the model; no "
+        "model router). Its telemetry goes to the collector, its /metrics are scraped. Default: the spec's.",
+        show_default=False,
+    ),
+]
+
+
 @app.command()
 def up(
-    fleet: Annotated[
-        str,
-        typer.Option(
-            help="The fleet to start: vllm (real engines: the GPU build where there is a GPU, "
-            "the CPU build elsewhere) or sim (simulated engines)."
-        ),
-    ] = "vllm",
-    scenario: Annotated[
-        str,
-        typer.Option(
-            "--scenario",
-            "-s",
-            help="Traffic scenario to play (a shipped name or a YAML "
-            "file; `fleetscope fleet scenarios`); none: no traffic.",
-        ),
-    ] = "long-context-rollout",
-    replicas: Annotated[
-        int | None, typer.Option(min=1, help="How many replicas (cycled from the fleet spec's).", show_default=False)
-    ] = None,
+    fleet: _UpFleetOption = "vllm",
+    scenario: _UpScenarioOption = "long-context-rollout",
+    replicas: _UpReplicasOption = None,
     no_fleet: Annotated[
         bool, typer.Option("--no-fleet", help="Start no fleet: observe the one the configuration names.")
     ] = False,
     speed: Annotated[float, typer.Option(min=0.01, help="Play the scenario's timeline N times faster.")] = 1.0,
-    rate_scale: Annotated[
-        float | None,
-        typer.Option(
-            min=0.01,
-            help="Multiply the scenario's request rate. Default: on real engines, measured before the traffic "
-            "(the steady phase's bursts at 60 % of what the engines sustain here, its mean at most 30 %); "
-            "1 on simulated ones.",
-            show_default=False,
-        ),
-    ] = None,
-    no_calibrate: Annotated[
-        bool,
-        typer.Option(
-            "--no-calibrate",
-            help="Real engines: do not probe them first; play the scenario's own rate (x --rate-scale) "
-            "and record the fleet spec's SLO targets.",
-        ),
-    ] = False,
-    gateway: Annotated[
-        str | None,
-        typer.Option(
-            help="The gateway in front of the engines: fleetscope (its own), litellm (LiteLLM's proxy, the "
-            "model router as its hook), vllm-router (a fleet of one model) or envoy (routes on the model; no "
-            "model router). Its telemetry goes to the collector, its /metrics are scraped. Default: the spec's.",
-            show_default=False,
-        ),
-    ] = None,
+    rate_scale: _UpRateScaleOption = None,
+    no_calibrate: _UpNoCalibrateOption = False,
+    gateway: _UpGatewayOption = None,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Dashboard port.")] = 8501,
     host: Annotated[
         str, typer.Option(help="Dashboard address (a non-loopback one needs dashboard.password).")
@@ -253,12 +261,11 @@ def up(
     flushes what was collected. Example: fleetscope up --fleet sim --replicas 12; behind LiteLLM:
     fleetscope up --gateway litellm (docs/gateways.md)
     """
-    import logging
-
     from collector.targets import TargetError
     from common.yamlfile import YamlConfigError
-    from fleet.launcher import FleetError
-    from fleetscope.up import UpError, UpOptions
+    from fleet.errors import FleetError
+    from fleetscope.errors import UpError
+    from fleetscope.up import UpOptions
     from fleetscope.up import up as run_up
     from storage.errors import StoreError
 
@@ -269,11 +276,7 @@ def up(
     if gateway is not None and gateway not in KINDS:
         fail(f"--gateway must be one of {', '.join(KINDS)}, not {gateway!r}", code=2)
     settings = settings_or_exit(config)
-    logging.basicConfig(
-        level=max(logging.WARNING, logging.getLevelName(settings.log_level)),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    _up_logging(settings.log_level)
     opts = UpOptions(
         fleet=fleet,
         scenario=None if scenario in ("", "none") else scenario,
@@ -296,6 +299,17 @@ def up(
         fail(f"cannot start: {exc}")
     if not flushed:
         raise typer.Exit(1)
+
+
+def _up_logging(level: str) -> None:
+    """Log lines at WARNING and above (or the configured level, if higher); the scheduler's quieter."""
+    import logging
+
+    logging.basicConfig(
+        level=max(logging.WARNING, logging.getLevelName(level)),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 
 app.add_typer(fleet_app, name="fleet")

@@ -203,7 +203,7 @@ def _explain_cost(
 ) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from analytics.cost_explain import explain_cost
+    from analytics.explain import explain_cost
     from storage.catalog import gpu_prices
     from storage.metadata import make_engine, make_sessionmaker
 
@@ -238,7 +238,7 @@ def _explain_cost(
         else ""
     )
     rows = [
-        [r.kind, r.pool or "–", f"{r.usd_per_million:+.4g}", f"{r.share:.0%}", r.detail]
+        [str(r.kind), str(r.pool or "–"), f"{r.usd_per_million:+.4g}", f"{r.share:.0%}", str(r.detail)]
         for r in ex.evidence.itertuples()
     ]
     head = ["driver", "pool", "$/1M", "share", "detail"]
@@ -249,5 +249,5 @@ def _explain_cost(
     for m in ex.movers.head(3).itertuples():
         typer.echo(
             f"moved: tenant {m.tenant} to {m.to_pool} ({m.share_before:.0%} → {m.share_after:.0%} of its tokens)"
-            + (f", routed by {m.route}: {m.example}" if m.example else "")
+            + (f", routed by {m.route!s}: {m.example!s}" if m.example else "")
         )

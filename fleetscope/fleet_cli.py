@@ -13,9 +13,10 @@ import asyncio
 import signal
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
@@ -24,6 +25,11 @@ from fleet.launcher import Launcher
 from fleet.spec import FleetSpec, load_spec
 from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
 from fleetscope.settings import Settings
+
+if TYPE_CHECKING:
+    from fleet.loadgen import LoadStats, Targets
+    from fleet.spec import ReplicaSpec
+    from fleet.traffic import Scenario
 
 app = typer.Typer(help="The bundled vLLM fleet: models, engines, traffic.", no_args_is_help=True)
 
@@ -45,7 +51,7 @@ def _load(config: Path | None, spec_path: Path | None) -> tuple[Settings, FleetS
     return settings, spec, Launcher(spec, settings.data_dir / "fleet", spec_path=Path(path).resolve())
 
 
-def _scenario_spec(plan) -> Path | None:  # noqa: ANN001
+def _scenario_spec(plan: Scenario) -> Path | None:
     """The fleet spec a scenario names (``fleet:``), found in the working directory or beside the
     shipped scenarios' repository; None when it names none."""
     from fleet.traffic import SCENARIOS_DIR
@@ -59,7 +65,7 @@ def _scenario_spec(plan) -> Path | None:  # noqa: ANN001
     return path
 
 
-def _check_served(plan, fleet_spec) -> None:  # noqa: ANN001
+def _check_served(plan: Scenario, fleet_spec: FleetSpec) -> None:
     """One line and exit 2 when the scenario asks for models or adapters the fleet does not serve."""
     from fleet.traffic import unserved
 
@@ -73,7 +79,7 @@ def _check_served(plan, fleet_spec) -> None:  # noqa: ANN001
         )
 
 
-def _make_missing_models(spec, replicas) -> None:  # noqa: ANN001
+def _make_missing_models(spec: FleetSpec, replicas: list[ReplicaSpec]) -> None:
     """The missing models the replicas serve (``generate``), then the missing adapters they list."""
     from fleet.model import make_adapter, make_model
 
@@ -148,7 +154,7 @@ def make_adapter_cmd(
     typer.echo(f"wrote rank-{rank} adapter for {base} to {directory} in {time.perf_counter() - t0:.1f}s")
 
 
-def _print_status(launcher) -> None:  # noqa: ANN001
+def _print_status(launcher: Launcher) -> None:
     rows = launcher.status()
     typer.echo(f"{'REPLICA':<12} {'MODEL':<12} {'PID':>7} {'PORT':>6} {'HEALTH':<10} UPTIME")
     for r in rows:
@@ -186,7 +192,7 @@ def up(
     In the foreground (default) it then watches the replicas and reports any that die; Ctrl-C
     stops them all. With --detach it returns; `fleetscope fleet down` stops them later.
     """
-    from fleet.launcher import FleetError
+    from fleet.errors import FleetError
 
     _settings, fleet_spec, launcher = _load(config, spec)
     if any(r.engine == "vllm" for r in fleet_spec.replicas if not replica or r.name in replica):
@@ -310,60 +316,18 @@ def traffic(
     request carries a W3C traceparent and the tenant (x-tenant). Prints a progress line
     every 5 s and a summary at the end. Writes nothing to ClickHouse.
     """
-    from common.yamlfile import YamlConfigError
-    from fleet.launcher import FleetError
-    from fleet.loadgen import Targets, run_scenario
-    from fleet.traffic import load_scenario
-
-    try:
-        plan = load_scenario(scenario)
-    except YamlConfigError as exc:
-        fail(str(exc), code=2)
+    plan = _load_scenario(scenario)
     _settings, fleet_spec, launcher = _load(config, spec or _scenario_spec(plan))
     _check_served(plan, fleet_spec)
-    if gateway is None and not direct:
-        gateway = fleet_spec.gateway_url()
-    by_model: dict[str, list[str]] = {}
-    for r in fleet_spec.replicas:
-        by_model.setdefault(r.model, []).append(fleet_spec.url(r))
-    from fleet.gateways import client_headers
-
-    targets = Targets(
-        by_model=None if gateway else by_model,
-        gateway=gateway,
-        headers=client_headers(fleet_spec) if gateway == fleet_spec.gateway_url() else None,
-    )
-    try:
-        targets.check(plan)
-    except ValueError as exc:
-        fail(str(exc), code=2)
-    names = {r.name for r in fleet_spec.replicas}
-    unknown = sorted({e.replica for e in plan.events} - names)
-    if unknown:
-        fail(f"scenario {plan.name!r} has events for replicas not in the fleet: {', '.join(unknown)}", code=2)
-
-    def on_event(action: str, name: str) -> None:
-        try:
-            if action == "kill_replica":
-                launcher.kill(name)
-                typer.echo(f"killed replica {name}")
-            elif action in ("stall_replica", "resume_replica"):
-                launcher.stall(name, action == "stall_replica")
-                typer.echo(f"{'stalled' if action == 'stall_replica' else 'resumed'} replica {name}")
-            else:
-                launcher.restart(name, progress=typer.echo)
-                typer.echo(f"restarted replica {name}")
-        except FleetError as exc:
-            typer.echo(f"event {action} {name} failed: {exc}", err=True)
-
+    targets = _traffic_targets(plan, fleet_spec, gateway, direct)
+    _check_events(plan, fleet_spec)
     log_file = open(log, "w", encoding="utf-8") if log else None  # noqa: SIM115
     total = duration if duration is not None else plan.duration_s / speed
     typer.echo(f"scenario {plan.name}: {total:.0f}s wall, speed x{speed:g}, rate x{rate_scale:g}")
     stop = asyncio.Event()
     try:
         stats = asyncio.run(
-            _run(
-                run_scenario,
+            _run_scenario(
                 plan,
                 targets,
                 stop,
@@ -371,8 +335,7 @@ def traffic(
                 rate_scale=rate_scale,
                 duration_s=duration,
                 seed=seed,
-                progress=typer.echo,
-                on_event=on_event,
+                on_event=_event_handler(launcher),
                 log=log_file,
             )
         )
@@ -390,6 +353,68 @@ def traffic(
     )
     if s["sent"] and not s["ok"]:
         raise typer.Exit(1)
+
+
+def _load_scenario(scenario: str) -> Scenario:
+    """The scenario (a shipped name or a YAML file), or its one-line error and exit 2."""
+    from fleet.traffic import load_scenario
+
+    try:
+        return load_scenario(scenario)
+    except YamlConfigError as exc:
+        fail(str(exc), code=2)
+
+
+def _check_events(plan: Scenario, fleet_spec: FleetSpec) -> None:
+    """One line and exit 2 when the scenario has events for replicas the fleet does not have."""
+    unknown = sorted({e.replica for e in plan.events} - {r.name for r in fleet_spec.replicas})
+    if unknown:
+        fail(f"scenario {plan.name!r} has events for replicas not in the fleet: {', '.join(unknown)}", code=2)
+
+
+def _traffic_targets(plan: Scenario, fleet_spec: FleetSpec, gateway: str | None, direct: bool) -> Targets:
+    """Where the traffic goes: ``gateway``, the fleet's gateway, or (``direct``, or none) the replicas
+    of each model; exit 2 when they cannot take the scenario."""
+    from fleet.gateways import client_headers
+    from fleet.loadgen import Targets
+
+    if gateway is None and not direct:
+        gateway = fleet_spec.gateway_url()
+    by_model: dict[str, list[str]] = {}
+    for r in fleet_spec.replicas:
+        by_model.setdefault(r.model, []).append(fleet_spec.url(r))
+    targets = Targets(
+        by_model=None if gateway else by_model,
+        gateway=gateway,
+        headers=client_headers(fleet_spec) if gateway == fleet_spec.gateway_url() else None,
+    )
+    try:
+        targets.check(plan)
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    return targets
+
+
+def _event_handler(launcher: Launcher) -> Callable[[str, str], None]:
+    """The scenario's replica events (kill, stall, resume, restart) done by the launcher, each said
+    in a line; one that fails says so and the traffic goes on."""
+    from fleet.errors import FleetError
+
+    def on_event(action: str, name: str) -> None:
+        try:
+            if action == "kill_replica":
+                launcher.kill(name)
+                typer.echo(f"killed replica {name}")
+            elif action in ("stall_replica", "resume_replica"):
+                launcher.stall(name, action == "stall_replica")
+                typer.echo(f"{'stalled' if action == 'stall_replica' else 'resumed'} replica {name}")
+            else:
+                launcher.restart(name, progress=typer.echo)
+                typer.echo(f"restarted replica {name}")
+        except FleetError as exc:
+            typer.echo(f"event {action} {name} failed: {exc}", err=True)
+
+    return on_event
 
 
 @app.command()
@@ -427,22 +452,15 @@ def simulate(
 
     Example: fleetscope fleet simulate --scenario tenant-shift
     """
-    from common.yamlfile import YamlConfigError
-    from fleet.traffic import load_scenario
     from fleetscope.bench_cli import ProgressBar
     from fleetscope.replay import replay
     from fleetscope.stores import migrate_all, open_clickhouse
     from storage.errors import StoreError
 
-    try:
-        plan = load_scenario(scenario)
-    except YamlConfigError as exc:
-        fail(str(exc), code=2)
+    plan = _load_scenario(scenario)
     settings, fleet_spec, _launcher = _load(config, spec or _scenario_spec(plan))
     _check_served(plan, fleet_spec)
-    unknown = sorted({e.replica for e in plan.events} - {r.name for r in fleet_spec.replicas})
-    if unknown:
-        fail(f"scenario {plan.name!r} has events for replicas not in the fleet: {', '.join(unknown)}", code=2)
+    _check_events(plan, fleet_spec)
     minutes = plan.duration_s / 60 if ago is None else ago
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=minutes)
     try:
@@ -480,13 +498,37 @@ def simulate(
     )
 
 
-async def _run(fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-    stop: asyncio.Event = args[2]
+async def _run_scenario(
+    plan: Scenario,
+    targets: Targets,
+    stop: asyncio.Event,
+    *,
+    speed: float,
+    rate_scale: float,
+    duration_s: float | None,
+    seed: int,
+    on_event: Callable[[str, str], None],
+    log: IO[str] | None,
+) -> LoadStats:
+    """``fleet.loadgen.run_scenario`` with progress lines, until it ends or SIGINT/SIGTERM sets ``stop``."""
+    from fleet.loadgen import run_scenario
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        return await fn(args[0], args[1], stop=stop, **kwargs)
+        return await run_scenario(
+            plan,
+            targets,
+            stop=stop,
+            speed=speed,
+            rate_scale=rate_scale,
+            duration_s=duration_s,
+            seed=seed,
+            progress=typer.echo,
+            on_event=on_event,
+            log=log,
+        )
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

@@ -18,12 +18,15 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
 from fleetscope.explain_cli import _plain, window
+
+if TYPE_CHECKING:
+    from planner.plan import Changes
 
 EXAMPLES = """Examples:
   fleetscope plan                                          # the last 30 minutes, replayed as they ran
@@ -65,53 +68,63 @@ def _number(text: str, option: str) -> float:
         fail(f"{option}: {text!r} is not a number", code=2)
 
 
+_ReplicasOption = Annotated[
+    list[str] | None, typer.Option(help="MODEL=N, MODEL=A..B or MODEL=2,4,6 (swept); repeat for several models.")
+]
+_PolicyOption = Annotated[
+    str | None,
+    typer.Option(help="Routing policies to sweep: least_loaded, round_robin, affinity (comma-separated)."),
+]
+_GpuSpeedOption = Annotated[
+    list[str] | None, typer.Option(help="TYPE=SPEED: a GPU type's speed relative to the others (H100 = 1).")
+]
+_ScaleOption = Annotated[
+    str | None, typer.Option(help="Traffic scale factors to sweep (comma-separated, e.g. 1,1.5,2).")
+]
+_LongPromptOption = Annotated[
+    int | None, typer.Option(min=1, help="The model router's long-prompt threshold (tokens).")
+]
+_SharedCoresOption = Annotated[
+    float | None,
+    typer.Option(
+        min=0.1,
+        help="The recorded engines shared this many CPU cores (the CPU demo fleet `fleetscope up` runs: "
+        "this machine's cores); a variant's replicas bring their share each. Default: each replica its own GPU.",
+    ),
+]
+_PrefixTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="How long a shared prefix is, in tokens, where the log does not say (default: the tokens the "
+        "gateway hashes, its affinity_prefix_tokens).",
+    ),
+]
+_FitStartOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Fit on another window (ISO time, UTC; with --fit-end), e.g. the quiet hour before an incident: "
+        "the backtest then judges the fit out of sample. Default: the window's first 10 minutes."
+    ),
+]
+
+
 def plan_command(
     since: Annotated[str, typer.Option(help="The window: this far back from --end (e.g. 30m, 2h).")] = "30m",
     start: Annotated[str | None, typer.Option(help="The window's start (ISO time, UTC); instead of --since.")] = None,
     end: Annotated[str | None, typer.Option(help="The window's end (ISO time, UTC; default now).")] = None,
-    replicas: Annotated[
-        list[str] | None, typer.Option(help="MODEL=N, MODEL=A..B or MODEL=2,4,6 (swept); repeat for several models.")
-    ] = None,
-    policy: Annotated[
-        str | None,
-        typer.Option(help="Routing policies to sweep: least_loaded, round_robin, affinity (comma-separated)."),
-    ] = None,
+    replicas: _ReplicasOption = None,
+    policy: _PolicyOption = None,
     gpu: Annotated[list[str] | None, typer.Option(help="MODEL=GPU_TYPE: the pool on another GPU type.")] = None,
-    gpu_speed: Annotated[
-        list[str] | None, typer.Option(help="TYPE=SPEED: a GPU type's speed relative to the others (H100 = 1).")
-    ] = None,
+    gpu_speed: _GpuSpeedOption = None,
     kv_tokens: Annotated[list[str] | None, typer.Option(help="MODEL=TOKENS: each replica's KV cache.")] = None,
-    scale: Annotated[
-        str | None, typer.Option(help="Traffic scale factors to sweep (comma-separated, e.g. 1,1.5,2).")
-    ] = None,
-    long_prompt_tokens: Annotated[
-        int | None, typer.Option(min=1, help="The model router's long-prompt threshold (tokens).")
-    ] = None,
+    scale: _ScaleOption = None,
+    long_prompt_tokens: _LongPromptOption = None,
     max_in_flight: Annotated[int | None, typer.Option(min=1, help="The gateway's requests in flight at most.")] = None,
-    shared_cores: Annotated[
-        float | None,
-        typer.Option(
-            min=0.1,
-            help="The recorded engines shared this many CPU cores (the CPU demo fleet `fleetscope up` runs: "
-            "this machine's cores); a variant's replicas bring their share each. Default: each replica its own GPU.",
-        ),
-    ] = None,
-    prefix_tokens: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="How long a shared prefix is, in tokens, where the log does not say (default: the tokens the "
-            "gateway hashes, its affinity_prefix_tokens).",
-        ),
-    ] = None,
+    shared_cores: _SharedCoresOption = None,
+    prefix_tokens: _PrefixTokensOption = None,
     fit: Annotated[bool, typer.Option(help="Fit the simulator's cost to the recorded fleet first.")] = True,
-    fit_start: Annotated[
-        str | None,
-        typer.Option(
-            help="Fit on another window (ISO time, UTC; with --fit-end), e.g. the quiet hour before an incident: "
-            "the backtest then judges the fit out of sample. Default: the window's first 10 minutes."
-        ),
-    ] = None,
+    fit_start: _FitStartOption = None,
     fit_end: Annotated[str | None, typer.Option(help="The fitting window's end (ISO time, UTC).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
     config: ConfigOption = None,
@@ -123,24 +136,14 @@ def plan_command(
     the cheapest variant that meets the SLOs."""
     from fleetscope.stores import migrate_all, open_clickhouse
     from planner.fleet import PlanError, gateway_routing
-    from planner.plan import Changes, plan
+    from planner.plan import plan
     from storage.catalog import gpu_prices, slo_targets
     from storage.errors import StoreError
     from storage.metadata import make_engine, make_sessionmaker
 
     if fmt not in ("text", "json"):
         fail(f"--format must be text or json, not {fmt!r}", code=2)
-    changes = Changes(
-        replicas={m: _counts(v, "--replicas") for m, v in _pairs(replicas, "--replicas").items()},
-        policies=[p.strip() for p in policy.split(",") if p.strip()] if policy else [],
-        gpu=_pairs(gpu, "--gpu"),
-        kv_tokens={m: int(_number(v, "--kv-tokens")) for m, v in _pairs(kv_tokens, "--kv-tokens").items()},
-        scales=[_number(s, "--scale") for s in scale.split(",")] if scale else [],
-        long_prompt_tokens=long_prompt_tokens,
-        max_in_flight=max_in_flight,
-    )
-    if any(s <= 0 for s in changes.scales):
-        fail("--scale: a traffic scale must be above 0", code=2)
+    changes = _changes(replicas, policy, gpu, kv_tokens, scale, long_prompt_tokens, max_in_flight)
     speeds = {t: _number(v, "--gpu-speed") for t, v in _pairs(gpu_speed, "--gpu-speed").items()}
     if (fit_start is None) != (fit_end is None):
         fail("--fit-start and --fit-end go together: the window to fit the simulator on", code=2)
@@ -182,6 +185,32 @@ def plan_command(
         typer.echo(json.dumps(_as_json(planned, misses), indent=2))
         return
     _print(planned, misses)
+
+
+def _changes(
+    replicas: list[str] | None,
+    policy: str | None,
+    gpu: list[str] | None,
+    kv_tokens: list[str] | None,
+    scale: str | None,
+    long_prompt_tokens: int | None,
+    max_in_flight: int | None,
+) -> Changes:
+    """The variants asked for on the command line; a bad one: its line and exit 2."""
+    from planner.plan import Changes
+
+    changes = Changes(
+        replicas={m: _counts(v, "--replicas") for m, v in _pairs(replicas, "--replicas").items()},
+        policies=[p.strip() for p in policy.split(",") if p.strip()] if policy else [],
+        gpu=_pairs(gpu, "--gpu"),
+        kv_tokens={m: int(_number(v, "--kv-tokens")) for m, v in _pairs(kv_tokens, "--kv-tokens").items()},
+        scales=[_number(s, "--scale") for s in scale.split(",")] if scale else [],
+        long_prompt_tokens=long_prompt_tokens,
+        max_in_flight=max_in_flight,
+    )
+    if any(s <= 0 for s in changes.scales):
+        fail("--scale: a traffic scale must be above 0", code=2)
+    return changes
 
 
 def _misses(client: Any, begin: Any, stop: Any, prefix_tokens: int) -> dict[str, float]:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from adhoc.runner import Limits, QueryFailed, ReadOnlyRunner, Refused, Result
+from fleetscope.errors import EndpointUnavailable
 from fleetscope.settings import Settings
 
 __all__ = [
-    "EndpointUnavailable",
     "endpoint_url",
     "is_loopback",
     "mount_endpoint",
@@ -25,10 +25,6 @@ __all__ = [
 ]
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-class EndpointUnavailable(RuntimeError):
-    """The running process's query endpoint did not answer (or not as one)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -74,7 +70,7 @@ def mount_endpoint(settings: Settings, collector: Any) -> str:
     return f"read-only SQL at {endpoint_url(settings)}{QUERY_PATH}" + (" (token required)" if token else "")
 
 
-def _post_or_get(url: str, token: str | None, path: str, body: dict | None, timeout_s: float) -> Any:
+def _post_or_get(url: str, token: str | None, path: str, body: dict[str, Any] | None, timeout_s: float) -> Any:
     import httpx
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}

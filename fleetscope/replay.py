@@ -32,6 +32,7 @@ from collector.writer import Writer, WriterConfig
 from fleet.sim.replay import CPU_SPEED, play
 from fleet.spec import FleetSpec
 from fleet.traffic import Scenario
+from storage.clickhouse import Client
 
 __all__ = ["ReplayReport", "replay"]
 
@@ -49,7 +50,7 @@ class ReplayReport:
 
 
 def replay(
-    client,  # noqa: ANN001
+    client: Client,
     spec: FleetSpec,
     scenario: Scenario,
     start: datetime,

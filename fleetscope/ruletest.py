@@ -47,7 +47,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from alerts.rules import PACK, RuleFile, load_rules, merge
+from alerts.rules import PACK, RuleFile, RuleGroup, load_rules, merge
 from common.durations import Duration
 from common.yamlfile import YamlConfigError, describe_validation_error, read_yaml
 
@@ -206,10 +206,12 @@ def run_tests(
     return results
 
 
-def _run_case(name: str, case: Case, groups: list, every_s: float, client: Any, url: str, tmp: Path) -> CaseResult:
+def _run_case(
+    name: str, case: Case, groups: list[RuleGroup], every_s: float, client: Any, url: str, tmp: Path
+) -> CaseResult:
     from alerts.config import AlertsSettings
     from alerts.evaluator import Evaluator
-    from alerts.signals import Context
+    from alerts.reading import Context
     from migrations import metadata_runner
     from storage.catalog import SloTarget, set_gpu_price, set_slo
     from storage.metadata import make_engine, make_sessionmaker

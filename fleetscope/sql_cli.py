@@ -12,12 +12,17 @@ Out: the result as a table, CSV, JSON or Parquet on stdout or in ``--output``. W
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fleetscope.cliutil import ConfigOption, fail, settings_or_exit
+
+if TYPE_CHECKING:
+    from adhoc.runner import ReadOnlyRunner, Result
+    from fleetscope.settings import Settings
 
 EXAMPLES = """Examples:
   fleetscope sql "SELECT model, count() FROM requests GROUP BY model"
@@ -73,16 +78,7 @@ def sql(
     Writes, DDL, SETTINGS, several statements and functions that reach files or the network are refused;
     queries run read-only with a time, row and memory limit.
     """
-    from adhoc.formats import FORMATS, render
-    from adhoc.runner import QueryFailed, Refused
-    from fleetscope.queryapi import (
-        EndpointUnavailable,
-        endpoint_url,
-        remote_query,
-        remote_schema,
-        runner,
-    )
-    from storage.errors import StoreError, StoreUnavailable
+    from adhoc.formats import FORMATS
 
     settings = settings_or_exit(config)
     if fmt not in FORMATS:
@@ -93,40 +89,7 @@ def sql(
     if fmt == "parquet" and output is None and sys.stdout.isatty():
         fail("parquet is binary: give --output FILE (or redirect stdout)", code=2)
     text = "" if schema else _read_query(query, file)
-    token = settings.sql.token.get_secret_value() if settings.sql.token else None
-
-    def remote(url: str):  # noqa: ANN202
-        if schema:
-            return remote_schema(url, token)
-        return remote_query(url, token, text, max_rows=limit, timeout_s=timeout)
-
-    local = None
-    try:
-        if endpoint is None:
-            local = runner(settings)
-            try:
-                result = _schema_rows(local) if schema else local.run(text, max_rows=limit, timeout_s=timeout)
-            except StoreUnavailable as exc:
-                if "held by another process" not in str(exc):
-                    raise
-                try:
-                    result = remote(endpoint_url(settings))
-                except EndpointUnavailable as down:
-                    fail(f"{exc.args[0].split(' (')[0]}, and {down}")
-        else:
-            result = remote(endpoint.rstrip("/"))
-        data = render(result, fmt)
-    except Refused as exc:
-        fail(f"refused: {exc}", code=2)
-    except QueryFailed as exc:
-        fail(f"the query failed: {exc}")
-    except (StoreError, EndpointUnavailable) as exc:
-        fail(str(exc))
-    except (TypeError, ValueError) as exc:  # a value the format cannot hold
-        fail(f"cannot write the result as {fmt}: {exc}")
-    finally:
-        if local is not None:
-            local.close()
+    result, data = _answer(settings, text, schema=schema, endpoint=endpoint, limit=limit, timeout=timeout, fmt=fmt)
     if output is not None:
         try:
             output.write_bytes(data)
@@ -144,14 +107,82 @@ def sql(
             typer.echo(f"note: cut at the row limit ({len(result.rows):,} rows): add LIMIT or raise --limit", err=True)
 
 
-def _schema_rows(local):  # noqa: ANN001, ANN202
+def _answer(
+    settings: Settings,
+    text: str,
+    *,
+    schema: bool,
+    endpoint: str | None,
+    limit: int | None,
+    timeout: float | None,
+    fmt: str,
+) -> tuple[Result, bytes]:
+    """The query's result (or the schema's), from the store or a running process's endpoint, and
+    that result written in ``fmt``; a failure: its line, and exit 2 (refused) or 1."""
+    from adhoc.formats import render
+    from adhoc.runner import QueryFailed, Refused
+    from fleetscope.errors import EndpointUnavailable
+    from fleetscope.queryapi import endpoint_url, runner
+    from storage.errors import StoreError, StoreUnavailable
+
+    token = settings.sql.token.get_secret_value() if settings.sql.token else None
+    ask = _Ask(token, text, schema, limit, timeout)
+    local = None
+    try:
+        if endpoint is None:
+            local = runner(settings)
+            try:
+                result = _schema_rows(local) if schema else local.run(text, max_rows=limit, timeout_s=timeout)
+            except StoreUnavailable as exc:
+                if "held by another process" not in str(exc):
+                    raise
+                try:
+                    result = ask.remote(endpoint_url(settings))
+                except EndpointUnavailable as down:
+                    fail(f"{exc.args[0].split(' (')[0]}, and {down}")
+        else:
+            result = ask.remote(endpoint.rstrip("/"))
+        data = render(result, fmt)
+    except Refused as exc:
+        fail(f"refused: {exc}", code=2)
+    except QueryFailed as exc:
+        fail(f"the query failed: {exc}")
+    except (StoreError, EndpointUnavailable) as exc:
+        fail(str(exc))
+    except (TypeError, ValueError) as exc:  # a value the format cannot hold
+        fail(f"cannot write the result as {fmt}: {exc}")
+    finally:
+        if local is not None:
+            local.close()
+    return result, data
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """What to ask a running process's endpoint: the schema, or the query with its limits."""
+
+    token: str | None
+    text: str
+    schema: bool
+    limit: int | None
+    timeout: float | None
+
+    def remote(self, url: str) -> Result:
+        from fleetscope.queryapi import remote_query, remote_schema
+
+        if self.schema:
+            return remote_schema(url, self.token)
+        return remote_query(url, self.token, self.text, max_rows=self.limit, timeout_s=self.timeout)
+
+
+def _schema_rows(local: ReadOnlyRunner) -> Result:
     from adhoc.runner import Result
 
     rows = [(t.name, c, k, m) for t in local.schema() for c, k, m in t.columns]
     return Result(["table", "column", "type", "comment"], ["String"] * 4, rows, False, 0.0, "select")
 
 
-def _serve(settings, host: str, port: int) -> None:  # noqa: ANN001
+def _serve(settings: Settings, host: str, port: int) -> None:
     import asyncio
     import signal
 

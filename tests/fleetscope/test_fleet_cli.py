@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from fleet.launcher import group_members
+from fleet.processes import group_members
 
 
 def free_port() -> int:

@@ -10,7 +10,7 @@ import pytest
 
 from analytics.metrics import counter_increase, gauge_summary, histogram_quantile
 from analytics.requests import request_totals
-from fleetscope.history import CHAT, LONG, PROFILES, calibrate
+from fleetscope.history_calibration import CHAT, LONG, PROFILES, calibrate
 from storage.clickhouse import connect
 from tests.conftest import in_own_process, run_cli
 

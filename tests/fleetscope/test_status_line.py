@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from fleetscope.up import status_line
+from fleetscope.up_status import status_line
 from migrations import clickhouse_runner
 from tests.conftest import migrated_sessions
 
