@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from alerts.config import AlertsSettings  # noqa: E402
 from alerts.evaluator import Evaluator  # noqa: E402
+from alerts.reading import Context  # noqa: E402
 from alerts.rules import PACK, RuleFile, load_rules, merge  # noqa: E402
-from alerts.signals import Context  # noqa: E402
 
 INTERVAL = 15.0
 
@@ -163,7 +163,7 @@ def main() -> None:
         )
 
         if args.profile:
-            from alerts.signals import evaluate
+            from alerts.expr import evaluate
 
             ctx, seen = Context(client, sessions), set()
             for g in groups:

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet.launcher import FleetError, Launcher, group_members
+from fleet.errors import FleetError
+from fleet.launcher import Launcher
 from fleet.loadgen import Targets, run_scenario
+from fleet.processes import group_members
 from fleet.spec import load_spec
 from fleet.traffic import Scenario, load_scenario
 from tests.integration.conftest import SpanReceiver, free_port

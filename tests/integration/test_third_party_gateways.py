@@ -228,7 +228,7 @@ def test_vllm_routers_per_worker_requests_equal_the_engines_own_counters(tmp_pat
     rows = ch.query("SELECT source, count(), countIf(tenant != '') FROM requests GROUP BY source").result_rows
     assert rows == [("otlp", len(ok), 0)]
     # and a tenant's cost cannot be explained from them: explain says which fields the gateway does not give
-    from analytics.cost_explain import explain_cost
+    from analytics.explain import explain_cost
     from analytics.filters import Filters
 
     with pytest.raises(ValueError, match=r"vllm-router logs no requests .*no tenant, no route reason"):

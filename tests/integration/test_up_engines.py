@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts.signals import min_requests_for
-from fleet.launcher import group_members
+from alerts.read_slo import min_requests_for
+from fleet.processes import group_members
 from fleet.traffic import load_scenario
 from planner.plan import TTFT_TOLERANCE
 from tests.integration.conftest import free_port

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from fleet.launcher import group_members
+from fleet.processes import group_members
 from tests.integration.conftest import free_port
 from tests.integration.uprun import EXE, Up, clean_env, fleet_pids, write_config
 
