@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from alerts.config import AlertsSettings
-from alerts.errors import SignalError
+from alerts.errors import ExprError, SignalError
 from alerts.expr import evaluate, parse_expr
 from alerts.model import Alert
 from alerts.notify import Notifier, Sent
@@ -151,7 +151,7 @@ class Evaluator:
                     notes = {k: render(v, labels, s.value, s.extra) for k, v in rule.annotations.items()}
                     active.append(Active(labels, notes, s.value))
             outcome = Outcome(active, any_data=bool(samples))
-        except SignalError as exc:
+        except (SignalError, ExprError) as exc:  # the rule's own error; the group's other rules go on
             report.errors[rule.name] = str(exc)
             log.warning("rule %s: %s", rule.name, exc)
             outcome = Outcome([], error=str(exc))

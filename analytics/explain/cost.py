@@ -46,7 +46,7 @@ import pandas as pd
 
 from analytics.allocation import TokenWeights
 from analytics.cost_series import cost_over_time
-from analytics.errors import NoData, Unexplainable
+from analytics.errors import Unexplainable
 from analytics.explain import cost_queries
 from analytics.explain.cost_model import MIN_STEPS, CostExplanation, Steps, View
 from analytics.explain.cost_parts import decompose, level
@@ -140,7 +140,7 @@ def _attribute(ex: CostExplanation, client: Client, view: View, data: Steps, sou
             ex.problems.append(f"{pool} served no tokens {name} the break: its spend is the fleet's all the same")
     try:
         parts = decompose(side_b, side_a, shared=view.payer)
-    except NoData as exc:
+    except ValueError as exc:  # NoData (no tokens served), or any refusal of the parts: said, not raised
         ex.problems.append(f"{exc} for {view.words}: its cost per token is undefined there")
         ex.sentence = f"Cost per 1M tokens of {view.words}: {exc}, so the change cannot be attributed."
         return

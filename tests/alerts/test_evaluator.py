@@ -13,7 +13,7 @@ from alerts.config import AlertsSettings
 from alerts.evaluator import Evaluator, aligned
 from alerts.model import parse_matchers
 from alerts.reading import Context
-from alerts.rules import RuleFile
+from alerts.rules import Rule, RuleFile
 from alerts.store import add_silence, load_states
 from migrations import clickhouse_runner
 from storage.leases import release
@@ -61,6 +61,24 @@ def test_states_of_a_removed_rule_go_when_an_evaluator_takes_the_lease(ch, sessi
     new = Evaluator(groups("QueueTooLong"), Context(ch, sessions), sessions, settings)
     assert new.holding()
     assert set(load_states(sessions)) == {"QueueTooLong"}
+
+
+def test_a_rule_whose_expression_cannot_be_parsed_fails_alone(ch, sessions: Any) -> None:
+    """A rule built in code without validation (``model_construct``), its expression broken: that
+    rule reports its error under its ``error`` policy (an error alert, pending), and the group's
+    other rules are evaluated and their states saved."""
+    clickhouse_runner.apply(ch)
+    [group] = groups("QueueTooLong")
+    broken = Rule.model_construct(name="Broken", expr="kv_cache_usage_max(window=", threshold=0.5, labels={})
+    group = group.model_copy(update={"rules": [broken, *group.rules]})
+    evaluator = Evaluator([group], Context(ch, sessions), sessions, AlertsSettings(builtin_rules=False))
+    report = evaluator.evaluate_group(group, T0)
+    assert "Broken" in report.errors and report.errors["Broken"]
+    assert sorted((name, t.after) for name, t in report.transitions) == [
+        ("Broken", "pending"),
+        ("QueueTooLong", "pending"),
+    ]
+    assert set(load_states(sessions)) == {"Broken", "QueueTooLong"}
 
 
 def test_groups_due_together_share_one_evaluation_time() -> None:
