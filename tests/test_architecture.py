@@ -1,4 +1,4 @@
-"""The import contract: each package imports only what docs/architecture.md (and DESIGN.md §2)
+"""The import contract: each package imports only what docs/architecture.md's table
 says it may, imports inside functions and under ``TYPE_CHECKING`` included, with no exceptions
 list. Data flows one way: fleet -> collector -> storage -> analytics -> {dashboard, alerts}."""
 
