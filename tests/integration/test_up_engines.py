@@ -56,7 +56,7 @@ RATE = 2.0  # requests/s as the scenario states it; `up` plays it at what calibr
 # in about a second, fall behind for good (a lasting regression, not spikes)
 ROLLOUT_SHARE = 0.6
 SHARED_CORES = 1.5  # the engines' share of this machine's cores beside the collector, gateway and dashboard
-CPU_FACTOR = 2.0  # the replayed p99 TTFT of such a fleet within this factor of the observed (docs/planner.md)
+CPU_FACTOR = 2.5  # the replayed p99 TTFT of such a fleet within this factor of the observed (docs/planner.md)
 
 
 def _scenario(tmp: Path) -> Path:
