@@ -3,7 +3,9 @@
 In:  one dict per finished request (``add``), from the gateway's event loop.
 Out: batches POSTed every ``flush_s``. While the collector is down, records wait in a bounded
      buffer (oldest dropped first past ``max_buffer``, counted in
-     ``fleetscope_gateway_request_log_dropped_total``) and are retried with backoff.
+     ``fleetscope_gateway_request_log_dropped_total``) and are retried with backoff. One flush
+     at a time, and a flush under way finishes even when the periodic task is cancelled (the
+     gateway stopping): the final flush then sends what is left, never a batch twice.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class RequestLogShipper:
             lambda: len(self.buffer)
         )
         self._down = False
+        self._flushing = asyncio.Lock()
 
     def add(self, record: dict[str, Any]) -> None:
         if self.url is None:
@@ -57,6 +60,10 @@ class RequestLogShipper:
 
     async def flush(self, session: aiohttp.ClientSession) -> bool:
         """Ship what is buffered; False when the collector could not be reached."""
+        async with self._flushing:
+            return await self._ship(session)
+
+    async def _ship(self, session: aiohttp.ClientSession) -> bool:
         while self.buffer and self.url:
             batch = [self.buffer[i] for i in range(min(BATCH, len(self.buffer)))]
             body = "\n".join(json.dumps(r) for r in batch) + "\n"
@@ -91,5 +98,7 @@ class RequestLogShipper:
         delay = self.flush_s
         while True:
             await asyncio.sleep(delay)
-            ok = await self.flush(session)
+            # shielded: cancelled mid-POST, the batch the collector may already hold would stay
+            # buffered and go again with the final flush
+            ok = await asyncio.shield(self.flush(session))
             delay = self.flush_s if ok else min(delay * 2, 30.0)

@@ -173,3 +173,49 @@ def test_request_log_buffers_while_the_collector_is_down_and_ships_after() -> No
     down, buffered, dropped, up = asyncio.run(go())
     assert not down and buffered == 5 and dropped == 2  # bounded: the two oldest were dropped, counted
     assert up and [r["n"] for r in received] == [2, 3, 4, 5, 6]
+
+
+def test_a_gateway_stopping_mid_send_ships_each_record_once() -> None:
+    """The periodic flush cancelled while its POST is under way (the gateway stopping), then the
+    final flush: the collector gets each record once (a batch it already held is not sent again)."""
+    import json
+    import socket
+
+    import aiohttp
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry
+
+    from fleet.gateway.requestlog import RequestLogShipper
+
+    received: list[dict] = []
+    arrived = asyncio.Event()
+
+    async def slow_intake(request: web.Request) -> web.Response:
+        lines = (await request.text()).splitlines()
+        received.extend(json.loads(line) for line in lines if line)
+        arrived.set()
+        await asyncio.sleep(0.5)  # the answer comes after the gateway began to stop
+        return web.json_response({"accepted": len(lines), "kept": len(lines), "rejected": []})
+
+    async def go() -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        app = web.Application()
+        app.router.add_post("/v1/requests", slow_intake)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        shipper = RequestLogShipper(f"http://127.0.0.1:{port}/v1/requests", 0.05, 100, CollectorRegistry())
+        async with aiohttp.ClientSession() as session:
+            shipper.add({"n": 1})
+            periodic = asyncio.create_task(shipper.run(session))
+            await asyncio.wait_for(arrived.wait(), 10)
+            periodic.cancel()  # what Gateway.stop does, then its final flush
+            await asyncio.gather(periodic, return_exceptions=True)
+            shipper.add({"n": 2})
+            assert await shipper.flush(session)
+        await runner.cleanup()
+
+    asyncio.run(go())
+    assert sorted(r["n"] for r in received) == [1, 2]
