@@ -47,7 +47,6 @@ __all__ = [
     "coverage",
     "param_time",
     "plan",
-    "plan_read",
     "plan_scope",
     "time_param",
 ]
@@ -228,31 +227,10 @@ def plan(
     return Plan(chosen, start, end)
 
 
-def plan_read(
-    client: Client,
-    start: datetime,
-    end: datetime,
-    *,
-    kind: str = "samples",
-    tier: str | None = None,
-    retention: Retention | None = None,
-    now: datetime | None = None,
-) -> Plan:
-    """``plan`` for a read through ``client``: where each tier's data begins is looked up
-    (``coverage``) unless a tier is forced."""
-    data = coverage(client, kind) if tier is None else None
-    return plan(start, end, now=now, retention=retention, kind=kind, tier=tier, data=data)
-
-
 def plan_scope(client: Client, start: datetime, end: datetime, scope: Scope, *, kind: str = "samples") -> Plan:
-    """``plan_read`` for a read asked over ``scope`` (its forced tier, retention and current
-    time; its filters do not choose the table): the one way ``analytics`` plans a read."""
-    return plan_read(
-        client,
-        start,
-        end,
-        kind=kind,
-        tier=scope.get("tier"),
-        retention=scope.get("retention"),
-        now=scope.get("now"),
-    )
+    """``plan`` for a read through ``client`` asked over ``scope`` (its forced tier, retention and
+    current time; its filters do not choose the table): where each tier's data begins is looked
+    up (``coverage``) unless a tier is forced. The one way ``analytics`` plans a read."""
+    tier = scope.get("tier")
+    data = coverage(client, kind) if tier is None else None
+    return plan(start, end, now=scope.get("now"), retention=scope.get("retention"), kind=kind, tier=tier, data=data)
