@@ -41,7 +41,7 @@ import numpy as np
 
 from fleetscope.history_calibration import calibrate_profiles
 from fleetscope.history_requests import write_requests
-from fleetscope.history_rows import Span, write_metrics
+from fleetscope.history_rows import MetricCounts, Span, write_metrics
 from fleetscope.history_story import fleet
 from storage.clickhouse import Client
 
@@ -49,12 +49,10 @@ __all__ = ["SeedReport", "seed"]
 
 
 @dataclass
-class SeedReport:
+class SeedReport(MetricCounts):
+    """The metric rows written (``MetricCounts``), the request-log rows, the history's stretches."""
+
     replicas: int = 0
-    series: int = 0
-    raw_samples: int = 0
-    minute_rows: int = 0
-    hour_rows: int = 0
     requests: int = 0
     seconds: float = 0.0
     start: datetime | None = None
@@ -87,9 +85,7 @@ def seed(
     progress("calibrating the engine model", 0.0)
     cals = calibrate_profiles(seed_value)
     fleet_replicas = fleet(replicas, seed_value)
-    counts = write_metrics(client, cals, fleet_replicas, span, rng, progress)
-    report.series, report.raw_samples = counts.series, counts.raw_samples
-    report.minute_rows, report.hour_rows = counts.minute_rows, counts.hour_rows
+    write_metrics(client, cals, fleet_replicas, span, rng, progress, counts=report)
 
     report.requests = write_requests(
         client, cals, fleet_replicas, span.start, span.end, request_sample_rate, rng, progress

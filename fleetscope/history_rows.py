@@ -216,10 +216,12 @@ def write_metrics(
     span: Span,
     rng: np.random.Generator,
     progress: Callable[[str, float], None],
+    counts: MetricCounts | None = None,
 ) -> MetricCounts:
-    """Every replica's metric rows over ``span`` into the store; the rows written."""
+    """Every replica's metric rows over ``span`` into the store; the rows written (added to
+    ``counts`` where given, e.g. the seed's report)."""
     crash = replicas[len(replicas) // 3].name  # restarts in the raw window
-    counts = MetricCounts()
+    counts = counts if counts is not None else MetricCounts()
     batches = _Batches(client)
     series_rows = _SeriesRows()
     hours, minutes, steps = span.hours, span.minutes, span.steps
