@@ -26,7 +26,7 @@ from migrations import clickhouse_runner
 from tests.collector.test_gateway_telemetry import DATA as GENAI
 from tests.collector.test_gateway_telemetry import TARGETS
 from tests.conftest import migrated_sessions
-from tests.dashboard.test_pages import on_store, run
+from tests.dashboard.apptest import on_store, run
 
 ROUTERS = Path(__file__).resolve().parents[1] / "collector" / "data" / "routers"
 RECORDED = 1796467100.0  # the LiteLLM recording's time (2026-12-05 10:38 UTC)

@@ -25,7 +25,7 @@ from planner.plan import recorded_fleet
 from storage.catalog import gpu_prices
 from tests.analytics.scenario_data import play
 from tests.conftest import migrated_sessions
-from tests.dashboard.test_pages import PAGES, TITLES, chart_frames, on_store, run, window
+from tests.dashboard.apptest import PAGES, TITLES, chart_frames, on_store, run, window
 
 
 @pytest.fixture

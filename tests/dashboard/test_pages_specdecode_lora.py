@@ -17,7 +17,7 @@ from dashboard.view import read_view
 from storage.catalog import gpu_prices
 from tests.analytics.scenario_data import play
 from tests.conftest import migrated_sessions
-from tests.dashboard.test_pages import on_store, run, window
+from tests.dashboard.apptest import on_store, run, window
 from tests.dashboard.test_tables import walk
 
 SPEC = "fleet-spec-lora.yaml"

@@ -21,7 +21,7 @@ import pytest
 from dashboard.context import use_stores
 from tests.analytics.scenario_data import play
 from tests.conftest import migrated_sessions
-from tests.dashboard.test_pages import PAGES, on_store, run, seed_alerts, window
+from tests.dashboard.apptest import PAGES, on_store, run, seed_alerts, window
 
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)+$")  # kv_avg, cost_per_million_tokens
 
