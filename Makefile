@@ -18,7 +18,7 @@ STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 help:
 	@echo "make demo       - set up and run fleetscope on the embedded store (chDB + SQLite)"
-	@echo "make test       - set up and run the whole test suite (real engines, PostgreSQL started if needed)"
+	@echo "make test       - set up and run the whole test suite (real engines, Prometheus/Alertmanager/vmagent binaries; PostgreSQL started if needed)"
 	@echo "make test-fast  - the suite without the slow real-engine tests"
 	@echo "make check      - format, lint, types and the import contract (scripts/check --static), no tests"
 	@echo "make bench      - the benchmark suite (~25 min): each figure beside its reference; JSON in bench/results/"
@@ -52,11 +52,13 @@ demo: install
 test: install
 	scripts/ensure-postgres.sh
 	scripts/ensure-chromium.sh
+	scripts/ensure-prometheus.sh
 	VENV=$(VENV) scripts/check
 
 test-fast: install
 	scripts/ensure-postgres.sh
 	scripts/ensure-chromium.sh
+	scripts/ensure-prometheus.sh
 	VENV=$(VENV) scripts/check -m "not slow"
 
 check: install
@@ -69,6 +71,7 @@ bench: install
 	@echo "== 1. parser vs prometheus_client" && $(PY) bench/bench_exposition.py --json bench/results/exposition.json
 	@echo "== 2. scrape ingest" && $(PY) bench/bench_scrape_ingest.py --json bench/results/scrape_ingest.json
 	@echo "== 4. OTLP request-log ingest" && $(PY) bench/bench_otlp_ingest.py --json bench/results/otlp_ingest.json
+	@echo "== 4b. remote-write ingest beside the scrape path" && $(PY) bench/bench_remote_write.py --json bench/results/remote_write.json
 	@echo "== 3 + 5. warehouse: bytes per sample, panel queries" && $(PY) bench/bench_warehouse.py --json bench/results/warehouse.json
 	@echo "== insert path" && $(PY) bench/bench_store_insert.py --json bench/results/store_insert.json
 	@echo "== simulator scale" && $(PY) bench/bench_sim.py --levels 250,500 --json bench/results/sim.json

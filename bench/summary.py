@@ -60,6 +60,12 @@ def main() -> None:
             f"(goal >= 100k; {o['spans_per_s']:,.0f}/s wall) vs a generic exporter {r['spans_per_cpu_s']:,.0f} = "
             f"{o['spans_per_cpu_s'] / r['spans_per_cpu_s']:.1f}x{extra}; OTel Collector ~137k/core, Rotel ~462k/core"
         )
+    if remote := load(directory, "remote_write"):
+        print(
+            f"4b. remote-write ingest: {remote['remote_write_samples_per_cpu_s']:,.0f} samples per CPU-second vs the "
+            f"scrape path on the same samples {remote['scrape_samples_per_cpu_s']:,.0f} = {remote['ratio']:.2f}x "
+            f"(requests of {remote['per_request']} samples)"
+        )
     if warehouse:
         print(
             "5. dashboard panels over 30 days x "

@@ -7,6 +7,7 @@ Out: ``CollectorSettings`` (validated, frozen) and the named defaults below.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -26,6 +27,7 @@ __all__ = [
     "SPOOL_MAX_BYTES",
     "CollectorSettings",
     "FileSd",
+    "RemoteWriteSettings",
     "StaticTargets",
 ]
 
@@ -36,6 +38,7 @@ MAX_BODY_BYTES = 16 * 1024 * 1024  # a scrape or request body
 BATCH_ROWS = 50_000  # rows per insert
 FLUSH_INTERVAL_S = 1.0  # the longest a row waits for its batch
 SPOOL_MAX_BYTES = 1024**3  # the disk spool for batches ClickHouse refused
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 class StaticTargets(Section):
@@ -51,6 +54,25 @@ class FileSd(Section):
     job: str = "file_sd"
     interval_s: float | None = Field(default=None, gt=0)
     timeout_s: float | None = Field(default=None, gt=0)
+
+
+class RemoteWriteSettings(Section):
+    """``collector.remote_write``: Prometheus remote-write in (``POST /api/v1/write``)."""
+
+    replica_labels: list[str] = Field(
+        default=["replica", "pod", "instance"],
+        min_length=1,
+        description="the first of these labels a series carries names its replica (stored as `replica`)",
+    )
+    max_decoded_bytes: int = Field(default=64 * 1024 * 1024, gt=0, description="the largest body after snappy")
+
+    @field_validator("replica_labels")
+    @classmethod
+    def _label_names(cls, value: list[str]) -> list[str]:
+        bad = [name for name in value if not _LABEL_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"not Prometheus label names: {', '.join(map(repr, bad))}")
+        return value
 
 
 class CollectorSettings(Section):
@@ -84,6 +106,7 @@ class CollectorSettings(Section):
         description="who decodes OTLP protobuf bodies: ClickHouse (its Protobuf input format; falls back to "
         "python when the store lacks format_schema_source) or the collector",
     )
+    remote_write: RemoteWriteSettings = RemoteWriteSettings()
     # shard_count comes before shard_index: the index is checked against the validated count.
     shard_count: int = Field(default=1, ge=1, description="collectors sharing the scrape targets (Prometheus hashmod)")
     shard_index: int = Field(default=0, ge=0, description="this collector's shard, 0..shard_count-1")

@@ -5,7 +5,8 @@ In:  targets (static and ``file_sd``; with ``CollectorConfig.shard`` only this c
      JSON, gRPC ``TraceService/Export``), fleetscope's gateway request log (``POST /v1/requests``,
      JSON lines), other gateways' request telemetry: their GenAI spans (in the trace exports),
      OTLP logs (``POST /v1/logs``: Envoy's access log) and LiteLLM's ``generic_api`` records
-     (``POST /v1/litellm``), made rows by ``collector.mapping``.
+     (``POST /v1/litellm``), made rows by ``collector.mapping``; Prometheus remote-write 1.0
+     (``POST /api/v1/write``, from Prometheus, vmagent ...: ``collector.remote_write``).
 Out: rows handed to the ``Writer`` (``samples``, ``series``, ``scrapes``, ``requests``; OTLP protobuf
      bodies as they came, for ClickHouse to decode into ``requests``, where it can: ``otlp_native``); the
      collector's own Prometheus metrics at ``GET /metrics`` and ``GET /healthz`` on the same
@@ -15,7 +16,9 @@ Bad input gets a clear answer and a counted error, never a crash: an undecodable
 is 400 with the reason; a request-log body returns which lines were refused and why; a gateway
 record no mapping knows is counted (``fleetscope_collector_gateway_records_total{result="unmapped"}``)
 and its shape logged once; one a mapping matched but cannot make a row of is refused with the
-reason (OTLP ``partial_success``, or the answer's ``rejected`` list).
+reason (OTLP ``partial_success``, or the answer's ``rejected`` list). A remote-write body that
+will never be good is 4xx with the reason (the sender drops it); while the writer's spool is
+nearly full it is 503 (the sender keeps the samples and retries).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from collector import otlp_native
@@ -41,6 +44,7 @@ from collector.config import GRPC_PORT, HTTP_PORT, LISTEN_HOST, MAX_BODY_BYTES
 from collector.convert import Batch, SeriesConverter
 from collector.mapping import DEFAULT_MAPPINGS, Backends, MappingError, Record, RequestMapping, map_record
 from collector.otlp import OtlpError, SpanRecord, decode_json, request_columns, request_row
+from collector.own_metrics import CollectorMetrics
 from collector.records import (
     GENAI_MARK,
     litellm_records,
@@ -49,6 +53,7 @@ from collector.records import (
     span_records,
     spans_to_records,
 )
+from collector.remote_write import RemoteWriteConfig, RemoteWriteConverter, RemoteWriteError, decode
 from collector.requestlog import parse_request_log
 from collector.sampling import Sampler, SamplingPolicy
 from collector.scrape import Scraper, ScrapeResult
@@ -112,6 +117,8 @@ class CollectorConfig:
     # other gateways' request telemetry: the user's mappings, tried before the shipped ones named here
     request_mappings: list[RequestMapping] = field(default_factory=list)
     shipped_mappings: tuple[str, ...] = ("litellm", "envoy", "genai")
+    # Prometheus remote-write in: which labels name a replica, the largest decoded body
+    remote_write: RemoteWriteConfig = field(default_factory=RemoteWriteConfig)
 
 
 @dataclass
@@ -132,35 +139,16 @@ class GatewayIntake:
         }
 
 
-class _Metrics:
-    def __init__(self, registry: CollectorRegistry, collector: Collector) -> None:
-        self.scrapes = Counter("fleetscope_collector_scrapes_total", "Scrapes", ["job", "result"], registry=registry)
-        self.samples = Counter("fleetscope_collector_samples_total", "Samples scraped", registry=registry)
-        self.spans = Counter("fleetscope_collector_spans_total", "OTLP spans received", ["kind"], registry=registry)
-        self.requests = Counter(
-            "fleetscope_collector_request_rows_total", "Request rows", ["source", "result"], registry=registry
-        )
-        self.bad_bodies = Counter(
-            "fleetscope_collector_bad_bodies_total", "Bodies refused", ["endpoint"], registry=registry
-        )
-        self.gateway_records = Counter(
-            "fleetscope_collector_gateway_records_total",
-            "Other gateways' request records, by what became of them (mapped, unmapped, rejected)",
-            ["endpoint", "result"],
-            registry=registry,
-        )
-        self.targets = Gauge("fleetscope_collector_targets", "Scrape targets", registry=registry)
-        self.targets.set_function(lambda: len(collector.scraper.targets) if collector.scraper else 0)
-
-
 class Collector:
     def __init__(self, config: CollectorConfig, writer: Writer, registry: CollectorRegistry | None = None) -> None:
         self.config = config
         self.writer = writer
         self.registry = registry if registry is not None else CollectorRegistry()
         self.scraper: Scraper | None = None
-        self.metrics = _Metrics(self.registry, self)
+        self.metrics = CollectorMetrics(self.registry, lambda: len(self.scraper.targets) if self.scraper else 0)
         self.sampler = Sampler(config.sampling)
+        self.remote_write = RemoteWriteConverter(config.remote_write, config.prior)
+        self.remote_newest: dict[str, float] = {}  # job -> newest sample time a remote-write sender delivered
         self.native_otlp = False  # decided at start: config.otlp_decode and what the store can
         self._otlp_settings: dict[str, str] = {}
         self._converters: dict[str, SeriesConverter] = {}
@@ -460,6 +448,35 @@ class Collector:
             status=status,
         )
 
+    async def handle_remote_write(self, request: web.Request) -> web.Response:
+        """Prometheus remote-write 1.0: 204 when kept, 4xx with the reason for a body that will
+        never be good, 503 while the spool is nearly full (the sender retries)."""
+        if not self.writer.has_room():
+            self.metrics.remote_write.labels("busy").inc()
+            return web.Response(status=503, text="the store is away and the spool is nearly full: retry later\n")
+        try:
+            body = await self._body(request)
+            message = decode(body, request.headers, self.config.remote_write.max_decoded_bytes)
+            batch, counts = self.remote_write.convert(message)
+        except (RemoteWriteError, OtlpError) as exc:
+            status = exc.status if isinstance(exc, RemoteWriteError) else 413
+            self.metrics.remote_write.labels("refused").inc()
+            self.metrics.bad_bodies.labels("remote_write").inc()
+            log.warning("remote-write body refused (%d): %s", status, exc)
+            return web.Response(status=status, text=f"{exc}\n")
+        self.renamed.update(self.remote_write.renamed)
+        if batch.tables:
+            self.writer.add_tables(batch.tables)
+        self.metrics.remote_write.labels("ok").inc()
+        for job, newest in counts.newest.items():
+            if newest > self.remote_newest.get(job, 0.0):  # never back (a late shard's batch)
+                self.remote_newest[job] = newest
+                self.metrics.remote_newest.labels(job).set(newest)
+        for result, n in (("kept", counts.samples), ("scrape", counts.scrapes), *counts.dropped().items()):
+            if n:
+                self.metrics.remote_samples.labels(result).inc(n)
+        return web.Response(status=204)
+
     async def handle_metrics(self, _request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -480,6 +497,7 @@ class Collector:
         app.router.add_post("/v1/requests", self.handle_request_log)
         app.router.add_post("/v1/logs", self.handle_logs)
         app.router.add_post("/v1/litellm", self.handle_litellm)
+        app.router.add_post("/api/v1/write", self.handle_remote_write)
         app.router.add_get("/metrics", self.handle_metrics)
         app.router.add_get("/healthz", self.handle_health)
         for mount in self.mounts:

@@ -37,6 +37,7 @@ the writer has just spooled is inserted from memory (``FRESH_MAX_BYTES``), not r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -97,6 +98,11 @@ class _Metrics:
         )
         self.dropped = Counter(
             "fleetscope_collector_dropped_rows_total", "Rows dropped: spool full", ["table"], registry=registry
+        )
+        self.lag = Gauge(
+            "fleetscope_collector_write_lag_seconds",
+            "Age of the oldest row not yet in the store (buffered or spooled); 0 when all are in",
+            registry=registry,
         )
         self.rejected = Counter(
             "fleetscope_collector_rejected_rows_total",
@@ -281,8 +287,32 @@ class Writer:
             self._seq = max(int(p.name.split("-", 1)[0]) for p in existing)
             log.info("spool has %d batch(es) from before: replaying them first", len(existing))
         self._update_spool_metrics()
+        self._room_checked = (-1.0, True)  # (monotonic time, spool had room)
+        self.metrics.lag.set_function(self.lag_s)
 
     # ------------------------------------------------------------------ intake
+    def has_room(self, share: float = 0.9) -> bool:
+        """Whether the spool is below ``share`` of ``spool_max_bytes`` (checked at most once a
+        second): a receiver whose sender can retry (remote-write) answers 503 when not, so rows
+        wait at the sender instead of being dropped here."""
+        checked, room = self._room_checked
+        now = time.monotonic()
+        if now - checked >= 1.0:
+            room = self.spool_size()[1] < share * self.config.spool_max_bytes
+            self._room_checked = (now, room)
+        return room
+
+    def lag_s(self) -> float:
+        """Seconds since the oldest row not yet inserted was added (buffers and spool files)."""
+        now_mono, now = time.monotonic(), time.time()
+        with self._lock:
+            oldest = min(self._buffer_since.values(), default=now_mono)
+        lag = now_mono - oldest
+        for path in self._spooled()[:1]:  # oldest first (sequence-numbered names)
+            with contextlib.suppress(FileNotFoundError):  # inserted meanwhile
+                lag = max(lag, now - path.stat().st_mtime)
+        return max(lag, 0.0)
+
     def add(self, table: str, columns: dict[str, Any]) -> None:
         """Queue rows for ``table`` (columns as lists or numpy arrays). The writer takes
         ownership of them (no copy): the caller must not change them afterwards."""

@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from collector.convert import load_prior
+from collector.remote_write import RemoteWriteConfig
 from collector.service import Collector, CollectorConfig
 from collector.targets import FileDiscovery, Shard, Target, make_target
 from collector.writer import Writer, WriterConfig
@@ -117,6 +118,7 @@ def build_collector(settings: Settings, client: Any, *, extra_targets: list[Targ
         shard=Shard(c.shard_index, c.shard_count),  # this collector's hashmod share of the targets
         request_mappings=list(c.request_mappings),
         shipped_mappings=tuple(c.shipped_mappings),
+        remote_write=RemoteWriteConfig(tuple(c.remote_write.replica_labels), c.remote_write.max_decoded_bytes),
     )
     try:
         config.prior = load_prior(client)
