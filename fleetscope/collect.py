@@ -1,8 +1,12 @@
 """Wiring of the collector: ``Settings`` (+ fleet spec) -> a running ``Collector``.
 
-In:  settings (collector section, ClickHouse URL, data_dir, fleet spec path).
-Out: ``build_collector`` returns the collector with its writer and client, ready to start;
-     ``run_collector`` runs it until SIGINT/SIGTERM and flushes on the way out.
+In:  settings (collector section, ClickHouse URL, data_dir, fleet spec path; the ``exporter``
+     section, the metadata URL and the cost weights for fleetscope's numbers on ``/metrics``).
+Out: ``build_collector`` returns the collector with its writer and client, ready to start, with
+     fleetscope's numbers registered on its ``/metrics`` (``mount_exporter``: the ``exporter``
+     package's figures, refreshed in a thread of their own while its HTTP server runs, on a
+     ClickHouse handle of their own); ``run_collector`` runs it until SIGINT/SIGTERM and flushes
+     on the way out.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from collector.convert import load_prior
@@ -21,9 +26,12 @@ from collector.remote_write import RemoteWriteConfig
 from collector.service import Collector, CollectorConfig
 from collector.targets import FileDiscovery, Shard, Target, make_target
 from collector.writer import Writer, WriterConfig
+from exporter.expose import register
+from exporter.read import Stores
+from exporter.refresh import Refresher
 from fleetscope.settings import Settings
 
-__all__ = ["build_collector", "fleet_targets", "run_collector", "static_targets"]
+__all__ = ["build_collector", "fleet_targets", "mount_exporter", "run_collector", "static_targets"]
 
 log = logging.getLogger("fleetscope.collect")
 GATEWAY_SCRAPE_S = 15.0  # a third-party gateway's own /metrics: every 15 s, 14 s to answer
@@ -81,7 +89,15 @@ def static_targets(settings: Settings) -> list[Target]:
     return out
 
 
-def build_collector(settings: Settings, client: Any, *, extra_targets: list[Target] | None = None) -> Collector:
+def build_collector(
+    settings: Settings,
+    client: Any,
+    *,
+    extra_targets: list[Target] | None = None,
+    exporter_stores: Callable[[], Stores] | None = None,
+) -> Collector:
+    """The collector of ``settings`` on ``client``; ``exporter_stores`` opens what fleetscope's
+    numbers are read from (default: a ClickHouse handle and the metadata DB of ``settings``)."""
     c = settings.collector
     targets = (
         static_targets(settings) + (fleet_targets(settings) if c.fleet_targets else []) + list(extra_targets or [])
@@ -132,8 +148,62 @@ def build_collector(settings: Settings, client: Any, *, extra_targets: list[Targ
     from fleetscope.queryapi import mount_endpoint
 
     # `fleetscope sql` reaches the store this process holds through it
-    collector.notes = [mount_endpoint(settings, collector)]  # type: ignore[attr-defined]
+    collector.notes = [  # type: ignore[attr-defined]
+        mount_endpoint(settings, collector),
+        mount_exporter(settings, collector, exporter_stores),
+    ]
     return collector
+
+
+def exporter_stores(settings: Settings) -> Callable[[], Stores]:
+    """Opens the figures' stores: a ClickHouse handle of their own (a handle serialises its calls:
+    the writer's inserts do not wait behind a refresh) and the metadata DB (prices, SLO targets)."""
+
+    def open_stores() -> Stores:
+        from fleetscope.stores import open_clickhouse
+        from storage.metadata import make_engine, make_sessionmaker
+
+        handle = open_clickhouse(settings)
+        engine = make_engine(settings.metadata.url)
+
+        def close() -> None:
+            handle.close()
+            engine.dispose()
+
+        return Stores(handle, make_sessionmaker(engine), close)
+
+    return open_stores
+
+
+def mount_exporter(settings: Settings, collector: Collector, stores: Callable[[], Stores] | None = None) -> str:
+    """fleetscope's numbers on the collector's ``/metrics``: registered on its registry, refreshed
+    from when its HTTP server starts to when it stops (on shard 0 only, when collectors share the
+    targets); a line saying so, or why not."""
+    e, c = settings.exporter, settings.collector
+    if not e.enabled:
+        return "fleetscope's numbers are not on /metrics (exporter.enabled: false)"
+    if c.shard_index != 0:  # every shard reads the same store: one serves the numbers, not N times the queries
+        return f"fleetscope's numbers are on shard 0's /metrics (this is shard {c.shard_index} of {c.shard_count})"
+    refresher = Refresher(
+        stores or exporter_stores(settings), e.params(settings.cost.weights()), interval_s=e.interval_s
+    )
+    register(collector.registry, refresher)
+
+    async def start(_app: web.Application) -> None:
+        refresher.start()
+
+    async def stop(_app: web.Application) -> None:
+        await asyncio.to_thread(refresher.stop)
+
+    def hooks(app: web.Application) -> None:
+        app.on_startup.append(start)
+        app.on_cleanup.append(stop)
+
+    collector.mounts.append(hooks)
+    return (
+        f"fleetscope's numbers at http://{c.listen_host}:{c.otlp_http_port}/metrics: read every "
+        f"{e.interval_s:g}s over the last {e.window_s:g}s (stalls, draft acceptance: {e.recent_window_s:g}s)"
+    )
 
 
 async def run_collector(collector: Collector, progress: Callable[[str], None]) -> bool:

@@ -5,8 +5,9 @@ In:  a YAML file (``--config``, ``$FLEETSCOPE_CONFIG`` or ``./fleetscope.yaml``)
      path, ``clickhouse.url`` -> ``FLEETSCOPE_CLICKHOUSE_URL``; the environment wins).
 Out: a frozen pydantic ``Settings`` object composed of each component's own section (declared
      beside the component: ``storage.config``, ``collector.config``, ``analytics.config``,
-     ``alerts.config``, ``dashboard.config``, ``adhoc.config``), or one ``SettingsError`` whose
-     message is a single line naming the file/line or variable, the key, and the problem.
+     ``alerts.config``, ``dashboard.config``, ``adhoc.config``, ``exporter.config``), or one
+     ``SettingsError`` whose message is a single line naming the file/line or variable, the
+     key, and the problem.
      Nothing in fleetscope starts on a bad config.
 """
 
@@ -25,6 +26,7 @@ from analytics.config import CostSettings, ReferencePriceSettings
 from collector.config import CollectorSettings, FileSd, StaticTargets
 from common.config import ConfigError, Section, config_path, env_var_for, load_config
 from dashboard.config import DashboardSettings
+from exporter.config import ExporterSettings
 from storage.config import ClickHouseSettings, MetadataSettings, RetentionSettings
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "CollectorSettings",
     "CostSettings",
     "DashboardSettings",
+    "ExporterSettings",
     "FileSd",
     "FleetSettings",
     "MetadataSettings",
@@ -68,6 +71,7 @@ class Settings(Section):
     dashboard: DashboardSettings = DashboardSettings()
     alerts: AlertsSettings = AlertsSettings()
     sql: SqlSettings = SqlSettings()
+    exporter: ExporterSettings = ExporterSettings()
 
     @field_validator("log_level", mode="before")
     @classmethod
