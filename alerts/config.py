@@ -6,6 +6,9 @@ Out: ``AlertsSettings`` with ``Route`` (which receiver gets which alerts, groupe
      ``repeat_interval``) and ``InhibitRule`` (a firing source alert mutes matching targets
      that share the ``equal`` labels). Durations are seconds.
 
+An ``alertmanager`` receiver is not routed: every alert goes to it, and Alertmanager routes,
+groups and repeats (``alerts.alertmanager``); a route naming one is refused.
+
 Without receivers the evaluator still evaluates and records state and history; notifications
 have nowhere to go, and ``fleetscope alerts run`` says so at start.
 """
@@ -123,18 +126,27 @@ class AlertsSettings(BaseModel):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"receiver {min(dup)!r} is defined twice")
+        pushed = {r.name for r in self.receivers if r.type == "alertmanager"}
         for route in [*self.routes, *([self.route] if self.route else [])]:
             if route.receiver not in names:
                 raise ValueError(
                     f"route to receiver {route.receiver!r}, which is not defined"
                     + (f" (receivers: {', '.join(names)})" if names else " (no receivers are defined)")
                 )
+            if route.receiver in pushed:
+                raise ValueError(
+                    f"route to receiver {route.receiver!r}, an alertmanager receiver: it gets every alert, and "
+                    "Alertmanager routes and groups them (its alertmanager.yml); remove this route"
+                )
         return self
 
     def default_route(self) -> Route | None:
+        """The route of alerts no other route takes: ``route``, else the first receiver that is not an
+        Alertmanager (those get every alert without a route)."""
         if self.route is not None:
             return self.route
-        return Route(receiver=self.receivers[0].name) if self.receivers else None
+        routed = [r.name for r in self.receivers if r.type != "alertmanager"]
+        return Route(receiver=routed[0]) if routed else None
 
     def routes_for(self, labels: dict[str, str]) -> list[Route]:
         """The routes an alert goes to (Alertmanager's first match, or more with ``continue``)."""

@@ -5,7 +5,9 @@ In:  the metadata DB's outbox (``alerts.outbox``), the configured receivers by n
 Out: one POST per due row (JSON body; headers ``Content-Type: application/json``,
      ``Idempotency-Key: <row key>``, ``User-Agent: fleetscope``, the receiver's own headers and,
      with ``hmac_secret``, ``X-Fleetscope-Signature-256: sha256=<hex HMAC-SHA256 of the body
-     bytes>``); the row's new state; a ``DeliveryReport`` per pass.
+     bytes>``; an ``alertmanager`` receiver's row goes to ``<its Alertmanager>/api/v2/alerts`` as
+     the array ``alerts.alertmanager.request`` makes); the row's new state; a ``DeliveryReport``
+     per pass.
 
 Retry policy (Alertmanager's, with PagerDuty's Retry-After habit):
     2xx                        delivered
@@ -18,7 +20,9 @@ Retry policy (Alertmanager's, with PagerDuty's Retry-After habit):
     older than max_age_h       failed: "gave up after N attempts over H h: <last error>"
 When a receiver cannot be reached or answers 429, its other due rows in the same pass are not
 sent: they are deferred to the same retry time (one probe per receiver instead of a request per
-row to a receiver that is down or rate-limiting us). A 5xx defers only its own row, so one body
+row to a receiver that is down or rate-limiting us); for an ``alertmanager`` receiver that is
+one Alertmanager, so the others of an HA set still get theirs. Errors of an Alertmanager name
+its URL ("Alertmanager at http://...: ConnectError: ..."). A 5xx defers only its own row, so one body
 a receiver chokes on cannot hold the others back.
 
 Delivery is at least once: a row is marked after its POST returns, so a crash (or a metadata
@@ -39,12 +43,13 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Self
+from typing import Any, Self
 
 import httpx
 from sqlalchemy.orm import Session, sessionmaker
 
-from alerts import outbox
+from alerts import alertmanager, outbox
+from alerts.errors import ReceiverError
 from alerts.receivers import ReceiverConfig
 from common.timeutil import as_utc, aware_utc
 
@@ -152,8 +157,9 @@ class Deliverer:
                 )
                 counts["deferred"] += 1
                 continue
-            if row.receiver in held:
-                until, why = held[row.receiver]
+            destination = _destination(receiver, row)
+            if destination in held:
+                until, why = held[destination]
                 outbox.mark_retry(self.sessions, row.key, until, None, f"not sent: {why}", attempted=False)
                 counts["deferred"] += 1
                 continue
@@ -183,7 +189,7 @@ class Deliverer:
                     at.isoformat(),
                 )
                 if outcome.hold_receiver:
-                    held[row.receiver] = (at, f"receiver {row.receiver!r} was unavailable ({outcome.error})")
+                    held[destination] = (at, f"receiver {row.receiver!r} was unavailable ({outcome.error})")
         return DeliveryReport(due=len(rows), **counts)
 
     def run(self, stop: threading.Event, poll_s: float = 1.0) -> None:
@@ -201,20 +207,28 @@ class Deliverer:
     # ----------------------------------------------------------------------- one request
 
     def _send(self, receiver: ReceiverConfig, row: outbox.OutboxRow, now: datetime) -> _Outcome:
-        data = json.dumps(row.body, separators=(",", ":"), ensure_ascii=False).encode()
+        url, where = receiver.url, ""
+        content: dict[str, Any] | list[dict[str, Any]] = row.body
+        if receiver.type == "alertmanager":  # the v2 API: a JSON array, to the row's Alertmanager
+            try:
+                url, content = alertmanager.request(receiver, row.body, row.created_at, now)
+            except ReceiverError as exc:
+                return _Outcome("failed", None, str(exc))
+            where = f"Alertmanager at {url}: "
+        data = json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode()
         headers = {"User-Agent": USER_AGENT, **receiver.headers}
         headers.update({"Content-Type": "application/json", "Idempotency-Key": row.key})
         if receiver.hmac_secret is not None:
             headers[SIGNATURE_HEADER] = sign(receiver.hmac_secret.get_secret_value(), data)
         try:
-            response = self.client.post(receiver.url, content=data, headers=headers, timeout=receiver.timeout_s)
+            response = self.client.post(url, content=data, headers=headers, timeout=receiver.timeout_s)
         except httpx.HTTPError as exc:  # refused, reset, DNS, timeout ...
-            error = f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
+            error = where + (f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__)
             return _Outcome("retry", None, error, self._backoff(row.attempts + 1), hold_receiver=True)
         code = response.status_code
         if 200 <= code < 300:
             return _Outcome("delivered", code, "")
-        error = f"HTTP {code}: {response.text[:ERROR_TEXT_CHARS]}".rstrip()
+        error = f"{where}HTTP {code}: {response.text[:ERROR_TEXT_CHARS]}".rstrip()
         if code == 429:
             wait = retry_after_seconds(response.headers.get("Retry-After"), now)
             delay = wait if wait is not None else self._backoff(row.attempts + 1)
@@ -231,6 +245,14 @@ class Deliverer:
     def _fail(self, row: outbox.OutboxRow, status: int | None, error: str, *, attempted: bool) -> None:
         outbox.mark_failed(self.sessions, row.key, status, error, attempted=attempted)
         log.warning("notification %s to receiver %s failed (status %s): %s", row.key, row.receiver, status, error)
+
+
+def _destination(receiver: ReceiverConfig, row: outbox.OutboxRow) -> str:
+    """What one unreachable endpoint holds back: the receiver, or one Alertmanager of an HA set
+    (the others must still get their pushes)."""
+    if receiver.type == "alertmanager":
+        return f"{row.receiver}\x00{row.body.get('url', '')}"
+    return row.receiver
 
 
 def sign(secret: str, body: bytes) -> str:

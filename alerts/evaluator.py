@@ -72,7 +72,7 @@ class Evaluator:
         self.ctx = ctx
         self.sessions = sessions
         self.settings = settings
-        self.notifier = Notifier(sessions, settings)
+        self.notifier = Notifier(sessions, settings, {r.name: g.interval_s for g in groups for r in g.rules})
         longest = max(
             [r.group_interval_s for r in [*settings.routes, *filter(None, [settings.default_route()])]], default=300.0
         )

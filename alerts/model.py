@@ -13,10 +13,11 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from common.timeutil import as_utc
 
-__all__ = ["ZERO_TIME", "Alert", "Matcher", "fingerprint", "parse_matchers"]
+__all__ = ["ZERO_TIME", "Alert", "Matcher", "fingerprint", "parse_matchers", "resolved_from", "stored"]
 
 # Alertmanager's "not ended" endsAt (Go's zero time); firing alerts carry it.
 ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -57,6 +58,30 @@ class Alert:
     @property
     def name(self) -> str:
         return self.labels.get("alertname", "")
+
+
+def stored(a: Alert) -> dict[str, Any]:
+    """What a receiver was told of a firing alert, as ``alert_groups.sent`` keeps it (JSON)."""
+    return {
+        "labels": a.labels,
+        "annotations": a.annotations,
+        "starts_at": a.starts_at.isoformat(),
+        "generator_url": a.generator_url,
+        "fingerprint": a.fingerprint,
+    }
+
+
+def resolved_from(item: dict[str, Any], at: datetime) -> Alert:
+    """A firing alert a receiver was told about (``stored``) that is no longer there: resolved at ``at``."""
+    return Alert(
+        labels=item["labels"],
+        annotations=item["annotations"],
+        status="resolved",
+        starts_at=datetime.fromisoformat(item["starts_at"]),
+        ends_at=at,
+        generator_url=item.get("generator_url", ""),
+        fingerprint=item["fingerprint"],
+    )
 
 
 _OPS = ("=~", "!~", "!=", "=")

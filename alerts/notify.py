@@ -4,7 +4,9 @@ In:  every current alert (firing, and resolved ones still kept) after an evaluat
      ``alerts`` settings (receivers, routes, inhibit rules) and the metadata sessions
      (silences, ``alert_groups``, ``alert_outbox``).
 Out: ``Notification`` rows enqueued in the outbox (``alerts.outbox``) with idempotency keys;
-     ``alerts.delivery`` sends them. Returns what was enqueued.
+     ``alerts.delivery`` sends them. Returns what was enqueued. ``alertmanager`` receivers get
+     every alert left after silences and inhibition, pushed as Prometheus does
+     (``alerts.alertmanager``): routes and group timings are Alertmanager's there.
 
 Alertmanager's rules: a silenced or inhibited alert is not notified; one whose receiver was told
 it fires and that leaves its group for any reason (resolved, silenced, inhibited, its rule
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,8 +33,9 @@ from typing import Any
 from sqlalchemy import select, update
 
 from alerts import outbox
+from alerts.alertmanager import Pusher
 from alerts.config import AlertsSettings, Route
-from alerts.model import Alert
+from alerts.model import Alert, resolved_from, stored
 from alerts.payloads import Notification, bodies
 from alerts.store import silences
 from storage.metadata import AlertGroup
@@ -54,29 +58,6 @@ def _digest(alerts: list[Alert]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _stored(a: Alert) -> dict[str, Any]:
-    return {
-        "labels": a.labels,
-        "annotations": a.annotations,
-        "starts_at": a.starts_at.isoformat(),
-        "generator_url": a.generator_url,
-        "fingerprint": a.fingerprint,
-    }
-
-
-def _gone(item: dict[str, Any], at: datetime) -> Alert:
-    """A firing alert the receiver was told about and that is no longer in its group: resolved now."""
-    return Alert(
-        labels=item["labels"],
-        annotations=item["annotations"],
-        status="resolved",
-        starts_at=datetime.fromisoformat(item["starts_at"]),
-        ends_at=at,
-        generator_url=item.get("generator_url", ""),
-        fingerprint=item["fingerprint"],
-    )
-
-
 @dataclass(frozen=True)
 class Sent:
     receiver: str
@@ -94,10 +75,12 @@ class _Bucket:
 
 
 class Notifier:
-    def __init__(self, sessions: Any, settings: AlertsSettings) -> None:
+    def __init__(self, sessions: Any, settings: AlertsSettings, intervals: Mapping[str, float] | None = None) -> None:
+        """``intervals``: each rule's group interval by rule name (how long Alertmanager keeps an alert)."""
         self.sessions = sessions
         self.settings = settings
         self.receivers = {r.name: r for r in settings.receivers}
+        self.pusher = Pusher(sessions, settings.receivers, intervals)  # the alertmanager receivers
 
     def muted(self, alerts: list[Alert], at: datetime) -> tuple[list[Alert], dict[str, str]]:
         """The alerts left to notify, and why each other one is muted (fingerprint -> reason)."""
@@ -128,6 +111,7 @@ class Notifier:
         if not self.receivers:
             return []
         alerts, _ = self.muted(alerts, at)
+        pushed = [Sent(p.receiver, p.group_key, p.sequence, p.alerts, p.keys) for p in self.pusher.push(alerts, at)]
         buckets: dict[tuple[str, str], _Bucket] = {}
         indices = {id(r): i for i, r in enumerate([*self.settings.routes])}
         for a in alerts:
@@ -136,7 +120,8 @@ class Notifier:
                 key = group_key(indices.get(id(route), len(self.settings.routes)), labels)
                 buckets.setdefault((route.receiver, key), _Bucket(route, labels, [])).alerts.append(a)
         with self.sessions() as s:
-            rows = {(g.receiver, g.group_key): g for g in s.scalars(select(AlertGroup))}
+            groups = s.scalars(select(AlertGroup).where(AlertGroup.receiver.not_in(sorted(self.pusher.names))))
+            rows = {(g.receiver, g.group_key): g for g in groups}
         for (receiver, key), row in rows.items():
             told = (row.sent or {}).get("firing", []) if row.first_seen_at is not None else []
             if not told:
@@ -148,8 +133,8 @@ class Notifier:
                     continue
                 bucket = buckets[(receiver, key)] = _Bucket(last_route, dict((row.sent or {}).get("labels", {})), [])
             present = {a.fingerprint for a in bucket.alerts}
-            bucket.alerts.extend(_gone(item, at) for item in told if item["fingerprint"] not in present)
-        sent: list[Sent] = []
+            bucket.alerts.extend(resolved_from(item, at) for item in told if item["fingerprint"] not in present)
+        sent: list[Sent] = pushed
         for (receiver, key), bucket in sorted(buckets.items()):
             row = rows.pop((receiver, key), None)
             try:
@@ -221,7 +206,7 @@ class Notifier:
                 "sent_at": at,
                 "digest": digest,
                 "sequence": sequence,
-                "sent": {"labels": b.labels, "firing": [_stored(a) for a in alerts if a.status == "firing"]},
+                "sent": {"labels": b.labels, "firing": [stored(a) for a in alerts if a.status == "firing"]},
             }
         else:  # everything in it resolved and was told so: the group closes, its sequence goes on
             values = {"first_seen_at": None, "sent_at": None, "digest": None, "sequence": sequence, "sent": None}

@@ -3,8 +3,10 @@
 In:  a sessionmaker on the metadata DB; ``(key, receiver, body)`` from ``alerts.payloads``;
      delivery outcomes from ``alerts.delivery``.
 Out: ``enqueue`` -> whether a new row landed; ``due`` -> the pending rows to send now, oldest
-     first; ``log`` -> the newest rows for the dashboard's notification log; ``counts`` -> rows
-     per status. Rows come back as frozen ``OutboxRow`` dataclasses, never ORM objects.
+     first; ``pending_in`` -> how many rows of one stream still wait (``prune_finished`` drops the
+     finished ones a newer row makes moot); ``log`` -> the newest rows
+     for the dashboard's notification log; ``counts`` -> rows per status. Rows come back as
+     frozen ``OutboxRow`` dataclasses, never ORM objects.
 
 A row is ``pending`` until it is ``delivered`` or ``failed`` (both final). Each call runs in
 its own short transaction. ``key`` is unique: enqueueing a key that exists changes nothing and
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session, sessionmaker
@@ -40,6 +42,8 @@ __all__ = [
     "mark_delivered",
     "mark_failed",
     "mark_retry",
+    "pending_in",
+    "prune_finished",
 ]
 
 STATUSES = ("pending", "delivered", "failed")
@@ -115,6 +119,29 @@ def pending_by_stream(sessions: Sessions) -> dict[str, list[tuple[int, datetime]
         for row_id, key, next_at in session.execute(query):
             out.setdefault(stream(key), []).append((row_id, as_utc(next_at)))
     return out
+
+
+def pending_in(sessions: Sessions, stream_id: str) -> int:
+    """How many rows of one stream (``stream``) are still pending."""
+    t = AlertOutbox
+    query = select(func.count()).where(t.status == "pending", t.key.startswith(f"{stream_id}-", autoescape=True))
+    with sessions() as session:
+        return int(session.scalar(query) or 0)
+
+
+def prune_finished(session: Any, stream_id: str, suffix: str) -> int:
+    """Delete, in the caller's transaction, the delivered or failed rows of one stream whose key ends
+    with ``suffix``: rows that a newer one makes moot (an Alertmanager re-send carries everything the
+    one before it did). Returns how many went."""
+    t = AlertOutbox
+    result = session.execute(
+        delete(t).where(
+            t.status != "pending",
+            t.key.startswith(f"{stream_id}-", autoescape=True),
+            t.key.endswith(suffix, autoescape=True),
+        )
+    )
+    return int(cast(CursorResult[Any], result).rowcount or 0)
 
 
 def due(sessions: Sessions, now: datetime, limit: int = 100) -> list[OutboxRow]:

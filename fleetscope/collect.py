@@ -217,7 +217,7 @@ async def run_collector(collector: Collector, progress: Callable[[str], None]) -
     progress(
         f"collecting: {len(collector.targets())} target(s); OTLP http://{c.host}:{c.http_port}/v1/traces"
         + (f", gRPC {c.host}:{c.grpc_port}" if c.grpc_port else "")
-        + f"; gateway logs POST /v1/requests; own metrics http://{c.host}:{c.http_port}/metrics"
+        + f"; gateway logs POST /v1/requests; remote-write POST /api/v1/write; /metrics http://{c.host}:{c.http_port}/metrics"
     )
     for note in getattr(collector, "notes", []):
         progress(note)
