@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from common.yamlfile import YamlConfigError, load_model
+from fleet.autoscale.spec import AutoscaleSpec
 from fleet.gateway.config import GatewaySpec
 from fleet.sim.engine import check_config, engine_config
 
@@ -157,6 +158,7 @@ class FleetSpec(_Strict):
     )
     health_timeout_s: float = Field(default=180.0, gt=0)
     gateway: GatewaySpec | None = Field(default=None, description="the gateway in front of the replicas")
+    autoscale: AutoscaleSpec | None = Field(default=None, description="pools that scale on LLM signals")
 
     @field_validator("replicas")
     @classmethod
@@ -214,6 +216,38 @@ class FleetSpec(_Strict):
                 if model not in self.models:
                     raise ValueError(f"gateway.model_router names model {model!r}, which is not in models")
         return self
+
+    @model_validator(mode="after")
+    def _check_autoscale(self) -> FleetSpec:
+        scale = self.autoscale
+        if scale is None or not scale.enabled:
+            return self
+        gw = self.gateway
+        if gw is not None and gw.enabled and gw.kind != "fleetscope":
+            raise ValueError(
+                f"autoscale needs fleetscope's own gateway (replicas come and go); gateway.kind is {gw.kind!r}"
+            )
+        for model, policy in scale.pools.items():
+            count = sum(1 for r in self.replicas if r.model == model)
+            if model not in self.models:
+                raise ValueError(f"autoscale.pools names model {model!r}, which is not in models")
+            if not policy.min_replicas <= count <= policy.max_replicas:
+                raise ValueError(
+                    f"autoscale.pools.{model}: the spec starts {count} replica(s), outside min_replicas "
+                    f"{policy.min_replicas} .. max_replicas {policy.max_replicas}"
+                )
+        taken = {r.port: r.name for r in self.replicas} | ({gw.port: "the gateway"} if gw and gw.enabled else {})
+        clash = sorted(set(scale.ports()) & set(taken))
+        if clash:
+            raise ValueError(
+                f"autoscale.first_port: ports {scale.ports().start}-{scale.ports().stop - 1} for new replicas "
+                f"include {clash[0]}, taken by {taken[clash[0]]}"
+            )
+        return self
+
+    def pool_template(self, model: str) -> ReplicaSpec:
+        """The replica a pool's new replicas are copied from (its first in the spec)."""
+        return next(r for r in self.replicas if r.model == model)
 
     def served(self) -> set[str]:
         """Every name a client can ask for: the replicas' models and the adapters they serve."""

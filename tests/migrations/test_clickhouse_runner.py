@@ -135,6 +135,7 @@ def test_cluster_rendering_parses_and_uses_replicated_and_distributed_tables(ch)
         "requests_1h",
         "alert_events",
         "samples_6h",
+        "scale_events",
     }
     # sharded on the series fingerprint / the request id, as DESIGN.md section 6 says
     keys = {s.split()[5]: s.rsplit(",", 1)[1].strip()[:-1] for s in distributed}
