@@ -56,6 +56,7 @@ __all__ = [
     "RemoteWriteConverter",
     "RemoteWriteError",
     "WriteCounts",
+    "check_headers",
     "decode",
 ]
 
@@ -76,7 +77,9 @@ SCRAPE_SERIES = frozenset(
         "scrape_response_size_bytes",
     }
 )
-_PRUNE_S = 3600.0  # a series not written for this long is forgotten (its next sample starts afresh)
+_PRUNE_S = 3600.0  # a series not sent for this long is forgotten, all but its last value
+_FORGOTTEN_MAX = 1_000_000  # last values of forgotten series kept (about 100 MB at most)
+_REASON_MAX = 400  # characters of a refusal's reason (a label may be megabytes)
 _to_bits = struct.Struct("<d")
 
 
@@ -84,6 +87,8 @@ class RemoteWriteError(CollectorError, ValueError):
     """A body the receiver refuses: ``status`` is the HTTP answer (4xx: the sender drops it)."""
 
     def __init__(self, status: int, reason: str) -> None:
+        if len(reason) > _REASON_MAX:
+            reason = reason[:_REASON_MAX] + f"... ({len(reason)} characters)"
         super().__init__(reason)
         self.status = status
         self.reason = reason
@@ -118,8 +123,9 @@ class WriteCounts:
         }
 
 
-def decode(body: bytes, headers: Mapping[str, str], max_decoded_bytes: int = MAX_DECODED_BYTES) -> Any:
-    """A remote-write body -> ``RawWriteRequest``; ``RemoteWriteError`` (4xx) with the reason otherwise."""
+def check_headers(headers: Mapping[str, str]) -> None:
+    """Refuse (415) what is not remote-write 1.0 by its headers alone, before the body is read
+    (an HTTP server would otherwise inflate a gzip body first, and fail on a bad one)."""
     content_type = headers.get("Content-Type", "")
     if "io.prometheus.write.v2" in content_type:
         raise RemoteWriteError(
@@ -128,6 +134,11 @@ def decode(body: bytes, headers: Mapping[str, str], max_decoded_bytes: int = MAX
     encoding = headers.get("Content-Encoding", "snappy").strip().lower()
     if encoding != "snappy":
         raise RemoteWriteError(415, f"Content-Encoding {encoding!r}: remote-write bodies are snappy-compressed")
+
+
+def decode(body: bytes, headers: Mapping[str, str], max_decoded_bytes: int = MAX_DECODED_BYTES) -> Any:
+    """A remote-write body -> ``RawWriteRequest``; ``RemoteWriteError`` (4xx) with the reason otherwise."""
+    check_headers(headers)
     if not body:
         raise RemoteWriteError(400, "empty body: expected snappy-compressed prometheus.WriteRequest")
     try:
@@ -161,6 +172,7 @@ class _Series:
     last: float | None = None  # last kept value (cumulative series)
     written: float = -math.inf  # when its `series` row was last written
     seen: float = field(default_factory=time.time)
+    alias: bool = False  # an old vLLM name beside its new one: its samples are the new one's, dropped
 
 
 class RemoteWriteConverter:
@@ -168,8 +180,10 @@ class RemoteWriteConverter:
 
     def __init__(self, config: RemoteWriteConfig | None = None, prior: Mapping[int, float] | None = None) -> None:
         self.config = config or RemoteWriteConfig()
-        self._prior = prior or {}
+        self._prior = prior or {}  # the store's last values at start (shared with the scrape path: not changed)
+        self._forgotten: dict[int, tuple[float, float | None]] = {}  # pruned series: fingerprint -> (last ts, last)
         self._series: dict[tuple[bytes, ...], _Series] = {}
+        self._owners: dict[int, tuple[bytes, ...]] = {}  # fingerprint -> the key whose samples count
         self._types: dict[str, str] = {}  # family -> type, from the senders' metadata
         self._pruned = time.time()
         self.renamed: dict[str, str] = {}
@@ -178,13 +192,18 @@ class RemoteWriteConverter:
         """One decoded request -> rows. Every series is checked before any state changes: a
         request with a bad series raises ``RemoteWriteError`` (400) and keeps nothing."""
         counts = WriteCounts(series=len(message.timeseries), metadata=len(message.metadata))
+        known, new = self._series.get, dict[tuple[bytes, ...], _Series]()
+        resolved = []
+        for number, key in enumerate((tuple(ts.labels) for ts in message.timeseries), 1):
+            series = known(key) or new.get(key)
+            if series is None:
+                series = new[key] = self._resolve(key, number)
+            resolved.append(series)
+        # every series passed: now (not before) the request may change what the converter knows
+        for key, series in new.items():
+            self._adopt(key, series)
         if message.metadata:
             self._learn_types(metric_types(message))
-        known = self._series.get
-        resolved = [
-            known(key) or self._resolve(key, number)
-            for number, key in enumerate((tuple(ts.labels) for ts in message.timeseries), 1)
-        ]
         now = time.time()
         batch = Batch()
         samples = batch.columns("samples", SAMPLE_COLUMNS)
@@ -196,7 +215,8 @@ class RemoteWriteConverter:
                 self._sample(series, sample.value, sample.timestamp / 1000.0, samples, meta, counts)
             if series.last_ts > counts.newest.get(series.job, -math.inf):
                 counts.newest[series.job] = series.last_ts
-            if series.written < now - SERIES_REFRESH_S and not series.scrape and series.last_ts > -math.inf:
+            stale_row = series.written < now - SERIES_REFRESH_S and series.last_ts > -math.inf
+            if stale_row and not (series.scrape or series.alias):
                 series.written = now
                 self._series_row(batch, series, now)
         self._scrape_rows(batch, meta, counts)
@@ -226,15 +246,32 @@ class RemoteWriteConverter:
             if replica:
                 labels["replica"] = replica
         metric = stack_router_name(name, labels) or canonical_name(name)
-        if metric != name:
-            self.renamed[name] = metric
         series = _Series(
             name, metric, fingerprint(metric, labels), labels, name in SCRAPE_SERIES, labels.get("job", "")
         )
         series.cumulative = self._cumulative(name, labels)
-        series.last = self._prior.get(series.fingerprint) if series.cumulative else None
-        self._series[key] = series
         return series
+
+    def _adopt(self, key: tuple[bytes, ...], series: _Series) -> None:
+        """Keep a new series. Its previous value: its own before it was forgotten, else the store's.
+        When an engine exposes a vLLM name and its old name (a deprecation period), both map to one
+        fingerprint: the new name's samples count, the old one's are dropped, as a scrape does."""
+        fp = series.fingerprint
+        if series.metric != series.name:
+            self.renamed[series.name] = series.metric
+        last_ts, last = self._forgotten.pop(fp, (-math.inf, self._prior.get(fp)))
+        series.last_ts, series.last = last_ts, last if series.cumulative else None
+        owner = self._series.get(self._owners.get(fp, ()))
+        if owner is not None and owner is not series:
+            if series.name != series.metric:  # this is the old name
+                series.alias = True
+            else:  # the new name takes over, where the old one was
+                owner.alias = True
+                series.last_ts, series.last = owner.last_ts, owner.last
+                self._owners[fp] = key
+        else:
+            self._owners[fp] = key
+        self._series[key] = series
 
     def _cumulative(self, name: str, labels: Mapping[str, str]) -> bool:
         if name in self._types or any(name.endswith(s) and name[: -len(s)] in self._types for s in _SUFFIXES):
@@ -252,8 +289,20 @@ class RemoteWriteConverter:
             series.cumulative = self._cumulative(series.name, series.labels)
 
     def _prune(self, now: float) -> None:
+        """Forget series not sent for an hour; keep their last values, so a series that comes back
+        counts its increase from where it was (as a scrape's converter, which forgets nothing)."""
         self._pruned = now
-        self._series = {k: s for k, s in self._series.items() if now - s.seen < _PRUNE_S}
+        kept = {}
+        for key, series in self._series.items():
+            if now - series.seen < _PRUNE_S:
+                kept[key] = series
+            elif not series.alias:
+                self._forgotten[series.fingerprint] = (series.last_ts, series.last)
+                if len(self._forgotten) > _FORGOTTEN_MAX:  # the oldest first
+                    del self._forgotten[next(iter(self._forgotten))]
+                if self._owners.get(series.fingerprint) == key:
+                    del self._owners[series.fingerprint]
+        self._series = kept
 
     # ------------------------------------------------------------------ samples
     def _sample(
@@ -265,6 +314,9 @@ class RemoteWriteConverter:
         meta: dict[tuple[str, str, float], dict[str, Any]],
         counts: WriteCounts,
     ) -> None:
+        if series.alias:  # an old name beside its new one: the new one's samples count
+            counts.duplicate += 1
+            return
         if value != value and _to_bits.pack(value) == _to_bits.pack(_STALE):  # noqa: PLR0124 - NaN check
             counts.stale += 1
             return

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -53,7 +55,8 @@ from collector.records import (
     span_records,
     spans_to_records,
 )
-from collector.remote_write import RemoteWriteConfig, RemoteWriteConverter, RemoteWriteError, decode
+from collector.remote_intake import RemoteWriteReceiver
+from collector.remote_write import RemoteWriteConfig, RemoteWriteConverter
 from collector.requestlog import parse_request_log
 from collector.sampling import Sampler, SamplingPolicy
 from collector.scrape import Scraper, ScrapeResult
@@ -147,8 +150,6 @@ class Collector:
         self.scraper: Scraper | None = None
         self.metrics = CollectorMetrics(self.registry, lambda: len(self.scraper.targets) if self.scraper else 0)
         self.sampler = Sampler(config.sampling)
-        self.remote_write = RemoteWriteConverter(config.remote_write, config.prior)
-        self.remote_newest: dict[str, float] = {}  # job -> newest sample time a remote-write sender delivered
         self.native_otlp = False  # decided at start: config.otlp_decode and what the store can
         self._otlp_settings: dict[str, str] = {}
         self._converters: dict[str, SeriesConverter] = {}
@@ -156,6 +157,9 @@ class Collector:
         self._grpc: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self.renamed: dict[str, str] = {}
+        self.remote_write = RemoteWriteReceiver(
+            RemoteWriteConverter(config.remote_write, config.prior), writer, self.metrics, self._body, self.renamed
+        )
         self._up: dict[str, bool] = {}
         self.mappings: tuple[RequestMapping, ...] = (
             *config.request_mappings,
@@ -383,6 +387,8 @@ class Collector:
             return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise OtlpError(f"body larger than {MAX_OTLP_BODY} bytes (after decompression)") from None
+        except (RequestPayloadError, HttpProcessingError) as exc:  # e.g. a gzip body that is no gzip
+            raise OtlpError(f"the body cannot be read as its Content-Encoding says: {exc}") from None
 
     async def handle_traces(self, request: web.Request) -> web.Response:
         try:
@@ -448,35 +454,6 @@ class Collector:
             status=status,
         )
 
-    async def handle_remote_write(self, request: web.Request) -> web.Response:
-        """Prometheus remote-write 1.0: 204 when kept, 4xx with the reason for a body that will
-        never be good, 503 while the spool is nearly full (the sender retries)."""
-        if not self.writer.has_room():
-            self.metrics.remote_write.labels("busy").inc()
-            return web.Response(status=503, text="the store is away and the spool is nearly full: retry later\n")
-        try:
-            body = await self._body(request)
-            message = decode(body, request.headers, self.config.remote_write.max_decoded_bytes)
-            batch, counts = self.remote_write.convert(message)
-        except (RemoteWriteError, OtlpError) as exc:
-            status = exc.status if isinstance(exc, RemoteWriteError) else 413
-            self.metrics.remote_write.labels("refused").inc()
-            self.metrics.bad_bodies.labels("remote_write").inc()
-            log.warning("remote-write body refused (%d): %s", status, exc)
-            return web.Response(status=status, text=f"{exc}\n")
-        self.renamed.update(self.remote_write.renamed)
-        if batch.tables:
-            self.writer.add_tables(batch.tables)
-        self.metrics.remote_write.labels("ok").inc()
-        for job, newest in counts.newest.items():
-            if newest > self.remote_newest.get(job, 0.0):  # never back (a late shard's batch)
-                self.remote_newest[job] = newest
-                self.metrics.remote_newest.labels(job).set(newest)
-        for result, n in (("kept", counts.samples), ("scrape", counts.scrapes), *counts.dropped().items()):
-            if n:
-                self.metrics.remote_samples.labels(result).inc(n)
-        return web.Response(status=204)
-
     async def handle_metrics(self, _request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -497,7 +474,7 @@ class Collector:
         app.router.add_post("/v1/requests", self.handle_request_log)
         app.router.add_post("/v1/logs", self.handle_logs)
         app.router.add_post("/v1/litellm", self.handle_litellm)
-        app.router.add_post("/api/v1/write", self.handle_remote_write)
+        app.router.add_post("/api/v1/write", self.remote_write.handle)
         app.router.add_get("/metrics", self.handle_metrics)
         app.router.add_get("/healthz", self.handle_health)
         for mount in self.mounts:

@@ -27,7 +27,7 @@ fi
 say "installing ${packages[*]} from Debian's packages (once)"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-# policy-rc.d keeps the packages' services from starting (there is no init system anyway)
+# no init system runs here: installing starts no service (each test starts its own binary)
 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 for bin in "${!PACKAGE[@]}"; do
   command -v "$bin" >/dev/null 2>&1 || { say "installed, but $bin is not on PATH"; exit 1; }

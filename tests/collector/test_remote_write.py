@@ -113,7 +113,7 @@ def test_resets_resends_and_staleness_are_handled_as_for_a_scrape() -> None:
     stale = WriteRequest()
     series(stale, "vllm:prompt_tokens_total", [(T0 + 60_000, STALE)], model_name="tiny", pod="vllm-7f9c")
     batch, counts = converter.convert(decode(body(stale), HEADERS))
-    assert counts.stale == 1 and "samples" not in batch.tables or not batch.tables["samples"]["ts"]
+    assert counts.stale == 1 and not batch.tables["samples"]["ts"]
 
 
 def test_after_a_collector_restart_the_first_increase_starts_from_the_stored_value() -> None:
@@ -123,6 +123,49 @@ def test_after_a_collector_restart_the_first_increase_starts_from_the_stored_val
     restarted = RemoteWriteConverter(prior={fp: 250.0})
     again = convert(restarted, engine_request(2, (300, 330)))["samples"]
     assert again["increase"][:2] == [50.0, 30.0]
+
+
+def test_an_old_vllm_name_beside_its_new_one_is_not_counted_twice() -> None:
+    """During vLLM's deprecation releases an engine exposes both names: one series, one increase."""
+    converter = RemoteWriteConverter(prior={})
+    for start, values in ((0, (100.0, 150.0)), (2, (180.0, 260.0))):
+        m = WriteRequest()
+        at = [T0 + (start + i) * 15_000 for i in range(2)]
+        for name in ("vllm:gpu_prefix_cache_queries_total", "vllm:prefix_cache_queries_total"):
+            series(m, name, list(zip(at, values, strict=True)), model_name="tiny")
+        tables = convert(converter, m)
+        assert set(tables["samples"]["metric"]) == {"vllm:prefix_cache_queries_total"}
+        assert len(tables["samples"]["ts"]) == 2  # the old name's samples dropped
+    assert sum(tables["samples"]["increase"]) == 260.0 - 150.0
+    assert converter.renamed == {"vllm:gpu_prefix_cache_queries_total": "vllm:prefix_cache_queries_total"}
+
+
+def test_a_series_that_comes_back_after_an_hour_counts_from_where_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    import collector.remote_write as rw
+
+    clock = [1_795_000_000.0]
+    monkeypatch.setattr(rw.time, "time", lambda: clock[0])
+    fp = convert(RemoteWriteConverter(), engine_request())["samples"]["fingerprint"][0]
+    converter = RemoteWriteConverter(prior={fp: 1000.0})  # the store's value at the collector's start
+    first = convert(converter, engine_request(0, (1000, 5000)))["samples"]
+    assert first["fingerprint"][0] == fp
+    clock[0] += 2 * 3600  # the sender went quiet: the series is forgotten ...
+    convert(converter, engine_request(900, (10.0, 10.0), pod="another"))
+    again = convert(converter, engine_request(1000, (6000, 6100)))["samples"]  # ... and comes back
+    assert again["increase"][:2] == [1000.0, 100.0]  # from 5000, not from the start's 1000
+
+
+def test_a_refused_request_changes_nothing() -> None:
+    converter = RemoteWriteConverter()
+    m = engine_request()
+    m.metadata.add(type=2, metric_family_name="vllm:prompt_tokens_total")  # says: a gauge
+    m.timeseries.add().samples.add(timestamp=T0, value=1.0)  # a series without a name
+    with pytest.raises(RemoteWriteError):
+        converter.convert(decode(body(m), HEADERS))
+    # the same engine's good request afterwards: its counter still a counter, every series new
+    tables = convert(converter, engine_request())
+    assert len(tables["series"]["metric"]) == 4
+    assert tables["samples"]["increase"][:2] == [0.0, 150.0]
 
 
 def test_metadata_decides_what_is_a_counter() -> None:
@@ -233,15 +276,18 @@ def test_bad_bodies_get_4xx_nothing_is_stored_and_the_receiver_keeps_serving(
     ]
     answers = [receiver.post(raw, headers) for raw, headers in bad]
     assert [status for status, _ in answers] == [400, 400, 400, 415]
+    for encoding in ("gzip", "deflate"):  # the HTTP server inflates these itself: a bad one is a 400
+        status, text = receiver.post(b"\x1f\x8b not what it says" * 5, {**HEADERS, "Content-Encoding": encoding})
+        assert status == 400 and "cannot be read as its Content-Encoding says" in text
     assert "no __name__ label" in answers[2][1]
-    receiver.collector.config.remote_write = RemoteWriteConfig(max_decoded_bytes=500)
+    receiver.collector.remote_write.converter.config = RemoteWriteConfig(max_decoded_bytes=500)
     status, text = receiver.post(body(huge))
     assert status == 413 and "over the limit of 500" in text
-    receiver.collector.config.remote_write = RemoteWriteConfig()
+    receiver.collector.remote_write.converter.config = RemoteWriteConfig()
     assert receiver.writer.flush(force=True)
     assert rows(store) == 0 and rows(store, "series") == 0 and rows(store, "scrapes") == 0
     assert receiver.post(body(engine_request()))[0] == 204  # still serving
-    assert 'fleetscope_collector_remote_write_requests_total{result="refused"} 5.0' in receiver.metrics()
+    assert 'fleetscope_collector_remote_write_requests_total{result="refused"} 7.0' in receiver.metrics()
     assert receiver.writer.flush(force=True)
     assert rows(store) == 8 and rows(store, "scrapes") == 2
 

@@ -105,7 +105,7 @@ class Fleet:
         httpx.post(f"http://127.0.0.1:{self.replicas[index].port}/sim/restart", timeout=10)
 
     def newest(self, job: str) -> float:
-        return self.collector.remote_newest.get(job, 0.0)
+        return self.collector.remote_write.newest.get(job, 0.0)
 
 
 def scrape_config(job: str, fleet: Fleet) -> list[dict[str, Any]]:
