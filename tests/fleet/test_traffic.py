@@ -162,6 +162,6 @@ def test_unknown_scenario_lists_the_shipped_ones() -> None:
     with pytest.raises(
         YamlConfigError,
         match="shipped ones are acceptance-collapse, adapter-thrash, engine-stall, long-context-rollout, replica-crash, "
-        "router-shift, steady, tenant-shift",
+        "router-defeat, router-shift, scale-ramp, steady, tenant-shift",
     ):
         load_scenario("black-friday")
