@@ -44,7 +44,13 @@ __all__ = ["Evaluator", "GroupReport"]
 log = logging.getLogger(__name__)
 
 # rule signal -> the latency the Investigate page should open on
-_INVESTIGATE = {"itl_p99": "itl", "cost_per_mtok": "cost", "cost_per_mtok_change": "cost", "cost_per_mtok_jump": "cost"}
+_INVESTIGATE = {
+    "itl_p99": "itl",
+    "cost_per_mtok": "cost",
+    "cost_per_mtok_change": "cost",
+    "cost_per_mtok_jump": "cost",
+    "spend_per_hour_change": "cost",
+}
 LEASE = "alerts"
 MAX_UNWRITTEN_EVENTS = 10_000
 

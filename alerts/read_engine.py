@@ -4,7 +4,8 @@ stalls, speculative decoding and LoRA adapters.
 In:  a ``Context`` (the ClickHouse client), a signal's parsed parameters and the evaluation time.
 Out: the ``Sample`` list of each signal (``alerts.signals.SIGNALS`` names which reader is which
      signal); every number comes from ``analytics`` (``metrics``, ``health``, ``saturation``,
-     ``stalls``, ``specdecode``, ``adapters``).
+     ``stalls``, ``specdecode``, ``adapters``). A replica a scale-in removed (``analytics.health``:
+     retired) is not a target that is down: the scrape signals leave it out.
 """
 
 from __future__ import annotations
@@ -40,19 +41,20 @@ def gauge(metric: str, column: str) -> Reader:
 
 
 def replica_up(ctx: Context, p: Params, at: datetime) -> list[Sample]:
-    from analytics.health import scrape_health
+    """1 or 0 per scrape target; a replica a scale-in removed (retired) has no sample: not down."""
+    from analytics.health import current, scrape_health
 
     start, end = window(at, p)
-    df = scrape_health(ctx.client, start, end)
+    df = current(scrape_health(ctx.client, start, end)).copy()
     df["up_value"] = df["up"].astype(float)
     return frame(df, ["replica", "instance", "job"], "up_value")
 
 
 def scrape_success(ctx: Context, p: Params, at: datetime) -> list[Sample]:
-    from analytics.health import scrape_health
+    from analytics.health import current, scrape_health
 
     start, end = window(at, p)
-    return frame(scrape_health(ctx.client, start, end), ["replica", "instance", "job"], "up_share")
+    return frame(current(scrape_health(ctx.client, start, end)), ["replica", "instance", "job"], "up_share")
 
 
 def waiting_growth(ctx: Context, p: Params, at: datetime) -> list[Sample]:

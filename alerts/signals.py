@@ -1,6 +1,7 @@
 """The signal catalogue: ``SIGNALS``, the one list of the built-in signals a rule's ``expr`` can name.
 
-In:  the readers (``alerts.read_engine``, ``read_slo``, ``read_cost``, ``read_requests``).
+In:  the readers (``alerts.read_engine``, ``read_slo``, ``read_cost``, ``read_requests``,
+     ``read_scaling``).
 Out: ``SIGNALS``: name -> ``Signal`` (its help, its parameters as ``Param`` with defaults and
      kinds, its reader, the labels of its answer). ``alerts.expr`` parses and evaluates by it;
      ``docs/alerts.md``'s signal table lists the same names (``tests/alerts/test_catalogue_docs.py``).
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from alerts import read_cost, read_engine, read_requests, read_slo
+from alerts import read_cost, read_engine, read_requests, read_scaling, read_slo
 from alerts.reading import Reader
 from analytics.vllm import KV_CACHE_USAGE, REQUESTS_WAITING
 
@@ -217,6 +218,37 @@ SIGNALS: dict[str, Signal] = {
             {"window": Param("1h"), "reference": Param("trailing-day", "choice", ("trailing-day", "last-week"))},
             read_requests.drift_share,
             (),
+        ),
+        Signal(
+            "pool_at_max",
+            "autoscaling: 1 while the pool's last decision in the window is held_at_max (it wanted more "
+            "replicas at max_replicas; no scale-in since), else 0; $extra.replicas",
+            {"window": Param("6h")},
+            read_scaling.pool_at_max,
+            ("model",),
+        ),
+        Signal(
+            "scale_flapping",
+            "autoscaling: direction changes (a scale-out after a scale-in or the reverse) within the window",
+            {"window": Param("30m")},
+            read_scaling.scale_flapping,
+            ("model",),
+        ),
+        Signal(
+            "scale_out_lag_seconds",
+            "autoscaling: the latest scale-out's signal crossing -> its replica's first token (s), or -> now "
+            "while it does not serve yet; $extra.time_to_ready",
+            {"window": Param("1h")},
+            read_scaling.scale_out_lag,
+            ("model",),
+        ),
+        Signal(
+            "spend_per_hour_change",
+            "percent change of the spend per hour (uptime x GPUs x price): the last `window` against the "
+            "`baseline` before it, per pool or for the fleet; $extra.before, $extra.after (USD/h)",
+            {"window": Param("5m"), "baseline": Param("1h"), "by": Param("model", "choice", ("model", "fleet"))},
+            read_scaling.spend_per_hour_change,
+            ("model",),
         ),
     )
 }

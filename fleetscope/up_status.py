@@ -23,14 +23,14 @@ def status_line(client: Client, sessions: Any, now: datetime | None = None) -> s
     (where it has one; with fewer than 100 requests in the 5 minutes, "too few to judge": the
     rules do not compare such a p99 either), the fullest KV cache, alerts firing (and pending)."""
     from alerts.store import load_states
-    from analytics.health import scrape_health
+    from analytics.health import current, scrape_health
     from analytics.requests import prefer_source, request_totals
     from analytics.saturation import saturation
 
     end = now or datetime.now(UTC)
     health = scrape_health(client, end - timedelta(seconds=30), end)  # the targets scraped now (not a past run's)
     gateways = health[health["job"] == "gateway"] if len(health) else health
-    health = health[health["job"] != "gateway"] if len(health) else health  # replicas: the engines
+    health = current(health[health["job"] != "gateway"]) if len(health) else health  # the engines, not retired
     up = int(health["up"].sum()) if len(health) else 0
     # each request once: the gateway's log when there is one, else the engines' spans
     totals = request_totals(client, end - timedelta(minutes=1), end, by=["source"], source=None)

@@ -16,7 +16,7 @@ from streamlit.errors import StreamlitPageNotFoundError
 
 from alerts.store import load_states
 from analytics.cost import cost_per_token
-from analytics.health import scrape_health, silent_targets
+from analytics.health import current, scrape_health, silent_targets
 from analytics.requests import request_totals
 from analytics.saturation import KV, saturation
 from analytics.slo import slo_attainment
@@ -94,7 +94,7 @@ ttft_line = ttft_steps.loc[ttft_steps["model"] == "(fleet)", "value"].dropna().r
 itl_line = itl_steps["value"].dropna().round(5).tolist()
 kv_line = got["kv"]["avg"].dropna().round(3).tolist()
 cols: list[DeltaGenerator] = list(st.columns(5))  # a row of five, then one of four
-down = int((~health["up"]).sum()) if len(health) else 0
+down = int((~current(health)["up"]).sum()) if len(health) else 0  # a replica a scale-in removed is not down
 cols[0].metric(
     "Replicas reporting",
     f"{len(sat)}",
