@@ -9,7 +9,9 @@ In:  stores handed in with ``use_stores`` (tests, ``fleetscope up``), or else a 
 Out: ``page_context()`` -> ``Context(view, client, sessions, settings, marks)`` after drawing the
      sidebar (time range, refresh, filters) and writing the choice back to the query string;
      a store that cannot be opened stops the page with one clear error instead of a traceback;
-     ``marks`` are the window's annotations (``dashboard.marks`` draws them on time charts).
+     ``marks`` are the window's annotations and the autoscaler's decisions
+     (``analytics.elasticity.scale_marks``: "tiny-large 1 -> 2 (kv_cache_usage 0.86 > 0.8)",
+     tagged ``kind: scale``), which ``dashboard.marks`` draws on every time chart.
 """
 
 from __future__ import annotations
@@ -237,7 +239,7 @@ def page_context(title: str) -> Context:
             f" · {key} {', '.join(getattr(view.filters, key))}" for key in FILTER_KEYS if getattr(view.filters, key)
         )
     )
-    return Context(view, client, sessions, settings, _marks(sessions, view), readers)
+    return Context(view, client, sessions, settings, _marks(sessions, view) + _scale_marks(client, view), readers)
 
 
 def _marks(sessions: Any, view: View) -> list[Any]:
@@ -254,3 +256,19 @@ def _marks(sessions: Any, view: View) -> list[Any]:
             f"Annotations unavailable (metadata DB: {str(exc).splitlines()[0][:200]}; run `fleetscope migrate`)."
         )
         return []
+
+
+def _scale_marks(client: Any, view: View) -> list[Any]:
+    """The autoscaler's decisions in the window as marks (id -1: not annotations one can edit)."""
+    from clickhouse_connect.driver.exceptions import DatabaseError
+
+    from analytics.elasticity import scale_marks
+    from dashboard.cache import cached
+    from storage.catalog import Mark
+
+    try:
+        found = cached(scale_marks, client, view.start, view.end)
+    except DatabaseError as exc:  # a store migrated before scale_events: the charts draw without them
+        st.caption(f"Scale events unavailable ({str(exc).strip().splitlines()[0][:200]}; run `fleetscope migrate`).")
+        return []
+    return [Mark(-1, ts, title, text=text, tags={"kind": "scale"}) for ts, title, text in found]

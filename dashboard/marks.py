@@ -1,5 +1,6 @@
 """What every time chart shares: the UTC time axis, gaps where a series has no data, and
-annotations (deploys, config changes, incident notes) as markers.
+annotations (deploys, config changes, incident notes) and the autoscaler's scale events as
+markers.
 
 In:  a long frame of time series (``ts`` and the columns a chart draws, a row per step and
      series); an Altair chart whose x encoding is ``ts:T``, and the page ``Context`` (its
@@ -8,7 +9,8 @@ Out: ``with_gaps``: the frame with a row of empty values wherever a series has n
      than ``GAP_STEPS`` steps (a path mark breaks there, ``LINE``: Vega-Lite's
      "break-paths-show-domains", instead of drawing a straight line across the hole);
      ``with_annotations``: the chart with a dashed rule (and a shaded span for marks with an
-     end) per annotation in the window, titled on hover; unchanged when there are none.
+     end) per annotation in the window, titled on hover, purple for annotations and teal for
+     scale events (a mark tagged ``kind: scale``); unchanged when there are none.
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-__all__ = ["GAP_STEPS", "LINE", "TS_TIP", "marks_frame", "tick_minutes", "time_x", "with_annotations", "with_gaps"]
+__all__ = [
+    "GAP_STEPS",
+    "LINE",
+    "MARK_KINDS",
+    "TS_TIP",
+    "marks_frame",
+    "tick_minutes",
+    "time_x",
+    "with_annotations",
+    "with_gaps",
+]
 
 GAP_STEPS = 3  # a series silent for more than this many steps draws a gap
 LINE: dict[str, Any] = {
@@ -90,10 +102,22 @@ def with_gaps(
     return out
 
 
+MARK_KINDS = {"annotation": "#7c3aed", "scale event": "#0d9488"}  # the rule's colour by what the mark is
+
+
 def marks_frame(marks: list[Any]) -> pd.DataFrame:
     return pd.DataFrame(
-        [{"ts": m.starts_at, "end": m.ends_at or m.starts_at, "title": m.title, "text": m.text or ""} for m in marks],
-        columns=["ts", "end", "title", "text"],
+        [
+            {
+                "ts": m.starts_at,
+                "end": m.ends_at or m.starts_at,
+                "title": m.title,
+                "text": m.text or "",
+                "kind": "scale event" if (m.tags or {}).get("kind") == "scale" else "annotation",
+            }
+            for m in marks
+        ],
+        columns=["ts", "end", "title", "text", "kind"],
     )
 
 
@@ -105,11 +129,12 @@ def with_annotations(chart: alt.Chart | alt.LayerChart, ctx: Any) -> alt.Chart |
     view = ctx.view  # spans reaching past the window are drawn to its edge (they must not widen the axis)
     df["ts"] = df["ts"].clip(lower=view.start, upper=view.end)
     df["end"] = df["end"].clip(lower=view.start, upper=view.end)
-    tooltip = [alt.Tooltip("title:N", title="annotation"), TS_TIP, "text:N"]
+    tooltip = [alt.Tooltip("title:N", title="mark"), alt.Tooltip("kind:N", title="what"), TS_TIP, "text:N"]
+    colour = alt.Color("kind:N", scale=alt.Scale(domain=list(MARK_KINDS), range=list(MARK_KINDS.values())), legend=None)
     rules = (
         alt.Chart(df)
-        .mark_rule(color="#7c3aed", strokeDash=[4, 3], strokeWidth=1.5)
-        .encode(x=time_x(ctx.view), tooltip=tooltip)
+        .mark_rule(strokeDash=[4, 3], strokeWidth=1.5)
+        .encode(x=time_x(ctx.view), color=colour, tooltip=tooltip)
     )
     spans = (
         alt.Chart(df[df["end"] > df["ts"]])

@@ -22,6 +22,15 @@ Out: a ``CostExplanation``:
        reason (the gateway's ``route_reason``, its numbers left out to group them), requests
        before and after; ``movers``: the tenants whose tokens changed pool, with the route and
        reason that sent them and their median prompt length before and after;
+     - ``scaling``: the autoscaler's scale-outs and scale-ins in the periods (``scale_events``),
+       per decision: pool, from -> to replicas, the signal with its value and threshold, when it
+       crossed, the replica and when it was ready and first served (``cost_queries.scaling``).
+       Replicas added are the ``spend`` part's cause: its ``detail`` names each scale-out, and
+       the sentence names them for every pool the view pays for, whatever their part's rank
+       (the fleet's or a pool's cost per token may show no lasting rise while its bill jumped,
+       its tokens growing with its spend: then the break is found in its spend per hour and the
+       sentence says so first; where neither rose, the sentence still names the window's scale
+       events, and how to compare both sides of one with ``at``);
      - ``evidence``: the decomposition's rows that moved the cost, ranked by their share of the
        change; ``problems``: what could not be computed, in words; ``sentence``: one line,
        "consistent with", in dollars per 1M tokens per part.
@@ -51,7 +60,7 @@ from analytics.explain import cost_queries
 from analytics.explain.cost_model import MIN_STEPS, CostExplanation, Steps, View
 from analytics.explain.cost_parts import decompose, level
 from analytics.explain.cost_scoring import decomposition, flows, in_period, movers, periods, pool_rows, side
-from analytics.explain.cost_words import Words, sentence
+from analytics.explain.cost_words import Words, scaling_note, sentence
 from analytics.filters import Filters
 from analytics.gateways import gaps
 from analytics.requests import log_source
@@ -99,11 +108,53 @@ def explain_cost(
     )
     ex.problems.extend(gateway_gaps)
     found = _periods(ex, view, series, at, (start, end))
+    bill = None
+    if found is None and not view.payer and "no lasting rise" in ex.sentence:
+        # the fleet's (a pool's) bill may have jumped while its tokens grew with it (a pool scaled out
+        # for heavier traffic): the break in its spend per hour is the one to explain
+        bill = _bill_break(series, s, (start, end))
+        if bill is None:
+            found_scaling = cost_queries.scaling(client, (start, start, end))
+            ex.scaling = found_scaling[found_scaling["pool"] == view.value] if view.value else found_scaling
+            ex.sentence += scaling_note(ex.scaling)
+            return ex
+        found = bill[0]
     if found is None:
         return ex
     ex.break_at, ex.periods = found[1], found
     _attribute(ex, client, view, cost_queries.steps(client, found, prices, weights, s, tier, source), source)
+    if bill is not None and ex.break_at is not None:
+        ex.sentence = _bill_words(view.words, bill[1], bill[2], ex.break_at) + ex.sentence
     return ex
+
+
+def _bill_break(series: pd.DataFrame, s: int, window: tuple[datetime, datetime]) -> tuple[Periods, float, float] | None:
+    """The lasting rise of the spend per hour (periods, before and after in USD per hour), or None.
+    Only whole steps count: one the window cuts holds part of a step's spend (a cost per token
+    does not mind: its tokens are cut alike)."""
+    ts = pd.to_datetime(series["ts"], utc=True)
+    whole = (ts >= pd.Timestamp(window[0])) & (ts + pd.Timedelta(seconds=s) <= pd.Timestamp(window[1]))
+    spend = series[whole & series["spend"].notna() & (series["spend"] > 0)].reset_index(drop=True)
+    if len(spend) < MIN_STEPS:
+        return None
+    found, _why = periods(spend.assign(value=spend["spend"]), s, None)
+    if found is None:
+        return None
+    per_hour = 3600.0 / s
+
+    def mean(a: datetime, b: datetime) -> float:
+        ts = pd.to_datetime(spend["ts"], utc=True)
+        return float(spend["spend"][(ts >= pd.Timestamp(a)) & (ts < pd.Timestamp(b))].mean()) * per_hour
+
+    return found, mean(found[0], found[1]), mean(found[1], found[2])
+
+
+def _bill_words(view: str, before: float, after: float, at: datetime) -> str:
+    pct = f"{(after / before - 1) * 100:+.0f}%" if before > 0 else "from nothing"
+    return (
+        f"The spend per hour of {view} rose from ${before:,.4g} to ${after:,.4g} at {at:%H:%M:%S} UTC ({pct}) "
+        "while its tokens grew too. "
+    )
 
 
 def _periods(
@@ -152,7 +203,8 @@ def _attribute(ex: CostExplanation, client: Client, view: View, data: Steps, sou
     hours = [max((b - a).total_seconds(), 1.0) / 3600 for a, b in zip(p, p[1:], strict=False)]
     rates = ex.flows.assign(tokens_before=ex.flows["tokens_before"] / hours[0])
     rates["tokens_after"] = rates["tokens_after"] / hours[1]
-    words = Words(view, table_b, table_a, (side_b.x, side_a.x), rates, ex.movers)
+    ex.scaling = cost_queries.scaling(client, p)
+    words = Words(view, table_b, table_a, (side_b.x, side_a.x), rates, ex.movers, ex.scaling)
     change = ex.after - ex.before
     ex.decomposition = decomposition(parts, change, words)
     moved = ex.decomposition["usd_per_million"].abs() > 1e-9 * max(abs(change), 1e-9)

@@ -41,6 +41,7 @@ class CostExplanation:
     routes: pd.DataFrame = field(default_factory=pd.DataFrame)
     movers: pd.DataFrame = field(default_factory=pd.DataFrame)
     evidence: pd.DataFrame = field(default_factory=pd.DataFrame)
+    scaling: pd.DataFrame = field(default_factory=pd.DataFrame)  # the pools' scale-outs and scale-ins
     problems: list[str] = field(default_factory=list)
     sentence: str = ""
 
@@ -70,6 +71,7 @@ class CostExplanation:
             "flows": frame(self.flows),
             "routes": frame(self.routes),
             "movers": frame(self.movers),
+            "scaling": frame(self.scaling),
             "problems": list(self.problems),
             "series": frame(self.series),
         }

@@ -5,7 +5,9 @@ In:  a client, ``Filters``, the periods (baseline start, break, end), prices, to
      step and tier of the cost series, and the request-log source.
 Out: ``view`` (a ``View``), ``steps`` (``Steps``: each pool's spend, the engines' tokens, the
      payers' tokens and parts per step), ``routes`` (per tenant, pool, route and reason kind:
-     requests and median prompt before and after the break).
+     requests and median prompt before and after the break), ``scaling`` (the autoscaler's
+     scale-outs and scale-ins in the periods, each with its signal and its replica's ready and
+     serving times: ``scale_events``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from analytics.tiers import param_time
 from analytics.window import Scope
 from storage.clickhouse import Client
 
-__all__ = ["reason_kind", "routes", "steps", "view"]
+__all__ = ["SCALING_COLUMNS", "reason_kind", "routes", "scaling", "steps", "view"]
 
 
 def view(client: Client, filters: Filters | None) -> View:
@@ -119,3 +121,55 @@ def routes(client: Client, periods: tuple[datetime, datetime, datetime], source:
         )
     )
     return out[columns].sort_values(["tenant", "requests_after"], ascending=[True, False], ignore_index=True)
+
+
+SCALING_COLUMNS = [
+    "pool",
+    "kind",
+    "decided_at",
+    "from_replicas",
+    "to_replicas",
+    "signal",
+    "value",
+    "threshold",
+    "crossed_at",
+    "replica",
+    "ready_at",
+    "serving_at",
+    "removed_at",
+    "decision_id",
+]
+
+
+def scaling(client: Client, periods: tuple[datetime, datetime, datetime]) -> pd.DataFrame:
+    """The scale-outs and scale-ins decided in the periods, or whose replica became ready or was removed
+    in them (a decision just before the baseline whose replica joined inside it): per decision its pool,
+    sizes, signal (value, threshold, when it crossed) and its replica's ready, serving and removed times
+    (NaT where it has not happened). Empty where the store has no scale events."""
+    params = {"s": param_time(periods[0]), "e": param_time(periods[2])}
+    df = query_df(
+        client,
+        """
+        SELECT pool, kind, ts, decision_id, replica, from_replicas, to_replicas, signal, value, threshold, crossed_at
+        FROM scale_events
+        WHERE decision_id IN (
+            SELECT decision_id FROM scale_events
+            WHERE kind IN ('scale_out', 'scale_in', 'ready', 'removed')
+              AND ts >= {s:DateTime64(3)} AND ts < {e:DateTime64(3)})
+        ORDER BY ts""",
+        parameters=params,
+    )
+    if df.empty:
+        return pd.DataFrame(columns=SCALING_COLUMNS)
+    df["ts"] = pd.to_datetime(df["ts"], utc=True)
+    decided = df[df["kind"].isin(["scale_out", "scale_in"])].drop_duplicates("decision_id")
+    steps = df[df["kind"].isin(["ready", "serving", "removed"])]
+    first = steps.groupby(["decision_id", "kind"])["ts"].min().unstack("kind")
+    named = steps[steps["replica"] != ""].groupby("decision_id")["replica"].first()
+    out = decided.rename(columns={"ts": "decided_at"}).set_index("decision_id")
+    for kind in ("ready", "serving", "removed"):
+        out[f"{kind}_at"] = first[kind].reindex(out.index) if kind in first else pd.NaT
+        out[f"{kind}_at"] = pd.to_datetime(out[f"{kind}_at"], utc=True)
+    out["replica"] = out["replica"].where(out["replica"] != "", named.reindex(out.index)).fillna("")
+    out["crossed_at"] = pd.to_datetime(out["crossed_at"], utc=True)
+    return out.reset_index()[SCALING_COLUMNS].sort_values(["pool", "decided_at"], ignore_index=True)

@@ -3,12 +3,16 @@ full (the decomposition's ``detail``), from the two periods' tables.
 
 In:  ``Words``: the view (``analytics.explain.cost_model.View``), both periods' per-pool tables (spend,
      tokens, the view's tokens and part, other tokens, replicas, idle share; per hour), the view's
-     tokens per hour on each side, the tenants' flows per hour and the movers; for the sentence,
-     the ``CostExplanation`` (levels, break, evidence).
+     tokens per hour on each side, the tenants' flows per hour, the movers and the autoscaler's
+     scale-outs and scale-ins in the periods (``cost_queries.scaling``); for the sentence, the
+     ``CostExplanation`` (levels, break, evidence).
 Out: ``sentence``: "Cost per 1M tokens of ... rose from $a to $b at ...; consistent with ...", each
      quoted part in dollars per 1M tokens with its share of the change, or, where parts offset
      each other, in dollars with "partly offset by" (a share above 100 % is never quoted);
-     ``detail``: a part in full, for the table. No reads.
+     ``detail``: a part in full, for the table (a pool's spend part names its scale-outs:
+     "scaled out 1 -> 2 at 06:33:10 (kv_cache_usage 0.86 > 0.8), large-1 ready +40 s, serving
+     +41 s"); ``scaled``: a pool's scale events in a few words, which the sentence says for every
+     pool the view pays for, whatever the spend part's rank. No reads.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import pandas as pd
 
 from analytics.explain.cost_model import CostExplanation, View, records, to_float
 
-__all__ = ["MOVED", "Words", "detail", "sentence"]
+__all__ = ["MOVED", "Words", "detail", "scaled", "scaling_note", "sentence"]
 
 MOVED = 0.05  # a share of a tenant's tokens that changed pool by this much is a move
 
@@ -51,6 +55,45 @@ class Words(NamedTuple):
     x: tuple[float, float]
     flows: pd.DataFrame  # per tenant and pool, per hour
     movers: pd.DataFrame
+    scaling: pd.DataFrame = pd.DataFrame()  # cost_queries.scaling: the pools' scale-outs and scale-ins
+
+
+def _signal(r: dict[str, object]) -> str:
+    """What decided, in words: 'kv_cache_usage 0.86 > 0.8' (min/max replicas: the bound alone)."""
+    signal, value, threshold = str(r["signal"]), to_float(r["value"]), to_float(r["threshold"])
+    if not signal or signal in ("min_replicas", "max_replicas"):
+        return signal.replace("_", " ") or "no signal recorded"
+    return f"{signal} {value:.3g} {'>' if r['kind'] == 'scale_out' else '<'} {threshold:g}"
+
+
+def scaled(scaling: pd.DataFrame, pool: str, full: bool = False) -> str:
+    """``pool``'s scale events in the periods in words ("" without any): in the sentence
+    "tiny-large scaled out 1 -> 2 replicas (+1) at 06:33 (kv_cache_usage 0.86 > 0.8)"; ``full``:
+    each decision to the second with its replica's ready and serving times after it."""
+    if scaling.empty:
+        return ""
+    rows = records(scaling[scaling["pool"] == pool].sort_values("decided_at"))
+    said = []
+    for kind, verb in (("scale_out", "scaled out"), ("scale_in", "scaled in")):
+        mine = [r for r in rows if r["kind"] == kind]
+        if not mine:
+            continue
+        a, b = int(to_float(mine[0]["from_replicas"])), int(to_float(mine[-1]["to_replicas"]))
+        if not full:
+            at = ", ".join(f"{pd.Timestamp(r['decided_at']):%H:%M}" for r in mine)
+            said.append(f"{pool} {verb} {a} -> {b} replicas ({b - a:+d}) at {at} ({_signal(mine[0])})")
+            continue
+        for r in mine:
+            text = f"{verb} {int(to_float(r['from_replicas']))} -> {int(to_float(r['to_replicas']))} at "
+            text += f"{pd.Timestamp(r['decided_at']):%H:%M:%S} ({_signal(r)})"
+            steps = [
+                f"{name} +{(pd.Timestamp(r[column]) - pd.Timestamp(r['decided_at'])).total_seconds():.0f} s"
+                for name, column in (("ready", "ready_at"), ("serving", "serving_at"), ("removed", "removed_at"))
+                if pd.notna(r[column])
+            ]
+            who = f"{r['replica']} " if r["replica"] else ""
+            said.append(text + (f", {who}{', '.join(steps)}" if steps else f", {who}not ready by the end"))
+    return "; ".join(said)
 
 
 def _at(t: pd.DataFrame, pool: str, column: str) -> float:
@@ -119,7 +162,10 @@ def detail(kind: str, pool: str, w: Words) -> str:
         ib, ia = (to_float(t.at[pool, "idle_share"]) if pool in t.index else math.nan for t in (b, a))
         idle = f", idle {ib:.0%} -> {ia:.0%}" if not (math.isnan(ib) or math.isnan(ia)) else ""
         spend = _pct(_at(b, pool, "spend"), _at(a, pool, "spend"))
-        return f"{pool}'s spend per hour {spend}: replicas up {rb:.1f} -> {ra:.1f}{idle}"
+        scaling = scaled(w.scaling, pool, full=True)
+        return f"{pool}'s spend per hour {spend}: replicas up {rb:.1f} -> {ra:.1f}{idle}" + (
+            f"; {scaling}" if scaling else ""
+        )
     if kind == "volume":
         ob, oa = _at(b, pool, "other_weighted"), _at(a, pool, "other_weighted")
         text = f"{pool}'s other weighted tokens per hour {_pct(ob, oa)}, its spend per hour "
@@ -163,7 +209,7 @@ def sentence(ex: CostExplanation, w: Words) -> str:
     )
     along = ex.evidence[ex.evidence["share"] > 0.05].head(3)
     if along.empty:
-        return head + "; no single driver explains it (see the decomposition)."
+        return head + "; no single driver explains it (see the decomposition)" + _scaling_clause(w) + "."
     against = ex.evidence[ex.evidence["share"] < 0]
     offset = len(against) and to_float(along["share"].max()) > 1.0
     parts = []
@@ -183,4 +229,23 @@ def sentence(ex: CostExplanation, w: Words) -> str:
             f"; tenant {m.tenant}'s requests moved to {m.to_pool} ({m.share_before:.0%} -> {m.share_after:.0%} of its "
             f"tokens)" + (f", routed by {m.route}: {m.example}" if m.example else "")
         )
-    return text + "."
+    return text + _scaling_clause(w) + "."
+
+
+def _scaling_clause(w: Words) -> str:
+    """ "; tiny-large scaled out 1 -> 2 replicas (+1) at 06:33 (...)" for each pool the view pays for
+    (its part of the spend above zero on either side): replicas added are named whatever the spend
+    part's rank, even under the sentence's 5 % cut."""
+    pools = sorted(set(w.before.index) | set(w.after.index))
+    paid = [p for p in pools if _at(w.before, p, "view_spend") > 0 or _at(w.after, p, "view_spend") > 0]
+    return "".join(f"; {said}" for said in (scaled(w.scaling, p) for p in paid) if said)
+
+
+def scaling_note(scaling: pd.DataFrame) -> str:
+    """Where no break was found: the window's scale events all the same (the spend per hour moved
+    even where the cost per token did not), and how to compare both sides of one."""
+    said = [s for s in (scaled(scaling, str(p)) for p in sorted(set(scaling["pool"]))) if s] if len(scaling) else []
+    if not said:
+        return ""
+    first = pd.Timestamp(scaling["decided_at"].min())
+    return f" Meanwhile {'; '.join(said)}: `--at {first:%Y-%m-%dT%H:%M}` compares both sides of it."

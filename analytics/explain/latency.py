@@ -23,8 +23,9 @@ Out: an ``Explanation``:
      - ``evidence``: one row per candidate signal, ranked by ``score``: traffic mix
        (long-context share, tenant, model, route decisions, context length) and capacity
        (KV-cache saturation with its queue and preemptions, stalled replicas, prefix-cache hit
-       rate, replicas up, request rate): ``before`` / ``after`` (in words), ``moved_at`` (its own change point
-       near the break), ``lead_s`` (seconds it moved before the break; negative: after) and
+       rate, replicas up, late scale-out, request rate): ``before`` / ``after`` (in words),
+       ``moved_at`` (its own change point near the break; a late scale-out's: when its signal
+       crossed), ``lead_s`` (seconds it moved before the break; negative: after) and
        ``detail``; ties (scores within 0.02) go to the signal nearer a decision (``PRIORITY``:
        tenant, route, prompt length, model, then capacity), and a traffic-mix signal timed on
        the requests that scores near the top capacity signal and moved no later goes before it
@@ -55,7 +56,9 @@ requests after the break and among baseline requests (BubbleUp), scaled down whe
 all traffic moved less than 10 points (then it says where the slow requests are, not why); a
 capacity signal the change in the share of steps it was "on" (KV-cache saturation: some
 replica >= 90 % used, or >= 50 % with requests waiting, which is when a long prompt's blocks
-no longer fit; queueing: requests waiting below that), or its relative change. A signal that
+no longer fit; queueing: requests waiting below that), or its relative change; a late scale-out
+the share of the regression spent waiting for a replica the autoscaler had decided on (from its
+decision to its first token; it never sets the onset: it answers the regression). A signal that
 moved more than two steps after the break scores half: it followed the regression rather than
 led it. Request-level evidence reads the raw request
 log (kept ``requests_days``), so explain windows within it.
@@ -193,6 +196,9 @@ def explain(
         (index >= pd.Timestamp(baseline_start).floor(f"{step_s}s")) & (index < pd.Timestamp(after_end))
     ]
     rows = scoring.capacity_evidence(judged, break_ts, pd.Timestamp(after_end), step_s)
+    # the regression spent waiting for a replica the autoscaler decided on (none without scale events)
+    outs = queries.scale_outs(client, start, end, filters)
+    rows += scoring.scaling_evidence(outs, break_ts, pd.Timestamp(after_end), step_s)
     if source is not None:
         long_tokens = _request_evidence(client, ex, rows, (baseline_start, after_end), source, filters, (column, q))
     else:

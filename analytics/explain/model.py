@@ -3,7 +3,8 @@
 In:  nothing.
 Out: ``Explanation`` (its fields: ``analytics.explain``'s docstring), the thresholds
      (``SATURATED``, ``PRESSURE``, ``MIX_CHANGE``, ``LONG_FACTOR``, ``MIN_PER_STEP``), the
-     tie-break order of the signals (``PRIORITY``) and the evidence table's columns.
+     tie-break order of the signals (``PRIORITY``), the evidence table's columns and the late
+     scale-out's signal name (``LATE_SCALE_OUT``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ __all__ = [
     "CAUSE_RATIO",
     "COVERED_MIN_STEP_S",
     "EVIDENCE_COLUMNS",
+    "LATE_SCALE_OUT",
     "LONG_FACTOR",
     "MIN_PER_STEP",
     "MIX_CHANGE",
@@ -37,6 +39,7 @@ MIX_CHANGE = 0.1  # a share that moved this much (10 points) or more counts in f
 # a traffic-mix signal scoring at least this share of the top capacity signal, which moved with it, goes first
 # (``scoring.cause_first``)
 CAUSE_RATIO = 0.6  # real engines overloaded by a rollout: 0.62 / 0.70 and 0.55 / 0.85, both moving at the switch
+LATE_SCALE_OUT = "late scale-out"  # the regression spent waiting for a replica the autoscaler had decided on
 LONG_FACTOR = 3.0  # a "long-context" prompt: more than this many times the baseline's median prompt
 # tie-break order: who sent the traffic and what the router did before what it looked like and
 # what it did to the engines
@@ -51,6 +54,7 @@ PRIORITY = (
     "adapter waiting",
     "draft acceptance",
     "KV-cache saturation",
+    LATE_SCALE_OUT,
     "replicas up",
     "prefix-cache hit rate",
     "queueing without KV saturation",

@@ -3,7 +3,8 @@
 In:  a client, windows, the request-log source and filters.
 Out: frames for ``analytics.explain.scoring`` (the quantile per step, the fleet's capacity
      signals per step, the mix per step, the rows near the break, the BubbleUp dimensions, the
-     prompt-length strata) and a few numbers (rows, the baseline's median prompt and quantile).
+     prompt-length strata, the autoscaler's scale-outs in the window) and a few numbers (rows, the
+     baseline's median prompt and quantile).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analytics.adapters import adapter_pools, blocked_over_time, deferred_over_time, engine_filters
+from analytics.explain.cost_queries import scaling
 from analytics.explain.scoring import split_at
 from analytics.filters import Filters, request_rows
 from analytics.frames import query_df
@@ -35,6 +37,7 @@ __all__ = [
     "mix",
     "requests_where",
     "rows_near",
+    "scale_outs",
     "split_in_rows",
     "step_grid",
     "strata",
@@ -284,3 +287,14 @@ def baseline_levels(
         parameters=params,
     ).result_rows[0]
     return float(row[0]), float(row[1])
+
+
+def scale_outs(client: Client, start: datetime, end: datetime, filters: Filters | None) -> pd.DataFrame:
+    """The scale-outs decided in ``[start, end)`` (or whose replica became ready in it), of the pools
+    the filters pick (a model; every pool without one): ``cost_queries.scaling``'s rows."""
+    found = scaling(client, (start, start, end))
+    found = found[found["kind"] == "scale_out"]
+    if filters and filters.model:
+        pools = set((engine_filters(filters, adapter_pools(client)) or filters).model)
+        found = found[found["pool"].isin(pools)]
+    return found.reset_index(drop=True)

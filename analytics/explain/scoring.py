@@ -1,7 +1,8 @@
 """The evidence, from what ``analytics.explain.queries`` read: pure pandas, no store.
 
 In:  the capacity signals per step, the mix per step and the BubbleUp dimensions, the rows near
-     the break, the break and the regression's end.
+     the break, the autoscaler's scale-outs (``queries.scale_outs``), the break and the
+     regression's end.
 Out: evidence rows (``evidence_row``: signal, kind, before, after, score, moved_at, lead_s,
      detail, resolution_s) scored on one scale, ranked (``rank``), and the onset (``onset``).
      How each signal is scored: ``analytics.explain``'s docstring.
@@ -18,6 +19,7 @@ from analytics.changepoints import best_split
 from analytics.explain.model import (
     CAUSE_RATIO,
     EVIDENCE_COLUMNS,
+    LATE_SCALE_OUT,
     MIX_CHANGE,
     MIX_DIMENSIONS,
     PRESSURE,
@@ -35,6 +37,7 @@ __all__ = [
     "onset",
     "rank",
     "rate_evidence",
+    "scaling_evidence",
     "split_at",
     "timing",
 ]
@@ -369,13 +372,63 @@ def rate_evidence(
     ]
 
 
+def scaling_evidence(
+    outs: pd.DataFrame, break_at: pd.Timestamp, after_end: pd.Timestamp, step: int
+) -> list[dict[str, Any]]:
+    """The late scale-out's row: the share of the regression (break .. its end) spent waiting for a
+    replica the autoscaler had decided on (each scale-out from its decision to its replica's first
+    token, or to the regression's end where it never served), its cold start in words; timed at
+    when its signal crossed the threshold. No row where no scale-out waited inside the regression."""
+    span = (after_end - break_at).total_seconds()
+    if outs.empty or span <= 0:
+        return []
+    waits = []
+    for r in ({str(k): v for k, v in row.items()} for row in outs.sort_values("decided_at").to_dict("records")):
+        decided = pd.Timestamp(r["decided_at"])
+        served = pd.Timestamp(r["serving_at"]) if pd.notna(r["serving_at"]) else None
+        a, b = max(decided, break_at), min(served if served is not None else after_end, after_end)
+        if b > a:
+            waits.append((a, b, r, decided, served))
+    if not waits:
+        return []
+    covered, reach = 0.0, break_at
+    for a, b, *_ in sorted(waits, key=lambda w: w[0]):  # the union of the waits: two pools waiting count once
+        covered += max((b - max(a, reach)).total_seconds(), 0.0)
+        reach = max(reach, b)
+    _a, _b, first, decided, served = waits[0]
+    crossed = pd.Timestamp(first["crossed_at"]) if pd.notna(first["crossed_at"]) else decided
+    lead = (break_at - crossed).total_seconds()
+    after = f"scale-out decided {decided:%H:%M:%S}, " + (
+        f"serving +{(served - decided).total_seconds():.0f}s" if served is not None else "not serving by the end"
+    )
+    detail = "; ".join(_cold_start(r, d, s) for _a, _b, r, d, s in waits)
+    detail += f"; {covered / span:.0%} of the regression waited for a decided replica"
+    before = f"{int(first['from_replicas'])} replica{'s' if int(first['from_replicas']) != 1 else ''}"
+    return [evidence_row(LATE_SCALE_OUT, "capacity", before, after, covered / span, crossed, lead, detail, 0.0)]
+
+
+def _cold_start(r: dict[str, Any], decided: pd.Timestamp, served: pd.Timestamp | None) -> str:
+    """'tiny-small: requests_waiting 3.1 > 2 since 10:02:55, decided 10:03:10, small-1 ready 10:03:52,
+    serving 10:04:02 (52 s cold start)'."""
+    signal = f"{r['signal']} {float(r['value']):.3g} > {float(r['threshold']):g}" if r["signal"] else "a signal"
+    since = f" since {pd.Timestamp(r['crossed_at']):%H:%M:%S}" if pd.notna(r["crossed_at"]) else ""
+    text = f"{r['pool']}: {signal}{since}, decided {decided:%H:%M:%S} ({r['from_replicas']} -> {r['to_replicas']})"
+    who = f"{r['replica']} " if r["replica"] else "its replica "
+    if pd.notna(r["ready_at"]):
+        text += f", {who}ready {pd.Timestamp(r['ready_at']):%H:%M:%S}"
+        who = ""
+    if served is None:
+        return text + f", {who}not serving by the end"
+    return text + f", {who}serving {served:%H:%M:%S} ({(served - decided).total_seconds():.0f} s cold start)"
+
+
 def onset(ex: Explanation) -> datetime:
     """When the regression began: the earliest move of the top two signals, if before the break.
 
     A move found on per-step values (a gauge, a per-step share) is known to a few steps; where it
     falls within that of a move found on the requests themselves, the requests' time is used."""
     assert ex.break_at is not None, "an onset is looked for before a break found"
-    top = ex.evidence.head(2)
+    top = ex.evidence[ex.evidence["signal"] != LATE_SCALE_OUT].head(2)  # the autoscaler's answer, not a cause
     leading = top[(top["score"] > 0.1) & (top["lead_s"].fillna(-1) >= 0)]
     if not len(leading):
         return ex.break_at

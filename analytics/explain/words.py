@@ -2,7 +2,8 @@
 
 In:  an ``Explanation`` with its evidence and onset, the latency and quantile, the strata by
      prompt length and the long-prompt cut.
-Out: the sentence.
+Out: the sentence; a late scale-out (the regression waited for a replica the autoscaler had
+     decided on) is named whenever it scores, even below the top three.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from analytics.explain.model import Explanation
+from analytics.explain.model import LATE_SCALE_OUT, Explanation
 
 __all__ = ["sentence"]
 
@@ -48,6 +49,10 @@ def sentence(ex: Explanation, latency: str, q: float, strata: pd.DataFrame, long
                 f"the mix got heavier (prompts over {long_tokens:,.0f} tokens {long['share_before']:.0%} -> "
                 f"{long['share_after']:.0%})"
             )
+    late = ex.evidence[(ex.evidence["signal"] == LATE_SCALE_OUT) & (ex.evidence["score"] > 0.05)]
+    if len(late) and LATE_SCALE_OUT not in set(top["signal"]):
+        r = late.iloc[0]
+        verdict += f"; a late scale-out ({r['after']}: {r['score']:.0%} of the regression waited for it)"
     return f"{head}. Consistent with {', '.join(causes)}{verdict}."
 
 

@@ -1,7 +1,9 @@
 """Cache & capacity: KV-cache usage per replica over time (heatmap, with the replicas that stalled
 outlined), requests waiting and running, preemptions, prefix-cache hit rate, headroom per model
 pool and the scale-out recommendation with its reasons (single replicas named: stalled or
-saturated ones); where replicas serve LoRA adapters, which adapters ran, which waited for an
+saturated ones); replicas per pool over time with the autoscaler's scale events, each scale-out's
+cold start, flapping and the spare capacity's spend per hour (``dashboard.elasticity``); where
+replicas serve LoRA adapters, which adapters ran, which waited for an
 adapter slot, and each adapter's traffic and latency. Renders what ``analytics`` returns; no SQL
 here."""
 
@@ -19,6 +21,7 @@ from analytics.saturation import KV, Targets, headroom, kv_over_time, recommend,
 from analytics.stalls import stalls
 from dashboard.cache import cached, call
 from dashboard.context import page_context, plain
+from dashboard.elasticity import render_elasticity
 from dashboard.format import PCT, cell, table
 from dashboard.marks import LINE, TS_TIP, time_x, with_annotations, with_gaps
 from planner.fleet import PlanError, gateway_routing
@@ -264,6 +267,8 @@ if len(lora):  # replicas that serve LoRA adapters
     )
     cols = ["replica", "adapter", "resident_share", "blocked_share", "requests", "ttft_p50", "ttft_p99", "itl_p99"]
     st.dataframe(table(shown_lora[cols]), hide_index=True, width="stretch")
+
+render_elasticity(ctx, step)  # replicas over time, scale events, cold starts, flapping, headroom's $/h
 
 st.subheader("Headroom and scale-out")
 room = got["room"]

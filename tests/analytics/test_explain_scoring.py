@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from analytics.explain.cost_queries import SCALING_COLUMNS
 from analytics.explain.model import Explanation
-from analytics.explain.scoring import capacity_evidence, evidence_row, onset, rank, split_at
+from analytics.explain.scoring import capacity_evidence, evidence_row, onset, rank, scaling_evidence, split_at
 
 STEP = 10
 T0 = pd.Timestamp("2026-12-01 10:00", tz="UTC")
@@ -137,3 +138,68 @@ def test_the_onset_is_the_earliest_leading_move_and_request_times_win_over_steps
     assert onset(ex) == exact.to_pydatetime()  # the step-resolved move 12 s away is the same move
     ex.evidence = rank([evidence_row("KV-cache saturation", "capacity", "0%", "70%", 0.7, None, None, "", STEP)])
     assert onset(ex) == ex.break_at  # nothing moved before it: the break is the onset
+
+
+def outs(*rows: tuple[str, str, float, float | None, float | None, float | None]) -> pd.DataFrame:
+    """Scale-outs as ``queries.scale_outs`` reads them: (pool, replica, decided s, crossed s, ready s,
+    serving s) after T0 (None: not yet)."""
+
+    def at(s: float | None) -> pd.Timestamp:
+        return T0 + pd.Timedelta(seconds=s) if s is not None else pd.NaT
+
+    frame = [
+        {
+            "pool": pool, "kind": "scale_out", "decided_at": at(d), "from_replicas": 1, "to_replicas": 2,
+            "signal": "requests_waiting", "value": 3.1, "threshold": 2.0, "crossed_at": at(c), "replica": replica,
+            "ready_at": at(r), "serving_at": at(s), "removed_at": pd.NaT, "decision_id": f"{pool}-{d}",
+        }
+        for pool, replica, d, c, r, s in rows
+    ]  # fmt: skip
+    return pd.DataFrame(frame, columns=SCALING_COLUMNS)
+
+
+def test_a_late_scale_out_scores_the_share_of_the_regression_spent_waiting_for_it() -> None:
+    # the regression runs 100 s .. 300 s; tiny-small's signal crossed at 95 s, the scale-out was decided at
+    # 110 s and its replica first served at 162 s: 52 of the regression's 200 s waited for it
+    brk, end = T0 + pd.Timedelta(seconds=100), T0 + pd.Timedelta(seconds=300)
+    [row] = scaling_evidence(outs(("tiny-small", "small-1", 110, 95, 150, 162)), brk, end, STEP)
+    assert row["signal"] == "late scale-out" and row["kind"] == "capacity"
+    assert row["score"] == round(52 / 200, 4)
+    assert row["moved_at"] == T0 + pd.Timedelta(seconds=95) and row["lead_s"] == 5.0  # the crossing led the break
+    assert (row["before"], row["after"]) == ("1 replica", "scale-out decided 10:01:50, serving +52s")
+    assert row["detail"] == (
+        "tiny-small: requests_waiting 3.1 > 2 since 10:01:35, decided 10:01:50 (1 -> 2), small-1 ready 10:02:30, "
+        "serving 10:02:42 (52 s cold start); 26% of the regression waited for a decided replica"
+    )
+    # never served: the wait runs to the regression's end; two pools waiting at once count once
+    [row] = scaling_evidence(
+        outs(("tiny-small", "small-1", 110, 95, None, None), ("tiny-large", "large-1", 150, 140, 200, 250)),
+        brk,
+        end,
+        STEP,
+    )
+    assert row["score"] == round(190 / 200, 4) and "not serving by the end" in row["after"]
+    assert "tiny-large: requests_waiting 3.1 > 2 since 10:02:20" in row["detail"]
+
+
+def test_a_scale_out_done_before_the_regression_is_no_evidence() -> None:
+    brk, end = T0 + pd.Timedelta(seconds=300), T0 + pd.Timedelta(seconds=600)
+    assert scaling_evidence(outs(("tiny-small", "small-1", 100, 90, 140, 150)), brk, end, STEP) == []
+    assert scaling_evidence(outs(), brk, end, STEP) == []
+
+
+def test_a_late_scale_out_ranks_with_the_capacity_signals_but_never_sets_the_onset() -> None:
+    # KV saturation led the break by 30 s; the scale-out's signal crossed 60 s before it. The regression began
+    # when the cache filled, not when the autoscaler noticed: the onset stays with the KV row
+    grid = capacity_grid(60, 30, kv_avg=0.95, kv_peak=0.97, waiting=3.0)
+    brk, end = steps(60)[33], steps(60)[-1] + pd.Timedelta(seconds=STEP)
+    rows = capacity_evidence(grid, brk, end, STEP) + scaling_evidence(
+        outs(("tiny-small", "small-1", 340, 270, 400, 430)), brk, end, STEP
+    )
+    ex = Explanation("p99 ttft", "request log", STEP, pd.DataFrame(), break_at=brk.to_pydatetime())
+    ex.evidence = rank(rows)
+    assert "late scale-out" in list(ex.evidence["signal"])
+    late = ex.evidence.set_index("signal").loc["late scale-out"]
+    assert late["score"] == round(90 / 270, 4)
+    kv = ex.evidence.set_index("signal").loc["KV-cache saturation"]
+    assert kv["moved_at"] == steps(60)[30] and onset(ex) == steps(60)[30]  # not the crossing at 270 s
