@@ -8,6 +8,8 @@ Out: ``engine_command`` -> ``(argv, env)``: the server's command line and the en
 A replica with ``speculative`` gets vLLM's ``--speculative-config``; one with ``adapters`` gets
 ``--enable-lora`` with its adapter slots (``max_loras``), the smallest ``--max-lora-rank`` vLLM
 accepts that holds its adapters, and one ``--lora-modules name=path`` per adapter.
+On a CPU build each engine gets its share of the cores: the cores over ``max_engines`` (the
+spec's engines, an autoscaled pool counted at its maximum).
 Each replica gets ``OTEL_SERVICE_NAME``/``OTEL_RESOURCE_ATTRIBUTES`` naming it and
 ``--otlp-traces-endpoint`` so that its ``llm_request`` spans reach the collector.
 ``check_adapters`` refuses a replica whose adapters are not on disk, before any engine starts.
@@ -35,6 +37,7 @@ __all__ = [
     "engine_command",
     "feature_flags",
     "lora_rank_slot",
+    "max_engines",
 ]
 
 # the ranks vLLM accepts for --max-lora-rank (its LoRAConfig.max_lora_rank); an adapter's rank
@@ -103,7 +106,7 @@ def engine_command(spec: FleetSpec, replica: ReplicaSpec, device: str) -> tuple[
     cmd += replica.engine_flags()
     cmd += feature_flags(spec, replica)
     env = _tracing_env(replica)
-    engines = sum(1 for r in spec.replicas if r.engine == "vllm")
+    engines = max_engines(spec)
     if device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{replica.kv_cache_space_gib:g}"
         # several engines share few cores: let the OS schedule instead of pinning all to core 0,
@@ -117,6 +120,21 @@ def engine_command(spec: FleetSpec, replica: ReplicaSpec, device: str) -> tuple[
         cmd += ["--gpu-memory-utilization", f"{share:.2f}"]
     env.update(replica.env)
     return cmd, env
+
+
+def max_engines(spec: FleetSpec) -> int:
+    """The most vLLM engines the fleet runs at once: its replicas, with each autoscaled pool
+    counted at its ``max_replicas`` (an engine the autoscaler adds then finds its cores' share
+    already given out, not oversubscribed)."""
+    scale = spec.autoscale
+    pools = scale.pools if scale is not None and scale.enabled else {}
+    fixed = sum(1 for r in spec.replicas if r.engine == "vllm" and r.model not in pools)
+    scaled = sum(
+        policy.max_replicas
+        for model, policy in pools.items()
+        if any(r.model == model and r.engine == "vllm" for r in spec.replicas)
+    )
+    return fixed + scaled
 
 
 def _tracing_env(replica: ReplicaSpec) -> dict[str, str]:

@@ -9,6 +9,11 @@ Each engine's command line and environment come from ``fleet.engine_command``; t
 are started, watched and signalled through ``fleet.processes``. Simulated replicas (``engine:
 sim``) share one ``python -m fleet.sim`` process; the spec's gateway (fleetscope's own, or a
 third-party one planned by ``fleet.gateways``) starts once every replica is healthy.
+Replicas that are not in the spec (``start_replica``: the autoscaler's) are recorded beside the
+others and shown by ``status``; the autoscaler itself runs as a recorded process too
+(``start_autoscaler``), and ``stop`` stops it first, so that it starts nothing while the fleet
+goes down. The state file is read-modified-written under a file lock (``state.lock``): the
+launcher of ``fleetscope up`` and the autoscaler's write it at the same time.
 Stopping sends SIGTERM to the whole process group (API server, engine core, workers), waits,
 then SIGKILLs what is left: no orphans. A replica that dies is reported, never restarted
 behind the user's back. Errors are ``fleet.errors.LaunchError`` (a ``FleetError``).
@@ -17,12 +22,14 @@ behind the user's back. Errors are ``fleet.errors.LaunchError`` (a ``FleetError`
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -42,6 +49,8 @@ from fleet.spec import FleetSpec, ReplicaSpec, check_gateway_port, check_ready, 
 __all__ = ["Launcher", "ReplicaRecord", "ReplicaStatus"]
 
 STATE_FILE = "state.json"
+AUTOSCALER = "autoscaler"  # the record of the autoscaler's process
+_NOT_REPLICAS = ("gateway", AUTOSCALER)
 
 
 @dataclass
@@ -97,9 +106,26 @@ class Launcher:
 
     def _save(self, records: dict[str, ReplicaRecord]) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_path.with_suffix(".tmp")
+        tmp = self.state_path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"replicas": {n: asdict(r) for n, r in records.items()}}, indent=2))
         tmp.replace(self.state_path)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[dict[str, ReplicaRecord]]:
+        """The records, saved on the way out, with the state file locked against other processes."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.state_dir / "state.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                records = self.records()
+                yield records
+                self._save(records)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _record(self, *records: ReplicaRecord) -> None:
+        with self._locked() as saved:
+            saved.update({r.name: r for r in records})
 
     # ----------------------------------------------------------------- commands
     @property
@@ -147,18 +173,14 @@ class Launcher:
             make_models(self.spec, [r for r in replicas if r.engine == "vllm"])
         check_adapters(self.spec, [r for r in replicas if r.engine == "vllm"])
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        records = self.records()
         started: list[ReplicaRecord] = []
         if sims:
             started.extend(self._start_sims(sims, attach, progress))
-            records.update({r.name: r for r in started})
         for replica in replicas:
             if replica.engine == "sim":
                 continue
-            record = self._start_engine(replica, attach, cpu_nice, progress)
-            records[replica.name] = record
-            started.append(record)
-        self._save(records)
+            started.append(self._start_engine(replica, attach, cpu_nice, progress))
+        self._record(*started)
         try:
             self._wait_healthy(started, progress)
             if with_gateway:
@@ -270,11 +292,77 @@ class Launcher:
             health_url=plan.health_url,
             flush_s=plan.flush_s,
         )
-        records = self.records()
-        records["gateway"] = record
-        self._save(records)
+        self._record(record)
         progress(started.format(pid=proc.pid))
         self._wait_healthy([record], progress)
+        return record
+
+    def start_replica(
+        self,
+        replica: ReplicaSpec,
+        *,
+        cold_start_s: float = 0.0,
+        cpu_nice: int = 0,
+        progress: Callable[[str], None] = lambda _m: None,
+    ) -> ReplicaRecord:
+        """Start one replica that is not in the spec (the autoscaler's), without waiting for it:
+        a vLLM engine as the spec's are started, a simulated one in a process of its own that
+        binds its port after ``cold_start_s``. The caller polls its ``/health``."""
+        if replica.name in self.records() and group_members(self.records()[replica.name].pid):
+            raise LaunchError(f"replica {replica.name} is already running")
+        if not port_free(self.spec.host, replica.port):
+            raise LaunchError(f"replica {replica.name!r}: port {replica.port} on {self.spec.host} is already in use")
+        if replica.engine == "vllm":
+            record = self._start_engine(replica, False, cpu_nice, progress)
+        else:
+            if self.spec_path is None:
+                raise LaunchError("a simulated replica needs the spec file (Launcher(spec_path=...))")
+            cmd = [sys.executable, "-m", "fleet.sim", "--spec", str(self.spec_path)]
+            cmd += ["--replica-json", replica.model_dump_json(), "--cold-start-s", f"{cold_start_s:g}"]
+            log_path = self.state_dir / f"{replica.name}.log"
+            proc = spawn(cmd, log_path, replica.name, False)
+            self._children[replica.name] = proc
+            progress(f"started {replica.name} ({replica.model}, simulated) pid {proc.pid} on port {replica.port}")
+            record = ReplicaRecord(
+                replica.name, replica.model, replica.port, proc.pid, time.time(), str(log_path), cmd, {}
+            )
+        self._record(record)
+        return record
+
+    def exited(self, name: str) -> str | None:
+        """Why a recorded replica is gone (None while its processes live), with its log's tail."""
+        record = self.records().get(name)
+        if record is None:
+            return f"replica {name} is not recorded"
+        if group_members(record.pid) and self._exit_code(record) is None:
+            return None
+        return f"replica {name} exited (exit code {self._exit_code(record)}); last lines of {record.log}:\n" + log_tail(
+            Path(record.log)
+        )
+
+    def start_autoscaler(
+        self, *, cpu_nice: int = 0, file_sd_wait_s: float = 12.0, progress: Callable[[str], None] = lambda _m: None
+    ) -> ReplicaRecord:
+        """The autoscaler (``python -m fleet.autoscale``) in a process of its own, recorded as
+        ``autoscaler``; its decisions go to ``<state>/autoscaler.log``. ``file_sd_wait_s``: how
+        long a replica taken out of the collector's targets file still runs (a file_sd poll and a
+        scrape: its last scrape is a good one)."""
+        if self.spec_path is None:
+            raise LaunchError("the autoscaler needs the spec file (Launcher(spec_path=...))")
+        scale = self.spec.autoscale
+        if scale is None or not scale.enabled:
+            raise LaunchError(f"{self.spec_path}: no enabled autoscale section: nothing to scale")
+        current = self.records().get(AUTOSCALER)
+        if current is not None and group_members(current.pid):
+            raise LaunchError(f"the autoscaler is already running (pid {current.pid})")
+        cmd = [sys.executable, "-m", "fleet.autoscale", "--spec", str(self.spec_path), "--state", str(self.state_dir)]
+        cmd += ["--cpu-nice", str(cpu_nice), "--file-sd-wait-s", f"{file_sd_wait_s:g}"]
+        log_path = self.state_dir / f"{AUTOSCALER}.log"
+        proc = spawn(cmd, log_path, AUTOSCALER, True, env={"PYTHONUNBUFFERED": "1"})
+        self._children[AUTOSCALER] = proc
+        record = ReplicaRecord(AUTOSCALER, "-", 0, proc.pid, time.time(), str(log_path), cmd, {})
+        self._record(record)
+        progress(f"started the autoscaler pid {proc.pid} ({', '.join(scale.pools)}; every {scale.interval_s:g}s)")
         return record
 
     def _exit_code(self, record: ReplicaRecord) -> int | None:
@@ -314,10 +402,14 @@ class Launcher:
     def status(self) -> list[ReplicaStatus]:
         records = self.records()
         rows = []
-        for replica in self.spec.replicas:
-            rec = records.get(replica.name)
+        spec_names = {r.name for r in self.spec.replicas}
+        added = [(rec.name, rec.model, rec.port) for rec in records.values() if rec.name not in spec_names]
+        for name, model, port in [(r.name, r.model, r.port) for r in self.spec.replicas] + added:
+            if name in _NOT_REPLICAS:
+                continue
+            rec = records.get(name)
             if rec is None:
-                rows.append(ReplicaStatus(replica.name, replica.model, replica.port, None, "stopped", None, None))
+                rows.append(ReplicaStatus(name, model, port, None, "stopped", None, None))
                 continue
             alive = bool(group_members(rec.pid))
             if not alive:
@@ -328,21 +420,18 @@ class Launcher:
                 health = "starting" if time.time() - rec.started_at < self.spec.health_timeout_s else "unhealthy"
             uptime = time.time() - rec.started_at if alive else None
             rows.append(ReplicaStatus(rec.name, rec.model, rec.port, rec.pid, health, uptime, rec.log))
-        gateway = records.get("gateway")
-        if gateway is not None:
+        for gateway in [records[n] for n in _NOT_REPLICAS if n in records]:
             alive = bool(group_members(gateway.pid))
-            health = (
-                "dead"
-                if not alive
-                else (
-                    "healthy"
-                    if healthy(gateway.health_url or f"http://{self.spec.host}:{gateway.port}")
-                    else "unhealthy"
-                )
-            )
+            if not alive:
+                health = "dead"
+            elif gateway.name == AUTOSCALER:
+                health = "healthy"  # a loop with no port: alive is all there is to say
+            else:
+                url = gateway.health_url or f"http://{self.spec.host}:{gateway.port}"
+                health = "healthy" if healthy(url) else "unhealthy"
             rows.append(
                 ReplicaStatus(
-                    "gateway",
+                    gateway.name,
                     gateway.model,
                     gateway.port,
                     gateway.pid,
@@ -393,14 +482,25 @@ class Launcher:
         timeout_s: float = 20.0,
         progress: Callable[[str], None] = lambda _m: None,
     ) -> list[str]:
-        """Stop replicas (all recorded ones by default): SIGTERM, wait, SIGKILL. Returns names."""
+        """Stop replicas (all recorded ones by default): SIGTERM, wait, SIGKILL. Returns names.
+        The autoscaler goes first (it would start or stop replicas meanwhile); the records are
+        read again after it stopped, so a replica it started just before is stopped too."""
+        stopped: list[str] = []
         records = self.records()
-        targets = [n for n in (names if names is not None else list(records)) if n in records]
+        if AUTOSCALER in records and (names is None or AUTOSCALER in names):
+            stopped += self._stop_group([AUTOSCALER], records, timeout_s, progress)
+            records = self.records()
+        targets = [n for n in (names if names is not None else list(records)) if n in records and n != AUTOSCALER]
         gateway = records.get("gateway")
         if gateway is not None and "gateway" in targets and gateway.flush_s > 0 and group_members(gateway.pid):
             # a third-party gateway first, once its last telemetry left it (Envoy drops what it holds at SIGTERM)
             time.sleep(gateway.flush_s)
             targets = ["gateway", *[n for n in targets if n != "gateway"]]
+        return stopped + self._stop_group(targets, records, timeout_s, progress)
+
+    def _stop_group(
+        self, targets: list[str], records: dict[str, ReplicaRecord], timeout_s: float, progress: Callable[[str], None]
+    ) -> list[str]:
         for name in targets:
             signal_group(records[name].pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
@@ -418,8 +518,10 @@ class Launcher:
                     time.sleep(0.1)
             self._reap(name)
             progress(f"stopped {name}")
-            del records[name]
-        self._save(records)
+        with self._locked() as saved:
+            for name in targets:
+                if name in saved and saved[name].pid == records[name].pid:
+                    del saved[name]
         return targets
 
     def _reap(self, name: str) -> None:

@@ -247,6 +247,15 @@ def up(
     rate_scale: _UpRateScaleOption = None,
     no_calibrate: _UpNoCalibrateOption = False,
     gateway: _UpGatewayOption = None,
+    autoscale: Annotated[
+        bool | None,
+        typer.Option(
+            "--autoscale/--no-autoscale",
+            help="Switch the fleet spec's autoscale section on (or off): its pools scale on LLM signals, "
+            "each cold start printed. Default: as the spec says.",
+            show_default=False,
+        ),
+    ] = None,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Dashboard port.")] = 8501,
     host: Annotated[
         str, typer.Option(help="Dashboard address (a non-loopback one needs dashboard.password).")
@@ -288,6 +297,7 @@ def up(
         rate_scale=rate_scale,
         calibrate=not no_calibrate,
         gateway=gateway,
+        autoscale=autoscale,
     )
     try:
         flushed = run_up(settings, opts, echo=typer.echo)

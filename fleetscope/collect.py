@@ -22,6 +22,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from collector.convert import load_prior
+from collector.events import mount as mount_events
 from collector.remote_write import RemoteWriteConfig
 from collector.service import Collector, CollectorConfig
 from collector.targets import FileDiscovery, Shard, Target, make_target
@@ -78,6 +79,27 @@ def fleet_targets(settings: Settings, spec_path: Path | None = None) -> list[Tar
     ]
 
 
+def autoscale_discovery(settings: Settings) -> list[FileDiscovery]:
+    """The autoscaler's replicas: a ``file_sd`` targets file it writes in the fleet's state directory
+    (``job: vllm``, labelled as ``fleet_targets`` labels the spec's), created empty when missing;
+    none when the spec does not autoscale."""
+    from fleet.autoscale.actuator import TARGETS_FILE
+    from fleet.spec import load_spec
+
+    path = Path(settings.fleet.spec)
+    if not path.exists():
+        return []
+    scale = load_spec(path).autoscale
+    if scale is None or not scale.enabled:
+        return []
+    targets = settings.data_dir / "fleet" / TARGETS_FILE
+    if not targets.exists():
+        targets.parent.mkdir(parents=True, exist_ok=True)
+        targets.write_text("[]\n")
+    c = settings.collector
+    return [FileDiscovery(targets, "vllm", c.scrape_interval_s, c.scrape_timeout_s)]
+
+
 def static_targets(settings: Settings) -> list[Target]:
     c = settings.collector
     out = []
@@ -111,6 +133,7 @@ def build_collector(
         )
         for f in c.file_sd
     ]
+    discoveries += autoscale_discovery(settings)
     registry = CollectorRegistry()
     writer = Writer(
         client,
@@ -151,6 +174,7 @@ def build_collector(
     collector.notes = [  # type: ignore[attr-defined]
         mount_endpoint(settings, collector),
         mount_exporter(settings, collector, exporter_stores),
+        mount_events(collector),
     ]
     return collector
 

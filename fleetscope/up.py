@@ -38,6 +38,7 @@ from fleet.sim.engine import EngineConfigError, check_config, engine_config
 from fleetscope.errors import UpError
 from fleetscope.settings import Settings
 from fleetscope.up_calibrate import calibrate_play
+from fleetscope.up_scaling import Scaling, with_autoscale
 from fleetscope.up_status import status_line
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ class UpOptions:
     status_every_s: float = 10.0
     # the gateway in front: None the spec's; "fleetscope" (its own), "litellm", "vllm-router", "envoy"
     gateway: str | None = None
+    autoscale: bool | None = None  # the spec's autoscale section on/off; None: as the spec says
 
 
 def derived_spec(spec_path: Path, out: Path, *, fleet: str, replicas: int | None, gateway: str | None = None) -> Path:
@@ -280,6 +282,8 @@ class _Up:
             replicas=opts.replicas,
             gateway=opts.gateway,
         )
+        self.spec_path = with_autoscale(self.spec_path, self.work / "fleet-autoscale.yaml", opts.autoscale)
+        self.scaling = Scaling()
         self.settings = settings.model_copy(
             update={"fleet": settings.fleet.model_copy(update={"spec": self.spec_path})}
         )
@@ -413,6 +417,7 @@ class _Up:
                 self.seed_slos()
             else:
                 self.rate_scale, self.played_scenario = played.rate_scale, played.scenario
+        self.scaling.start(self.launcher, ENGINE_NICE if self.niced_fleet else 0, echo)  # after calibration
         spec = self.spec
         echo(
             f"fleet: {len(spec.replicas)} replica(s) healthy"
@@ -439,6 +444,8 @@ class _Up:
         while not self.stop_status.wait(self.opts.status_every_s):
             try:
                 self.echo(status_line(self.evaluator_client, self.sessions))
+                for line in self.scaling.lines(self.evaluator_client):  # cold starts, from the store
+                    self.echo(line)
             except Exception as exc:  # noqa: BLE001 - a status line must not stop the product
                 self.echo(f"status unavailable: {exc}")
 

@@ -9,6 +9,9 @@
   round-robin) or **affinity** (rendezvous hashing of the
   session id, else of the prompt prefix: the same key lands on the same replica while it is
   healthy, and only the keys of a replica that leaves move).
+- Replicas come and go at runtime (``Router.add``/``remove``, the gateway's admin API): a
+  **draining** replica finishes what it has and gets nothing new; one added starts unhealthy
+  until its health probe passes.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class ReplicaState:
     healthy: bool = True
     in_flight: int = 0
     adapters: tuple[str, ...] = ()  # LoRA adapters it serves, each asked for by its own name
+    draining: bool = False  # on its way out: finishes its requests, gets no new one
+    first_token_at: float | None = None  # epoch seconds of the first token it streamed through the gateway
 
     def serves(self, model: str) -> bool:
         return model == self.model or model in self.adapters
@@ -91,7 +96,7 @@ class Router:
         return requested, "pinned", "client named the model"
 
     def choose_replica(self, model: str, affinity_key: str) -> tuple[ReplicaState, str]:
-        pool = [r for r in self.replicas if r.serves(model) and r.healthy]
+        pool = [r for r in self.replicas if r.serves(model) and r.healthy and not r.draining]
         if not pool:
             raise NoReplica(f"no healthy replica serves {model!r}")
         policy = self.spec.policy
@@ -103,6 +108,25 @@ class Router:
         fewest = min(r.in_flight for r in pool)
         candidates = [r for r in pool if r.in_flight == fewest]
         return candidates[turn % len(candidates)], policy
+
+    def get(self, name: str) -> ReplicaState | None:
+        return next((r for r in self.replicas if r.name == name), None)
+
+    def add(self, replica: ReplicaState) -> None:
+        """A replica joins (``ValueError`` when its name or URL is taken)."""
+        for r in self.replicas:
+            if r.name == replica.name or r.url == replica.url:
+                raise ValueError(f"replica {replica.name!r} ({replica.url}) clashes with {r.name!r} ({r.url})")
+        # a new list: a request choosing among the old one is not disturbed
+        self.replicas = [*self.replicas, replica]
+
+    def remove(self, name: str) -> ReplicaState:
+        """A replica leaves (``KeyError`` when there is none by that name)."""
+        replica = self.get(name)
+        if replica is None:
+            raise KeyError(name)
+        self.replicas = [r for r in self.replicas if r.name != name]
+        return replica
 
     def decide(self, requested: str, tenant: str, prompt_tokens: int, max_tokens: int, affinity_key: str) -> Decision:
         model, route, reason = self.choose_model(requested, tenant, prompt_tokens, max_tokens)

@@ -3,7 +3,8 @@ request log.
 
 In:  ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming SSE or not) with
      headers ``x-tenant``, ``x-session-id`` and ``traceparent`` (created when missing);
-     ``GET /v1/models``, ``GET /health``, ``GET /metrics``.
+     ``GET /v1/models``, ``GET /health``, ``GET /metrics``; from loopback only, the admin API
+     (``fleet.gateway.admin``: replicas added, drained and removed at runtime).
 Out: the replica's answer, streamed through event by event; one request-log record per request
      shipped to the collector (``RequestLogShipper``); its own metrics under
      ``fleetscope_gateway_``. Rejections are honest: 429 with ``Retry-After`` (tenant over its
@@ -225,6 +226,9 @@ class Gateway:
         app.router.add_get("/v1/models", self.handle_models)
         app.router.add_get("/health", self.handle_health)
         app.router.add_get("/metrics", self.handle_metrics)
+        from fleet.gateway.admin import mount
+
+        mount(self, app)
         return app
 
     async def start(self, host: str, port: int) -> None:
@@ -251,20 +255,23 @@ class Gateway:
             await self._session.close()
 
     # ------------------------------------------------------------------ health
-    async def _check_health(self) -> None:
-        async def probe(replica: ReplicaState) -> None:
-            assert self._session is not None
-            try:
-                async with self._session.get(f"{replica.url}/health", timeout=aiohttp.ClientTimeout(total=2)) as r:
-                    healthy = r.status == 200
-            except (aiohttp.ClientError, OSError, TimeoutError):
-                healthy = False
-            if healthy != replica.healthy:
-                log.warning("replica %s is %s", replica.name, "healthy again" if healthy else "unhealthy: taken out")
-            replica.healthy = healthy
+    async def probe(self, replica: ReplicaState) -> None:
+        """One health probe of ``replica``: taken out (or back in) on its answer."""
+        if self._session is None:  # not started: probed when it starts
+            return
+        try:
+            async with self._session.get(f"{replica.url}/health", timeout=aiohttp.ClientTimeout(total=2)) as r:
+                healthy = r.status == 200
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            healthy = False
+        if healthy != replica.healthy:
+            log.warning("replica %s is %s", replica.name, "healthy: taken in" if healthy else "unhealthy: taken out")
+        replica.healthy = healthy
+        if replica in self.router.replicas:  # not one removed while probed
             self.metrics.healthy.labels(replica.name).set(1 if healthy else 0)
 
-        await asyncio.gather(*(probe(r) for r in self.router.replicas))
+    async def _check_health(self) -> None:
+        await asyncio.gather(*(self.probe(r) for r in self.router.replicas))
 
     async def _health_loop(self) -> None:
         while True:
@@ -363,7 +370,7 @@ class Gateway:
         replica.in_flight += 1
         self.metrics.in_flight.labels(replica.name).inc()
         try:
-            return await self._forward(request, body, chat, stream, record, traceparent, t0)
+            return await self._forward(request, body, chat, stream, record, traceparent, t0, replica)
         finally:
             replica.in_flight -= 1
             self.metrics.in_flight.labels(replica.name).dec()
@@ -378,6 +385,7 @@ class Gateway:
         record: _Record,
         traceparent: str,
         t0: float,
+        replica: ReplicaState,
     ) -> web.StreamResponse:
         assert self._session is not None
         upstream_body = dict(body, model=record.model)
@@ -387,7 +395,7 @@ class Gateway:
             hide_usage = True  # the usage-only chunk is for the log, not for this client
         path = "/v1/chat/completions" if chat else "/v1/completions"
         headers = {"traceparent": traceparent, "x-tenant": record.tenant}
-        url = next(r.url for r in self.router.replicas if r.name == record.replica)
+        url = replica.url  # carried on the decision: the replica may leave the router meanwhile
         response: web.StreamResponse | None = None
         limits = _Limits(self.spec.upstream_first_byte_timeout_s, self.spec.upstream_timeout_s, record.replica)
         try:
@@ -399,6 +407,7 @@ class Gateway:
                     payload = await limits.next(upstream.read())
                     if upstream.status == 200:
                         self._usage(record, json.loads(payload), final=True)
+                        replica.first_token_at = replica.first_token_at or time.time()
                         record.token_times = []
                     else:
                         record.outcome = "upstream_error"
@@ -412,24 +421,7 @@ class Gateway:
                 )
                 await response.prepare(request)
                 while line := await limits.next(upstream.content.readline()):
-                    forward = True
-                    if line.startswith(b"data: ") and not line.startswith(b"data: [DONE]"):
-                        try:
-                            chunk = json.loads(line[6:])
-                        except ValueError:
-                            chunk = {}
-                        if chunk.get("choices"):
-                            if any(c.get("text") or (c.get("delta") or {}).get("content") for c in chunk["choices"]):
-                                record.token_times.append(time.perf_counter())
-                            for c in chunk["choices"]:
-                                if c.get("finish_reason"):
-                                    record.finish_reason = str(c["finish_reason"])
-                        if chunk.get("usage"):
-                            self._usage(record, chunk, final=False)
-                            if hide_usage and not chunk.get("choices"):
-                                forward = False
-                        record.request_id = record.request_id or str(chunk.get("id", ""))
-                    if forward:
+                    if self._stream_line(line, record, replica, hide_usage):
                         await response.write(line)
                 await response.write_eof()
                 self._log(record, t0)
@@ -449,6 +441,28 @@ class Gateway:
             record.outcome, record.error = "upstream_error", f"replica {record.replica} failed mid-stream: {exc}"
         self._log(record, t0)
         return response
+
+    def _stream_line(self, line: bytes, record: _Record, replica: ReplicaState, hide_usage: bool) -> bool:
+        """Note a streamed event's tokens, finish reason and usage; False for one not to forward."""
+        if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+            return True
+        try:
+            chunk = json.loads(line[6:])
+        except ValueError:
+            chunk = {}
+        forward = True
+        if chunk.get("choices"):
+            if any(c.get("text") or (c.get("delta") or {}).get("content") for c in chunk["choices"]):
+                record.token_times.append(time.perf_counter())
+                replica.first_token_at = replica.first_token_at or time.time()  # its first token, ever
+            for c in chunk["choices"]:
+                if c.get("finish_reason"):
+                    record.finish_reason = str(c["finish_reason"])
+        if chunk.get("usage"):
+            self._usage(record, chunk, final=False)
+            forward = not (hide_usage and not chunk.get("choices"))
+        record.request_id = record.request_id or str(chunk.get("id", ""))
+        return forward
 
     @staticmethod
     def _usage(record: _Record, payload: dict[str, Any], final: bool) -> None:

@@ -1,5 +1,8 @@
 """Run simulated vLLM engines: ``python -m fleet.sim --spec fleet.yaml`` (its ``engine: sim``
-replicas) or ``python -m fleet.sim --replicas 500 --base-port 9000`` (N generated ones)."""
+replicas), ``python -m fleet.sim --replicas 500 --base-port 9000`` (N generated ones), or
+``python -m fleet.sim --spec fleet.yaml --replica-json '{...}' --cold-start-s 40`` (one replica
+that is not in the spec, e.g. one the autoscaler adds; it binds its port only after the
+modelled cold start, as a real engine does once its weights are loaded)."""
 
 from __future__ import annotations
 
@@ -22,9 +25,17 @@ def replicas_from_args(args: argparse.Namespace) -> tuple[list[SimReplica], str 
             for i in range(args.replicas)
         ]
         return reps, args.otlp_endpoint, args.host
-    from fleet.spec import load_spec
+    from fleet.spec import ReplicaSpec, load_spec
 
     spec = load_spec(args.spec)
+    if args.replica_json:
+        try:
+            one = ReplicaSpec.model_validate_json(args.replica_json)
+        except ValueError as exc:
+            raise YamlConfigError(f"--replica-json: not a replica: {exc}") from None
+        config = engine_config(one.engine_args, one.speculative, one.max_loras if one.adapters else 0)
+        replica = SimReplica(one.name, one.model, one.port, config, one.gpu_type, one.gpu_count, tuple(one.adapters))
+        return [replica], args.otlp_endpoint or spec.otlp_traces_endpoint, spec.host
     reps = [
         SimReplica(
             r.name,
@@ -45,14 +56,20 @@ def replicas_from_args(args: argparse.Namespace) -> tuple[list[SimReplica], str 
 
 async def run(args: argparse.Namespace) -> None:
     replicas, otlp, host = replicas_from_args(args)
-    fleet = SimFleet(replicas, host=host, otlp_endpoint=otlp)
-    await fleet.start()
-    print(f"{len(replicas)} simulated engine(s) on {host}:{replicas[0].port}..{replicas[-1].port}", flush=True)
+    fleet = SimFleet(replicas, host=host, otlp_endpoint=otlp, cold_start_s=args.cold_start_s)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    starting = asyncio.create_task(fleet.start())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # stopped during its cold start
+        starting.cancel()
+        return
+    starting.result()
+    print(f"{len(replicas)} simulated engine(s) on {host}:{replicas[0].port}..{replicas[-1].port}", flush=True)
+    await stopping
     await fleet.stop()
 
 
@@ -67,6 +84,8 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=2048)
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--otlp-endpoint", default=None)
+    parser.add_argument("--replica-json", default=None, help="run this one replica (a spec replica as JSON)")
+    parser.add_argument("--cold-start-s", type=float, default=0.0, help="seconds before the ports are bound")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

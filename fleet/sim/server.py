@@ -80,10 +80,17 @@ class SimReplica:
 
 
 class SimFleet:
-    def __init__(self, replicas: list[SimReplica], host: str = "127.0.0.1", otlp_endpoint: str | None = None) -> None:
+    def __init__(
+        self,
+        replicas: list[SimReplica],
+        host: str = "127.0.0.1",
+        otlp_endpoint: str | None = None,
+        cold_start_s: float = 0.0,
+    ) -> None:
         self.replicas = replicas
         self.host = host
         self.otlp_endpoint = otlp_endpoint
+        self.cold_start_s = cold_start_s  # modelled start-up: nothing listens until it has passed, as vLLM loading
         self._runners: list[web.AppRunner] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._spans: list[tuple[SimReplica, SimRequest, float]] = []
@@ -91,6 +98,8 @@ class SimFleet:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        if self.cold_start_s > 0:
+            await asyncio.sleep(self.cold_start_s)  # a real engine loads its weights: connections are refused
         for replica in self.replicas:
             replica.wake = asyncio.Event()
             # a stop closes idle keep-alive connections (the gateway's) after 2 s, not aiohttp's 60
