@@ -5,12 +5,15 @@ or in-flight limits, with latency, cache hits and cost, side by side with what i
 In:  a window (``--since`` back from now, or ``--start``/``--end``), the variants (``--replicas
      tiny-small=1..4`` sweeps, ``--policy least_loaded,affinity``, ``--gpu tiny-small=L4``,
      ``--kv-tokens tiny-small=4096``, ``--scale 1.5``, ``--long-prompt-tokens``,
-     ``--max-in-flight``), settings (the stores; GPU prices and SLO targets from the metadata DB;
-     the fleet spec's model router and prefix length).
+     ``--max-in-flight``, autoscaling policies ``--autoscale tiny-large=max:3,out.kv_cache_usage:0.7``),
+     settings (the stores; GPU prices and SLO targets from the metadata DB; the fleet spec's model
+     router, prefix length and autoscaling policies, or ``--spec``'s).
 Out: on stdout the fit of the simulator to the recorded fleet, the backtest (the recorded
      fleet replayed against what it did), why the prefix cache missed, and a table of every
-     fleet; the cheapest that meets the SLOs. ``--format json`` for scripts. Exit codes: 0 a
-     plan, 1 the store cannot be read, 2 bad options or nothing to plan on (one line).
+     fleet; where a pool autoscaled or a policy was asked for, the policies side by side (spend
+     per hour, p99 TTFT, SLO attainment, most replicas, cold starts); the cheapest that meets
+     the SLOs. ``--format json`` for scripts. Exit codes: 0 a plan, 1 the store cannot be read,
+     2 bad options or nothing to plan on (one line).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ EXAMPLES = """Examples:
   fleetscope plan --replicas tiny-small=1..4 --policy least_loaded,affinity
   fleetscope plan --gpu tiny-large=L4 --gpu-speed L4=0.15 --scale 2
   fleetscope plan --start 2026-12-03T20:00 --end 2026-12-03T20:30 --format json
+  fleetscope plan --spec fleet-autoscale.yaml \
+                  --autoscale tiny-large=out.requests_waiting:0.2,out_for:5 --autoscale tiny-large=max:2
   fleetscope plan --start 2026-12-03T20:10 --end 2026-12-03T20:20 \
                   --fit-start 2026-12-03T19:50 --fit-end 2026-12-03T20:10   # judged by a fit on the time before"""
 
@@ -100,6 +105,23 @@ _PrefixTokensOption = Annotated[
         "gateway hashes, its affinity_prefix_tokens).",
     ),
 ]
+_AutoscaleOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="POOL=KEY:VALUE,... an autoscaling policy to replay (repeat for several; each is one fleet), starting "
+        "from the pool's recorded policy (the fleet spec's) or the defaults: min:N, max:N, out.SIGNAL:X, in.SIGNAL:X "
+        "(X or off; signals kv_cache_usage, requests_waiting, requests_running, ttft_p99_over_slo), out_for:S, "
+        "in_for:S, cooldown:S (after a scale-out), in_cooldown:S, cold_start:S (default: the recorded median), "
+        "drain_timeout:S, flap_window:S, max_reversals:N. Spend counts a replica from ready to removed."
+    ),
+]
+_SpecOption = Annotated[
+    str | None,
+    typer.Option(
+        help="The fleet spec the recorded run used (its model router, prefix length, autoscaling policies and "
+        "SLOs); default: settings' fleet.spec."
+    ),
+]
 _FitStartOption = Annotated[
     str | None,
     typer.Option(
@@ -123,6 +145,8 @@ def plan_command(
     max_in_flight: Annotated[int | None, typer.Option(min=1, help="The gateway's requests in flight at most.")] = None,
     shared_cores: _SharedCoresOption = None,
     prefix_tokens: _PrefixTokensOption = None,
+    autoscale: _AutoscaleOption = None,
+    spec: _SpecOption = None,
     fit: Annotated[bool, typer.Option(help="Fit the simulator's cost to the recorded fleet first.")] = True,
     fit_start: _FitStartOption = None,
     fit_end: Annotated[str | None, typer.Option(help="The fitting window's end (ISO time, UTC).")] = None,
@@ -133,10 +157,11 @@ def plan_command(
     sampling weights expanded) through the gateway's routing and the engine simulator, fitted to the
     recorded fleet, against the variants asked for: p50/p99 TTFT and ITL, SLO attainment and goodput,
     prefix hit rate, KV saturation, rejections, spend and $/1M tokens beside what the fleet did, and
-    the cheapest variant that meets the SLOs."""
+    the cheapest variant that meets the SLOs; autoscaling policies (the recorded one, any --autoscale) compared."""
     from fleetscope.stores import migrate_all, open_clickhouse
     from planner.fleet import PlanError, gateway_routing
     from planner.plan import plan
+    from planner.policies import comparison
     from storage.catalog import gpu_prices, slo_targets
     from storage.errors import StoreError
     from storage.metadata import make_engine, make_sessionmaker
@@ -145,14 +170,12 @@ def plan_command(
         fail(f"--format must be text or json, not {fmt!r}", code=2)
     changes = _changes(replicas, policy, gpu, kv_tokens, scale, long_prompt_tokens, max_in_flight)
     speeds = {t: _number(v, "--gpu-speed") for t, v in _pairs(gpu_speed, "--gpu-speed").items()}
-    if (fit_start is None) != (fit_end is None):
-        fail("--fit-start and --fit-end go together: the window to fit the simulator on", code=2)
-    fit_on = window("0s", fit_start, fit_end) if fit_start and fit_end else None
-    if fit_on is not None and not fit:
-        fail("--fit-start/--fit-end fit the simulator; --no-fit replays it unfitted: pick one", code=2)
+    fit_on = _fit_window(fit_start, fit_end, fit)
     settings = settings_or_exit(config)
     begin, stop = window(since, start, end)
-    router, prefix_length = gateway_routing(settings.fleet.spec)
+    spec_path = spec or settings.fleet.spec
+    router, prefix_length = gateway_routing(spec_path)
+    scaling = _autoscale(spec_path, autoscale)
     if prefix_tokens is not None:
         prefix_length = prefix_tokens
     try:
@@ -175,16 +198,40 @@ def plan_command(
             fitted=fit,
             shared_cores=shared_cores,
             fit_on=fit_on,
+            autoscale=scaling,
         )
         misses = _misses(client, begin, stop, prefix_length)
     except PlanError as exc:
         fail(str(exc), code=2)
     finally:
         client.close()
+    compared = comparison(planned, scaling)
     if fmt == "json":
-        typer.echo(json.dumps(_as_json(planned, misses), indent=2))
+        typer.echo(json.dumps(_as_json(planned, misses) | {"autoscaling": _records(compared)}, indent=2))
         return
     _print(planned, misses)
+    _print_policies(compared)
+
+
+def _fit_window(fit_start: str | None, fit_end: str | None, fit: bool) -> Any:
+    """The window to fit the simulator on (None: the replayed window's first minutes); bad options: exit 2."""
+    if (fit_start is None) != (fit_end is None):
+        fail("--fit-start and --fit-end go together: the window to fit the simulator on", code=2)
+    fit_on = window("0s", fit_start, fit_end) if fit_start and fit_end else None
+    if fit_on is not None and not fit:
+        fail("--fit-start/--fit-end fit the simulator; --no-fit replays it unfitted: pick one", code=2)
+    return fit_on
+
+
+def _autoscale(spec_path: Any, texts: list[str] | None) -> Any:
+    """The fleet spec's autoscaling (the recorded policies) and the ``--autoscale`` ones; a bad one: exit 2."""
+    from planner.fleet import PlanError
+    from planner.policies import parse, spec_policies
+
+    try:
+        return spec_policies(spec_path, [parse(text) for text in texts or []])
+    except PlanError as exc:
+        fail(str(exc), code=2)
 
 
 def _changes(
@@ -282,6 +329,27 @@ def _print(planned: Any, misses: dict[str, float]) -> None:
             f"{row['spend_per_hour']:>8.2f} {row['cost_per_million_tokens']:>9.3f}"
         )
     typer.echo(planned.cheapest_note)
+
+
+def _print_policies(compared: Any) -> None:
+    """The autoscaling policies side by side, one row per fleet and autoscaled pool."""
+    if compared.empty:
+        return
+    typer.echo("autoscaling (spend from each replica's ready to its removal; a cold start is not billed):")
+    typer.echo(
+        f"  {'fleet':<44} {'pool':<12} {'$/h':>7} {'p99 TTFT':>9} {'SLO':>5} {'most':>5} {'cold':>5} "
+        f"{'fleet $/h':>9}  policy"
+    )
+    for row in compared.to_dict("records"):
+        typer.echo(
+            f"  {row['fleet'][:44]:<44} {row['pool'][:12]:<12} {row['spend_per_hour']:>7.2f} {_s(row['p99_ttft']):>9} "
+            f"{_pct(row['slo_attainment']):>5} {row['max_replicas']:>5} {row['cold_starts']:>5} "
+            f"{row['fleet_spend_per_hour']:>9.2f}  {row['policy']}"
+        )
+
+
+def _records(frame: Any) -> list[dict[str, Any]]:
+    return [{k: _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
 
 
 def _as_json(planned: Any, misses: dict[str, float]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from analytics.vllm import ITL, KV_CACHE_USAGE, PREFIX_HITS, PREFIX_QUERIES
 from fleet.gateway.config import ModelRouterSpec
 from planner.calibrate import FIT_WINDOW_S, Fit, fit, medians
 from planner.fleet import GPU_SPEED, POLICIES, PlanError, Variant, gpu_speed, observed_fleet
+from planner.policies import Autoscale, for_scaling, policy_variants, recorded
 from planner.replay import replay
 from planner.report import FLEET, summary
 from planner.traffic import Arrival, arrivals
@@ -123,6 +124,7 @@ class Planned:
     requests_per_s: float
     window: tuple[datetime, datetime]
     summaries: dict[str, pd.DataFrame] = field(default_factory=dict)
+    fleets: dict[str, Variant] = field(default_factory=dict)  # every replayed fleet by name
 
 
 def variants(base: Variant, changes: Changes, speeds: Mapping[str, float] | None = None) -> list[Variant]:
@@ -312,6 +314,7 @@ def plan(
     shared_cores: float | None = None,
     seed: int = 0,
     fit_on: tuple[datetime, datetime] | None = None,
+    autoscale: Autoscale | None = None,
 ) -> Planned:
     """The recorded window, its replay and the variants (see the module docstring). ``fit_on``: fit
     the simulator on another window's traffic (e.g. the quiet hour before an incident) instead of
@@ -322,8 +325,8 @@ def plan(
     # count idle minutes in the replay that the recorded gauges and bill never saw
     start, end = _filled(rows, start, end)
     seconds = (end - start).total_seconds()
-    base = observed_fleet(client, start, end, policy=recorded_policy(rows), router=router)
-    base = replace(base, shared_cores=shared_cores)
+    base = observed_fleet(client, start, end, policy=recorded_policy(rows), router=router, policies=recorded(autoscale))
+    base = for_scaling(replace(base, shared_cores=shared_cores), autoscale, targets)  # planner/policies.py
     if not rows["outcome"].eq("rejected").any():
         # the gateway never refused a request in the window: its admission limits did not bind (or the
         # history was simulated without them); the replay leaves them out rather than refuse what was served
@@ -349,7 +352,7 @@ def plan(
     took = time.perf_counter() - clock
     summaries["recorded (replayed)"] = summary(replayed, prices, targets)
     fleets = {"recorded (replayed)": base}
-    for v in variants(base, changes, speeds) if changes else []:
+    for v in [*(variants(base, changes, speeds) if changes else []), *policy_variants(base, autoscale)]:
         moved = (
             traffic
             if v.scale == 1
@@ -369,6 +372,7 @@ def plan(
         len(replayed.requests) / took if took > 0 else math.nan,
         (start, end),
         summaries,
+        fleets,
     )
 
 

@@ -7,7 +7,9 @@ Out: ``Outcome``: per request ``[at, model, replica, tenant, prompt_tokens, comp
      cached_tokens, ttft, itl, e2e, queue, outcome]`` (``outcome``: ok, rejected — the gateway's
      queue was full or its wait too long —, no_replica, or too_long — the engine answers 400),
      every token gap (for ITL quantiles), and each replica's KV-cache usage sampled every
-     ``TICK_S`` seconds of virtual time.
+     ``TICK_S`` seconds of virtual time (while it is up); ``up``: each replica's up-interval
+     (a fixed pool's replicas the whole window; an autoscaled pool's from ready to removed,
+     ``planner.scaling``) and ``scaling``: the autoscaler's decisions and replica steps.
 
 The gateway forwards at most ``max_in_flight`` requests at once; the next ones wait in its queue
 (up to ``max_queue``; a fuller queue or a wait past ``queue_timeout_s`` rejects them, as its 429
@@ -28,7 +30,8 @@ import pandas as pd
 from fleet.gateway.config import GatewaySpec
 from fleet.gateway.routing import NoReplica, ReplicaState, Router
 from fleet.sim.engine import EngineConfig, RequestRejected, SimEngine, SimRequest
-from planner.fleet import Variant
+from planner.fleet import Pool, Variant
+from planner.scaling import EVENT_COLUMNS, UP_COLUMNS, Scaling
 from planner.traffic import Arrival
 
 __all__ = ["TICK_S", "Outcome", "replay"]
@@ -44,6 +47,8 @@ class Outcome:
     seconds: float
     variant: Variant
     replicas: dict[str, str] = field(default_factory=dict)  # replica -> model
+    up: pd.DataFrame | None = None  # [replica, model, start, end] seconds; None: every pool's replicas, throughout
+    scaling: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=EVENT_COLUMNS))
 
 
 @dataclass
@@ -75,6 +80,7 @@ def replay(variant: Variant, arrivals: list[Arrival], seconds: float) -> Outcome
     for n, arrival in enumerate(arrivals):
         while tick <= arrival.at:
             run.advance(tick)
+            run.scaling.tick(tick)
             run.admit(tick)
             run.sample_kv(tick)
             tick += TICK_S
@@ -86,7 +92,19 @@ def replay(variant: Variant, arrivals: list[Arrival], seconds: float) -> Outcome
 class _Replay:
     """The state of one replay: the replicas, the gateway's router and queue, and the rows so far."""
 
-    __slots__ = ("cores", "forwarded", "gaps", "kv", "meta", "replicas", "router", "rows", "variant", "waiting")
+    __slots__ = (
+        "cores",
+        "forwarded",
+        "gaps",
+        "kv",
+        "meta",
+        "replicas",
+        "router",
+        "rows",
+        "scaling",
+        "variant",
+        "waiting",
+    )
 
     def __init__(self, variant: Variant) -> None:
         self.variant = variant
@@ -97,6 +115,7 @@ class _Replay:
                 self.replicas[name] = _Replica(ReplicaState(name, pool.model, url=""), SimEngine(config))
         spec = GatewaySpec(policy=variant.policy, model_router=variant.router, max_in_flight=variant.max_in_flight)  # type: ignore[arg-type]
         self.router = Router(spec, [r.state for r in self.replicas.values()])
+        self.scaling = Scaling(variant, self.replicas, self.router, self.spawn)
         self.rows: list[dict[str, object]] = []
         self.gaps: dict[str, list[float]] = {}
         self.kv: list[tuple[float, str, str, float]] = []
@@ -121,6 +140,16 @@ class _Replay:
         )
         self.gaps.setdefault(str(row["model"]), []).extend(request.token_gaps)
         self.rows.append(row)
+        if self.scaling:
+            self.scaling.finished(str(row["model"]), request.finished_at or arrived, float(row["ttft"]))  # type: ignore[arg-type]
+
+    def spawn(self, name: str, pool: Pool) -> _Replica:
+        """A new replica of ``pool`` (the autoscaler's): unhealthy, outside the router until its cold start ends."""
+        replica = _Replica(
+            ReplicaState(name, pool.model, url=f"replay://{name}", healthy=False), SimEngine(pool.engine_config())
+        )
+        self.replicas[name] = replica
+        return replica
 
     def advance(self, until: float) -> None:
         replicas = self.replicas
@@ -133,7 +162,9 @@ class _Replay:
                 self.finish(request)
 
     def sample_kv(self, tick: float) -> None:
-        self.kv.extend((tick, name, r.state.model, r.engine.kv_usage) for name, r in self.replicas.items())
+        self.kv.extend(
+            (tick, name, r.state.model, r.engine.kv_usage) for name, r in self.replicas.items() if r.state.healthy
+        )
 
     def arrive(self, arrival: Arrival, n: int) -> None:
         """The ``n``-th request at the gateway: sent on, queued, or rejected (queue full)."""
@@ -199,9 +230,12 @@ class _Replay:
 
     def drain(self, tick: float, horizon: float) -> None:
         """After the last arrival: ticks until every request finished and the queue is empty (KV
-        sampled up to ``horizon``), for at most an hour past it; what is left is ``unfinished``."""
-        while self.meta or self.waiting:
+        sampled up to ``horizon``), for at most an hour past it; what is left is ``unfinished``. An
+        autoscaled fleet ticks on to ``horizon`` (its pools shrink when the traffic is over)."""
+        while self.meta or self.waiting or (self.scaling and tick < horizon):
             self.advance(tick)
+            if tick < horizon:
+                self.scaling.tick(tick)
             self.admit(tick)
             if tick < horizon:
                 self.sample_kv(tick)
@@ -215,6 +249,13 @@ class _Replay:
 
     def outcome(self, seconds: float) -> Outcome:
         df = pd.DataFrame(self.rows).reindex(columns=_COLUMNS).sort_values("at", ignore_index=True)
+        fixed = [
+            (name, pool.model, 0.0, seconds)
+            for pool in self.variant.pools.values()
+            if pool.autoscale is None
+            for name in pool.replica_names()
+        ]
+        up = pd.DataFrame([*fixed, *self.scaling.up(seconds)], columns=UP_COLUMNS)
         return Outcome(
             df,
             {m: np.asarray(g, float) for m, g in self.gaps.items()},
@@ -222,6 +263,8 @@ class _Replay:
             seconds,
             self.variant,
             {name: r.state.model for name, r in self.replicas.items()},
+            up,
+            self.scaling.events(),
         )
 
 

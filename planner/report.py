@@ -11,8 +11,12 @@ Out: ``summary``: one row per model and a ``(fleet)`` row: ``requests``, ``p50_t
      (cached / prompt tokens), ``kv_mean`` and ``kv_saturated`` (the share of the replicas'
      samples at ``SATURATED`` or more: 90 %, where ``explain`` counts a replica
      saturated), ``rejected`` (the gateway's 429s, engines' 400s and
-     requests no replica served), ``spend`` (USD over the window: replicas x GPUs x price),
-     ``cost_per_million_tokens``, ``spend_per_hour``.
+     requests no replica served), ``spend`` (USD over the window: each replica's up time x GPUs
+     x price, as the store's cost analytics bills it: a fixed pool's replicas the whole window,
+     an autoscaled pool's from ready — a cold start is not billed, since a starting replica is
+     not scraped — to removed), ``cost_per_million_tokens``, ``spend_per_hour``,
+     ``max_replicas`` (the most replicas up at once) and ``cold_starts`` (replicas an autoscaler
+     made ready in the window).
 """
 
 from __future__ import annotations
@@ -58,14 +62,7 @@ def summary(outcome: Outcome, prices: Mapping[str, float], targets: Iterable[Slo
     targets = [t for t in targets if t.metric in FIELDS]  # a replay has no TPOT of its own to judge
     req = outcome.requests
     hours = outcome.seconds / 3600
-    spend_by_model = {}
-    for pool in outcome.variant.pools.values():
-        if pool.gpu_type not in prices:
-            raise PlanError(
-                f"no GPU price for {pool.gpu_type!r} (pool {pool.model}): add one with `fleetscope prices set "
-                f"{pool.gpu_type} USD_PER_GPU_HOUR`"
-            )
-        spend_by_model[pool.model] = pool.replicas * pool.gpu_count * prices[pool.gpu_type] * hours
+    spend_by_model, up = _spend(outcome, prices)
     good = _meets(req, targets) if len(req) else pd.Series(dtype=bool)
     rows = []
     for model in [*outcome.variant.pools, FLEET]:
@@ -99,6 +96,51 @@ def summary(outcome: Outcome, prices: Mapping[str, float], targets: Iterable[Slo
                 "spend": spend,
                 "spend_per_hour": spend / hours if hours > 0 else math.nan,
                 "cost_per_million_tokens": spend / tokens * 1e6 if tokens > 0 else math.nan,
+                "max_replicas": _most_at_once(up if model == FLEET else up[up["model"] == model]),
+                "cold_starts": _cold_starts(outcome, None if model == FLEET else model),
             }
         )
     return pd.DataFrame(rows)
+
+
+def _spend(outcome: Outcome, prices: Mapping[str, float]) -> tuple[dict[str, float], pd.DataFrame]:
+    """Per model the spend over the window (replica up-seconds x GPUs x price), and the up-intervals it counted."""
+    up = outcome.up
+    if up is None:  # an outcome without up-intervals: every pool's replicas up throughout
+        up = pd.DataFrame(
+            [
+                (f"{p.model}/{i}", p.model, 0.0, outcome.seconds)
+                for p in outcome.variant.pools.values()
+                for i in range(p.replicas)
+            ],
+            columns=["replica", "model", "start", "end"],
+        )
+    spend: dict[str, float] = {}
+    for pool in outcome.variant.pools.values():
+        if pool.gpu_type not in prices:
+            raise PlanError(
+                f"no GPU price for {pool.gpu_type!r} (pool {pool.model}): add one with `fleetscope prices set "
+                f"{pool.gpu_type} USD_PER_GPU_HOUR`"
+            )
+        mine = up[up["model"] == pool.model]
+        seconds = (mine["end"].clip(0, outcome.seconds) - mine["start"].clip(0, outcome.seconds)).clip(lower=0).sum()
+        spend[pool.model] = float(seconds) / 3600 * pool.gpu_count * prices[pool.gpu_type]
+    return spend, up
+
+
+def _most_at_once(up: pd.DataFrame) -> int:
+    """The most intervals open at once (an interval ending as another starts is not counted twice)."""
+    steps = sorted([(float(t), 1) for t in up["start"]] + [(float(t), -1) for t in up["end"]])
+    most = now = 0
+    for _t, delta in steps:  # ends (-1) sort before starts at the same instant
+        now += delta
+        most = max(most, now)
+    return most
+
+
+def _cold_starts(outcome: Outcome, model: str | None) -> int:
+    events = outcome.scaling
+    if events is None or events.empty:
+        return 0
+    mine = events[(events["kind"] == "ready") & (events["t"] <= outcome.seconds)]
+    return int(len(mine) if model is None else (mine["pool"] == model).sum())
