@@ -178,6 +178,6 @@ def test_the_flag_and_the_spec_turn_autoscaling_on_and_off() -> None:
         "draining",
     ]
     assert not [e for t in play(off, busy_large_scenario(), START, seed=3) for e in t.events]
-    bundled = load_spec(ROOT / "fleet.yaml", ROOT)  # no autoscale section
+    bundled = load_spec(ROOT / "fleet.yaml", ROOT).model_copy(update={"autoscale": None})  # no section
     with pytest.raises(FleetError, match="no autoscale section"):
         next(play(bundled, busy_large_scenario(True), START))
