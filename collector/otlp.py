@@ -3,10 +3,10 @@
 In:  an OTLP ``ExportTraceServiceRequest``, as protobuf bytes (HTTP ``application/x-protobuf``
      or gRPC) or as OTLP/JSON (hex trace ids, string-encoded 64-bit integers).
 Out: ``SpanRecord``s (all spans) and, for ``llm_request`` spans, request rows with timings,
-     tokens, request id, trace id, and the replica/model from the resource attributes the
-     launcher sets (``fleetscope.replica``/``fleetscope.model``, else ``service.instance.id`` /
-     ``service.name``). Other spans (e.g. vLLM start-up spans) are counted and ignored.
-     A body that cannot be decoded raises ``OtlpError``.
+     tokens, request id, trace id (the quality columns at their defaults: not evaluated), and the
+     replica/model from the resource attributes the launcher sets (``fleetscope.replica`` /
+     ``fleetscope.model``, else ``service.instance.id`` / ``service.name``). Other spans (e.g.
+     vLLM start-up spans) are counted and ignored. A body that cannot be decoded raises ``OtlpError``.
 
 ``request_columns`` is the collector's path for protobuf bodies: it goes from the decoded
 message straight to the ``requests`` columns, reading only the attributes a row needs, and
@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from collector.errors import CollectorError
+from collector.request_columns import fill_columns, fill_row
 
 __all__ = [
     "OtlpError",
@@ -140,7 +141,7 @@ def request_columns(body: bytes) -> tuple[dict[str, list[Any]], int]:
                 tpot.append(d / (n_out - 1) if n_out > 1 else 0.0)
     n = len(ts)
     empty, zeros = [""] * n, [0] * n
-    return {
+    columns = {
         "ts": ts,
         "source": ["otlp"] * n,
         "gateway": empty,
@@ -169,7 +170,8 @@ def request_columns(body: bytes) -> tuple[dict[str, list[Any]], int]:
         "itl_seconds": [0.0] * n,
         "prefix_hash": empty,
         "stream": zeros,
-    }, other
+    }
+    return fill_columns(columns, n), other  # engine spans carry no answer scores: not evaluated
 
 
 def spans_from_message(request: ExportTraceServiceRequest) -> list[SpanRecord]:
@@ -282,7 +284,7 @@ def request_row(span: SpanRecord) -> dict[str, Any] | None:
     decode = _num(a, "gen_ai.latency.time_in_model_decode")
     replica = _str(r.get("fleetscope.replica")) or _str(r.get("service.instance.id")) or _str(r.get("service.name"))
     model = _str(r.get("fleetscope.model")) or _str(a.get("gen_ai.response.model"))
-    return {
+    row = {
         "ts": span.start_ns / 1e9,
         "source": "otlp",
         "gateway": "",
@@ -312,3 +314,4 @@ def request_row(span: SpanRecord) -> dict[str, Any] | None:
         "prefix_hash": "",
         "stream": 0,
     }
+    return fill_row(row)  # engine spans carry no answer scores: not evaluated

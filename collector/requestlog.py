@@ -14,6 +14,14 @@ span), ``request_id``, ``replica``, ``model``, ``tenant``, ``route`` (the routin
 upstream_error, no_replica), ``error`` (why it failed, in words), ``itl_seconds`` (client-side mean inter-token
 latency),
 ``prefix_hash``, ``stream``.
+
+Quality fields (issue 43; docs/quality.md), given by the gateway for a sampled answer it scored:
+``evaluated`` (bool), ``answer_hash`` (16 hex digits: sha256 of the answer), ``answer_chars``
+(int), ``truncated``, ``empty_answer``, ``refusal`` (bool), ``repetition`` (a share 0-1),
+``json_valid`` (null: JSON not asked, else bool), and ``answer_text`` only where the gateway keeps
+answers (``quality.keep_text``; cut at ``MAX_ANSWER_TEXT`` characters, ``answer_chars`` keeps the
+length). A wrong type (``"true"``, ``1`` for a bool) or a value out of range refuses the line; a
+line without them is a row not evaluated (``collector.request_columns.QUALITY_DEFAULTS``).
 """
 
 from __future__ import annotations
@@ -22,9 +30,12 @@ import json
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
-__all__ = ["GatewayRecord", "parse_request_log"]
+__all__ = ["MAX_ANSWER_TEXT", "GatewayRecord", "parse_request_log"]
+
+MAX_ANSWER_TEXT = 100_000  # characters of a kept answer stored; the rest is cut
+UINT32_MAX = 2**32 - 1
 
 
 class GatewayRecord(BaseModel):
@@ -53,6 +64,16 @@ class GatewayRecord(BaseModel):
     ttft_seconds: float = Field(default=0.0, ge=0)
     e2e_seconds: float = Field(default=0.0, ge=0)
     queue_seconds: float = Field(default=0.0, ge=0)
+    # quality (issue 43): strict types, so that "false" or 1 is refused rather than guessed
+    evaluated: StrictBool = False
+    answer_hash: str = Field(default="", pattern=r"^([0-9a-f]{16})?$")
+    answer_chars: int = Field(default=0, ge=0, le=UINT32_MAX, strict=True)
+    truncated: StrictBool = False
+    empty_answer: StrictBool = False
+    refusal: StrictBool = False
+    repetition: float = Field(default=0.0, ge=0, le=1, strict=True, allow_inf_nan=False)
+    json_valid: StrictBool | None = None
+    answer_text: str = Field(default="", strict=True)
 
     @field_validator("ts", mode="before")
     @classmethod
@@ -64,7 +85,7 @@ class GatewayRecord(BaseModel):
                 return value
         return value
 
-    @field_validator("trace_id", mode="before")
+    @field_validator("trace_id", "answer_hash", mode="before")
     @classmethod
     def _lower(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value
@@ -91,7 +112,10 @@ def parse_request_log(body: bytes | str) -> tuple[list[dict[str, Any]], list[tup
         row = record.model_dump()
         completion = row["completion_tokens"]
         decode = max(0.0, row["e2e_seconds"] - row["ttft_seconds"])
-        row["stream"] = 1 if row["stream"] else 0
+        for flag in ("stream", "evaluated", "truncated", "empty_answer", "refusal"):
+            row[flag] = 1 if row[flag] else 0
+        row["json_valid"] = -1 if row["json_valid"] is None else int(row["json_valid"])
+        row["answer_text"] = row["answer_text"][:MAX_ANSWER_TEXT]
         row.update(
             source="gateway",
             gateway="fleetscope",

@@ -57,6 +57,7 @@ from collector.records import (
 )
 from collector.remote_intake import RemoteWriteReceiver
 from collector.remote_write import RemoteWriteConfig, RemoteWriteConverter
+from collector.request_columns import REQUEST_COLUMNS, fill_columns, fill_row
 from collector.requestlog import parse_request_log
 from collector.sampling import Sampler, SamplingPolicy
 from collector.scrape import Scraper, ScrapeResult
@@ -67,37 +68,6 @@ __all__ = ["REQUEST_COLUMNS", "Collector", "CollectorConfig"]
 
 log = logging.getLogger("fleetscope.collector")
 
-REQUEST_COLUMNS = (
-    "ts",
-    "source",
-    "gateway",
-    "request_id",
-    "trace_id",
-    "replica",
-    "model",
-    "tenant",
-    "route",
-    "status_code",
-    "finish_reason",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "max_tokens",
-    "ttft_seconds",
-    "e2e_seconds",
-    "queue_seconds",
-    "prefill_seconds",
-    "decode_seconds",
-    "tpot_seconds",
-    "weight",
-    "session",
-    "route_reason",
-    "outcome",
-    "error",
-    "itl_seconds",
-    "prefix_hash",
-    "stream",
-)
 MAX_OTLP_BODY = 32 * 1024 * 1024  # also the limit after gzip/deflate decoding
 RECENT_REQUESTS = 200_000  # gateway request ids remembered: a batch a sender retries is not stored twice
 
@@ -241,6 +211,7 @@ class Collector:
                 self.metrics.requests.labels(source, "sampled_out").inc()
                 continue
             row["weight"] = weight
+            fill_row(row)  # a source without the quality fields: not evaluated
             for name in REQUEST_COLUMNS:
                 kept[name].append(row[name])
             count += 1
@@ -250,10 +221,12 @@ class Collector:
         return count
 
     def add_request_columns(self, columns: dict[str, list[Any]], source: str) -> int:
-        """Rows as columns (``REQUEST_COLUMNS`` but ``weight``); sampled like ``add_requests``."""
+        """Rows as columns (``REQUEST_COLUMNS`` but ``weight``; the quality ones may be left out: not
+        evaluated); sampled like ``add_requests``."""
         n = len(columns["ts"])
         if not n:
             return 0
+        fill_columns(columns, n)
         if not self.sampler.keeps_everything:  # per-row decisions (shared with the gateway's rows)
             return self.add_requests(
                 [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)], source

@@ -2,16 +2,19 @@
 
 Which gateway (``kind``: fleetscope's own, or LiteLLM, vllm-router or Envoy run by
 ``fleet.gateways``), routing policy, model router rules, per-tenant admission limits, the bounded queue, health
-checks, and where the request log goes (the collector's ``POST /v1/requests``).
+checks, where the request log goes (the collector's ``POST /v1/requests``), and which answers are
+sampled and scored (``quality``: ``QualitySpec``, docs/quality.md).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["GatewaySpec", "ModelRouterSpec", "TenantLimits"]
+from fleet.quality.evaluators import DEFAULT_REFUSALS, compile_patterns
+
+__all__ = ["GatewaySpec", "ModelRouterSpec", "QualitySpec", "TenantLimits"]
 
 
 class _Strict(BaseModel):
@@ -32,6 +35,33 @@ class TenantLimits(_Strict):
     requests_per_s: float | None = Field(default=None, gt=0)
     tokens_per_s: float | None = Field(default=None, gt=0, description="prompt + max_tokens per second")
     burst_s: float = Field(default=2.0, gt=0, description="bucket size in seconds of rate")
+
+
+class QualitySpec(_Strict):
+    """Sampled answers scored by the evaluators (``fleet.quality``); by default no text is kept."""
+
+    sample_rate: float = Field(default=0.05, ge=0, le=1, description="share of requests whose answer is scored")
+    refusal_patterns: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_REFUSALS),
+        description="regular expressions (case-insensitive) that mark a refusal; replaces the default list",
+    )
+    keep_text: bool = Field(default=False, description="keep the sampled answer's text (redacted) in the record")
+    redact: list[str] = Field(
+        default_factory=list, description="regular expressions replaced by [redacted] in a kept text"
+    )
+    max_chars: int = Field(default=65536, ge=1, le=1_048_576, description="the most text captured per answer")
+
+    @field_validator("refusal_patterns")
+    @classmethod
+    def _refusals_compile(cls, value: list[str]) -> list[str]:
+        compile_patterns(value, "refusal pattern")
+        return value
+
+    @field_validator("redact")
+    @classmethod
+    def _redactions_compile(cls, value: list[str]) -> list[str]:
+        compile_patterns(value, "redact pattern", flags=0)
+        return value
 
 
 class GatewaySpec(_Strict):
@@ -73,6 +103,7 @@ class GatewaySpec(_Strict):
     request_log_url: str | None = Field(default="http://127.0.0.1:4318/v1/requests")
     request_log_flush_s: float = Field(default=1.0, gt=0)
     request_log_max_buffer: int = Field(default=100_000, ge=1)
+    quality: QualitySpec = QualitySpec()
 
     def metrics_port_or_default(self) -> int:
         return self.metrics_port if self.metrics_port is not None else self.port + 10000

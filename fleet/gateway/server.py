@@ -6,7 +6,8 @@ In:  ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming SSE o
      ``GET /v1/models``, ``GET /health``, ``GET /metrics``; from loopback only, the admin API
      (``fleet.gateway.admin``: replicas added, drained and removed at runtime).
 Out: the replica's answer, streamed through event by event; one request-log record per request
-     shipped to the collector (``RequestLogShipper``); its own metrics under
+     shipped to the collector (``RequestLogShipper``), a sampled answer's scores in it
+     (``fleet.gateway.quality``: no text unless ``quality.keep_text``); its own metrics under
      ``fleetscope_gateway_``. Rejections are honest: 429 with ``Retry-After`` (tenant over its
      rate, queue full, no slot in time), 503 when no healthy replica serves the model, 504 when
      the replica sends no byte within ``upstream_first_byte_timeout_s`` (or falls silent that
@@ -32,6 +33,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from fleet.gateway.admission import Admission, Rejected
 from fleet.gateway.config import GatewaySpec
+from fleet.gateway.quality import AnswerCapture, Quality
 from fleet.gateway.requestlog import RequestLogShipper
 from fleet.gateway.routing import NoReplica, ReplicaState, Router, prefix_hash
 
@@ -96,6 +98,7 @@ class _Record:
     itl_seconds: float = 0.0
     e2e_seconds: float = 0.0
     token_times: list[float] = field(default_factory=list)
+    capture: AnswerCapture | None = None  # a sampled request's answer, scored when it finished well
 
     def finish(self, t0: float) -> dict[str, Any]:
         self.e2e_seconds = time.perf_counter() - t0
@@ -107,8 +110,10 @@ class _Record:
             tokens = max(len(times), self.completion_tokens)
             if tokens > 1 and len(times) > 1:
                 self.itl_seconds = (times[-1] - times[0]) / (tokens - 1)
-        data = {k: v for k, v in self.__dict__.items() if k != "token_times"}
+        data = {k: v for k, v in self.__dict__.items() if k not in ("token_times", "capture")}
         data["prefix_hash"] = f"{self.prefix_hash:016x}"
+        if self.capture is not None and self.outcome == "ok":
+            data.update(self.capture.fields(self.finish_reason, self.max_tokens, self.completion_tokens))
         return data
 
 
@@ -208,6 +213,7 @@ class Gateway:
         self.spec = spec
         self.router = Router(spec, replicas)
         self.admission = Admission(spec)
+        self.quality = Quality(spec.quality)
         self.registry = registry or CollectorRegistry()
         self.metrics = _Metrics(self.registry)
         self.metrics.queue.set_function(lambda: self.admission.waiting)
@@ -347,6 +353,7 @@ class Gateway:
             time.time(), trace_id, tenant, session, stream, prompt_tokens, max_tokens, prefix_hash(prefix_key)
         )
         record.model = str(body.get("model", self.spec.auto_model))[:128]  # the model asked for, until routed
+        record.capture = self.quality.capture(request.headers, body, trace_id)
         try:
             decision = self.router.decide(record.model, tenant, prompt_tokens, max_tokens, session or prefix_key)
         except NoReplica as exc:
@@ -450,6 +457,8 @@ class Gateway:
             chunk = json.loads(line[6:])
         except ValueError:
             chunk = {}
+        if record.capture is not None and isinstance(chunk, dict):
+            record.capture.add_event(chunk)
         forward = True
         if chunk.get("choices"):
             if any(c.get("text") or (c.get("delta") or {}).get("content") for c in chunk["choices"]):
@@ -472,6 +481,8 @@ class Gateway:
         details = usage.get("prompt_tokens_details") or {}
         record.cached_tokens = int(details.get("cached_tokens") or 0)
         record.request_id = record.request_id or str(payload.get("id", ""))
+        if final and record.capture is not None:
+            record.capture.add_answer(payload)
         if final:
             for choice in payload.get("choices") or []:
                 if choice.get("finish_reason"):
