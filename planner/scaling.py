@@ -138,8 +138,7 @@ class Scaling:
                 replica = self.replicas[m.name]
                 replica.state.healthy = True
                 self.router.add(replica.state)
-                run.state.starting -= 1
-                run.state.ready += 1
+                run.state.became_ready(now)
                 self._row(now, model, "ready", m.name, run)
             elif m.drain_from is not None and m.up_to is None:
                 engine = self.replicas[m.name].engine

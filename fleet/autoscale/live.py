@@ -53,7 +53,7 @@ class Autoscaler:
         for model, policy in self.policies.items():
             now = time.time() if now is None else now
             state = self.states[model]
-            state.ready, state.starting, state.draining = self.actuator.count(model)
+            state.count(*self.actuator.count(model), now)
             reader = self.readers[model]
             signals = await reader.read(client, self.actuator.ready_urls(model))
             for error in reader.errors:

@@ -18,7 +18,8 @@ Rules, in order:
    ended: another now would pile up), and ``out_cooldown_s`` has passed since the last scale-out.
    At ``max_replicas`` it is ``held_at_max`` instead, once per episode.
 3. **In** when every in signal has been below its threshold for ``in_for_s``, nothing is starting
-   or draining, and ``in_cooldown_s`` has passed since the last scale event of either direction.
+   or draining, and ``in_cooldown_s`` has passed since the last scale event of either direction
+   and since a replica last became ready (a replica that paid its cold start gets to serve).
    A scale-in that would make the pool change direction ``max_reversals`` times or more within
    ``flap_window_s`` is refused (``flap_guard``, once per episode): the pool stays larger.
 """
@@ -55,7 +56,9 @@ class ScalePolicy(BaseModel):
     out_for_s: float = Field(default=15.0, ge=0, description="how long an out signal must hold")
     in_for_s: float = Field(default=120.0, ge=0, description="how long the in signals must hold")
     out_cooldown_s: float = Field(default=60.0, ge=0, description="after a scale-out, before the next one")
-    in_cooldown_s: float = Field(default=180.0, ge=0, description="after any scale event, before a scale-in")
+    in_cooldown_s: float = Field(
+        default=180.0, ge=0, description="after any scale event or a replica becoming ready, before a scale-in"
+    )
     flap_window_s: float = Field(default=900.0, gt=0)
     max_reversals: int = Field(default=2, ge=1, description="direction changes within flap_window_s before holding")
     drain_timeout_s: float = Field(default=120.0, gt=0, description="the longest a scale-in waits for requests")
@@ -106,6 +109,7 @@ class PoolState:
     in_since: float | None = None  # first time every in signal was below its threshold
     last_out_at: float = float("-inf")
     last_in_at: float = float("-inf")
+    last_ready_at: float = float("-inf")  # when a replica last became ready (``count``, ``became_ready``)
     history: list[tuple[float, str]] = field(default_factory=list)  # (time, "out" | "in")
     held: str | None = None  # the hold already recorded in this episode
 
@@ -113,6 +117,18 @@ class PoolState:
     def size(self) -> int:
         """Replicas that serve or will: ready and starting (draining ones are on their way out)."""
         return self.ready + self.starting
+
+    def count(self, ready: int, starting: int, draining: int, now: float) -> None:
+        """The pool's replicas as counted now (the live autoscaler counts them each evaluation)."""
+        if ready > self.ready:
+            self.last_ready_at = now
+        self.ready, self.starting, self.draining = ready, starting, draining
+
+    def became_ready(self, now: float) -> None:
+        """A starting replica is ready (healthy, serving)."""
+        self.starting -= 1
+        self.ready += 1
+        self.last_ready_at = now
 
     def record(self, decision: Decision, now: float) -> None:
         """Apply a decision's timing (the caller changes ``ready``/``starting``/``draining``)."""
@@ -191,7 +207,7 @@ def _out(
 def _in(pool: str, policy: ScalePolicy, state: PoolState, signals: dict[str, float], now: float) -> Decision | None:
     if state.size <= policy.min_replicas or state.starting or state.draining:
         return None
-    if now - max(state.last_out_at, state.last_in_at) < policy.in_cooldown_s:
+    if now - max(state.last_out_at, state.last_in_at, state.last_ready_at) < policy.in_cooldown_s:
         return None
     signal = next(iter(policy.in_))
     value, threshold = signals[signal], policy.in_[signal]

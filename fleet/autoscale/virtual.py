@@ -253,8 +253,7 @@ class VirtualScaler:
         self.replicas[replica.state.name] = replica
         self.router.replicas.append(replica.state)
         pool.order.append(replica.state.name)
-        pool.state.starting -= 1
-        pool.state.ready += 1
+        pool.state.became_ready(at)
         self.waiting_first_token[replica.state.name] = starting.event
         self.events.append(
             starting.event.step("ready", at, detail=f"healthy after a {at - starting.event.ts:.0f}s cold start")

@@ -43,8 +43,7 @@ def run(
     for now, signals in series:
         for at in [t for t in starting if t <= now]:
             starting.remove(at)
-            state.starting -= 1
-            state.ready += 1
+            state.became_ready(at)
         decision = decide("tiny-large", policy, state, signals, now)
         if decision is None:
             continue
@@ -109,6 +108,14 @@ def test_scale_in_after_a_quiet_spell_never_below_min() -> None:
     # cold from 30 s: 60 s below the in threshold (90 s) and 60 s after the last scale event (75 s)
     assert ins == [(90, 1)] and state.ready == 1  # not below min_replicas
     assert "kv_cache_usage 0.1 < 0.3 for 60s" in decisions[-1][1].reason
+
+
+def test_a_replica_that_just_became_ready_is_not_scaled_in_at_once() -> None:
+    """The load is gone before the cold start ends: the new replica still gets in_cooldown_s to serve."""
+    series = every(5, 0, 20, HOT) + every(5, 20, 600, COLD)
+    decisions, _ = run(series, cold_start_s=120)  # decided at 15 s, ready at 135 s
+    (at, scale_in), *_ = [(t, d) for t, d in decisions if d.kind == "scale_in"]
+    assert at >= 135 + POLICY.in_cooldown_s and scale_in.to_replicas == 1
 
 
 def test_warm_is_neither_out_nor_in() -> None:

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ENGINE = {"max_model_len": 2048, "block_size": 128, "num_gpu_blocks_override": 17, "enforce_eager": True}
 BURST_S = 170.0  # the queueing burst, long enough for the new engine to load and serve
 OUT = (
-    r"tiny-small 1 -> 2: decided \d\d:\d\d:\d\d \(requests_waiting [\d.]+ > 1\), healthy \+(\d+) s, "
+    r"tiny-small 1 -> 2: decided \d\d:\d\d:\d\d \(requests_waiting [\d.]+ > 0.5\), healthy \+(\d+) s, "
     r"first token \+(\d+) s \(small-1\)"
 )
 IN = r"tiny-small 2 -> 1: decided \d\d:\d\d:\d\d \(requests_waiting [\d.]+ < 0.1\), small-1 removed \+(\d+) s"
@@ -42,7 +42,9 @@ IN = r"tiny-small 2 -> 1: decided \d\d:\d\d:\d\d \(requests_waiting [\d.]+ < 0.1
 def _scenario(tmp: Path) -> Path:
     data = load_scenario("long-context-rollout").model_dump(mode="json")
     data["name"] = "burst-then-calm"
-    data["mix"].update(models={"tiny-small": 1.0}, rate=1.5, burst=None, stream_share=1.0, long_context_share=0.5)
+    # heavy enough that one engine queues on an idle machine too (at 1.5 req/s with half long prompts
+    # an idle 2-core machine kept up: no scale-out)
+    data["mix"].update(models={"tiny-small": 1.0}, rate=3.0, burst=None, stream_share=1.0, long_context_share=0.8)
     data["duration_s"] = 600.0
     data["phases"] = [{"at_s": BURST_S, "name": "calm", "set": {"rate": 0.25, "long_context_share": 0.0}}]
     (tmp / "burst.yaml").write_text(yaml.safe_dump(data))
@@ -57,6 +59,8 @@ def _config(tmp: Path, model: Path) -> Path:
     spec["health_timeout_s"] = 420  # an engine niced below a busy machine's other work loads slowly
     spec["replicas"] = [{"name": "small-0", "model": "tiny-small", "port": free_port(), "engine_args": ENGINE}]
     spec["gateway"].update(port=free_port(), model_router=None, request_log_url=f"http://127.0.0.1:{otlp}/v1/requests")
+    # the burst is to queue at the engine, not to be refused at the gateway's admission
+    spec["gateway"].update(default_limits={"requests_per_s": 100, "tokens_per_s": 10_000_000}, max_queue=512)
     first = free_port()
     while first + 1 in (spec["gateway"]["port"], spec["replicas"][0]["port"]):
         first = free_port()
@@ -69,12 +73,12 @@ def _config(tmp: Path, model: Path) -> Path:
             "tiny-small": {
                 "min_replicas": 1,
                 "max_replicas": 2,
-                "out": {"requests_waiting": 1.0},
+                "out": {"requests_waiting": 0.5},
                 "in": {"requests_waiting": 0.1},
-                "out_for_s": 6,
+                "out_for_s": 4,
                 "in_for_s": 10,
                 "out_cooldown_s": 10,
-                "in_cooldown_s": 20,
+                "in_cooldown_s": 60,  # from the new replica ready: it serves the calm traffic first
                 "drain_timeout_s": 90,
             }  # fmt: skip
         },
@@ -124,9 +128,10 @@ def test_up_scales_a_real_pool_out_and_back_in_without_failing_a_request(tmp_pat
     added = sql(
         "SELECT outcome, count() AS n FROM requests WHERE source = 'gateway' AND replica = 'small-1' GROUP BY outcome"
     )
-    assert added and {r["outcome"] for r in added} == {"ok"}, added  # everything the new replica took, it answered
+    # everything the new replica took, it answered (a request the gateway's admission refused was not taken)
+    assert added and {r["outcome"] for r in added} - {"rejected"} == {"ok"}, added
     failed = sql(
-        "SELECT replica, outcome, error FROM requests WHERE source = 'gateway' AND outcome != 'ok' "
+        "SELECT replica, outcome, error FROM requests WHERE source = 'gateway' AND outcome NOT IN ('ok', 'rejected') "
         f"AND ts >= '{drained}' AND ts <= '{removed}'"
     )
     assert failed == [], failed  # nothing failed by the drain
