@@ -13,14 +13,14 @@ Out: ``parse_scale_events`` -> (columns for the writer, [(line number, reason)])
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from collector.requestlog import json_lines
 from collector.service import Collector
 
 __all__ = ["COLUMNS", "KINDS", "ScaleEventLine", "mount", "parse_scale_events"]
@@ -83,22 +83,9 @@ class ScaleEventLine(BaseModel):
 def parse_scale_events(body: bytes | str) -> tuple[dict[str, list[Any]], list[tuple[int, str]]]:
     """(columns for ``scale_events``, [(line number, reason)]) of a JSON-lines body. ``ts`` stays
     epoch seconds (the writer makes it a time); ``crossed_at`` becomes a UTC datetime or None."""
-    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
     columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
     errors: list[tuple[int, str]] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            event = ScaleEventLine.model_validate(json.loads(line))
-        except json.JSONDecodeError as exc:
-            errors.append((number, f"not JSON: {exc.msg}"))
-            continue
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "line"
-            errors.append((number, f"{where}: {first['msg']}"))
-            continue
+    for event in json_lines(body, ScaleEventLine, errors):
         row = event.model_dump()
         crossed = row["crossed_at"]
         row["crossed_at"] = None if crossed is None else datetime.fromtimestamp(crossed, UTC)

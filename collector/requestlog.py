@@ -27,8 +27,9 @@ line without them is a row not evaluated (``collector.request_columns.QUALITY_DE
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
@@ -91,24 +92,31 @@ class GatewayRecord(BaseModel):
         return value.lower() if isinstance(value, str) else value
 
 
-def parse_request_log(body: bytes | str) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
-    """(rows, [(line number, reason)]) of a JSON-lines body."""
+M = TypeVar("M", bound=BaseModel)
+
+
+def json_lines(body: bytes | str, model: type[M], errors: list[tuple[int, str]]) -> Iterator[M]:
+    """The lines of a JSON-lines body validated as ``model``; a line that is not refuses itself
+    into ``errors`` as (line number, reason). Blank lines are skipped."""
     text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
-    rows: list[dict[str, Any]] = []
-    errors: list[tuple[int, str]] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            record = GatewayRecord.model_validate(json.loads(line))
+            yield model.model_validate(json.loads(line))
         except json.JSONDecodeError as exc:
             errors.append((number, f"not JSON: {exc.msg}"))
-            continue
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "line"
             errors.append((number, f"{where}: {first['msg']}"))
-            continue
+
+
+def parse_request_log(body: bytes | str) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+    """(rows, [(line number, reason)]) of a JSON-lines body."""
+    rows: list[dict[str, Any]] = []
+    errors: list[tuple[int, str]] = []
+    for record in json_lines(body, GatewayRecord, errors):
         row = record.model_dump()
         completion = row["completion_tokens"]
         decode = max(0.0, row["e2e_seconds"] - row["ttft_seconds"])

@@ -38,7 +38,7 @@ from fleet.sim.engine import EngineConfigError, check_config, engine_config
 from fleetscope.errors import UpError
 from fleetscope.settings import Settings
 from fleetscope.up_calibrate import calibrate_play
-from fleetscope.up_scaling import Scaling, with_autoscale
+from fleetscope.up_scaling import Scaling, with_autoscale, write_spec_copy
 from fleetscope.up_status import status_line
 
 if TYPE_CHECKING:
@@ -116,13 +116,7 @@ def derived_spec(spec_path: Path, out: Path, *, fleet: str, replicas: int | None
             r["engine"] = "sim"
         made.append(r)
     raw["replicas"] = made
-    for name, model in (raw.get("models") or {}).items():  # paths stay the spec's, wherever the copy lives
-        if isinstance(model, dict) and "path" in model and not Path(model["path"]).is_absolute():
-            model["path"] = str((Path(spec_path).resolve().parent / model["path"]).resolve())
-        raw["models"][name] = model
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("# written by `fleetscope up` from " + str(spec_path) + "\n" + yaml.safe_dump(raw, sort_keys=False))
-    return out
+    return write_spec_copy(raw, spec_path, out)
 
 
 def _gateway_name(spec: FleetSpec) -> str:

@@ -43,7 +43,12 @@ def with_autoscale(spec_path: Path, out: Path, enabled: bool | None) -> Path:
     if bool(section.get("enabled", True)) == enabled:
         return spec_path
     raw["autoscale"] = {**section, "enabled": enabled}
-    for name, model in (raw.get("models") or {}).items():  # paths stay the spec's, wherever the copy lives
+    return write_spec_copy(raw, spec_path, out)
+
+
+def write_spec_copy(raw: dict[str, Any], spec_path: Path | str, out: Path) -> Path:
+    """A changed copy of the fleet spec at ``out``; model paths stay the spec's, wherever the copy lives."""
+    for name, model in (raw.get("models") or {}).items():
         if isinstance(model, dict) and "path" in model and not Path(model["path"]).is_absolute():
             model["path"] = str((Path(spec_path).resolve().parent / model["path"]).resolve())
             raw["models"][name] = model
