@@ -31,7 +31,7 @@ from fleet.sim.engine import EngineConfig
 from fleet.sim.server import SimFleet, SimReplica
 from migrations import clickhouse_runner
 from storage.clickhouse import connect
-from tests.promtools import free_port, started
+from tests.promtools import free_port, free_ports, started
 
 pytestmark = pytest.mark.slow
 IV = 1.0  # every scraper's interval, seconds
@@ -43,8 +43,10 @@ class Fleet:
     takes remote-write, in one event loop on a thread of their own."""
 
     def __init__(self, ch: Any, spool: Path) -> None:
-        self.replicas = [SimReplica(f"sim-{i}", MODEL, free_port(), EngineConfig(num_blocks=512)) for i in range(2)]
-        self.port = free_port()
+        *engine_ports, self.port = free_ports(3)
+        self.replicas = [
+            SimReplica(f"sim-{i}", MODEL, port, EngineConfig(num_blocks=512)) for i, port in enumerate(engine_ports)
+        ]
         writer = Writer(ch, WriterConfig(spool_dir=spool, flush_interval_s=0.5), registry=CollectorRegistry())
         targets = [
             make_target(
@@ -66,6 +68,8 @@ class Fleet:
         self.loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
+        self.stage = "not started"
+        self.error: BaseException | None = None
         self.flushed: bool | None = None
         self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
 
@@ -80,9 +84,19 @@ class Fleet:
     async def _main(self) -> None:
         self._stop = asyncio.Event()
         fleet = SimFleet(self.replicas)
-        await fleet.start()
-        await self.collector.start()
+        try:
+            self.stage = "starting the simulated engines"
+            await fleet.start()
+            self.stage = "starting the collector"
+            await self.collector.start()
+        except BaseException as exc:  # noqa: BLE001 -- reported by __enter__, not lost on this thread
+            self.error = exc
+            self._ready.set()
+            with contextlib.suppress(Exception):
+                await fleet.stop()
+            return
         load = [asyncio.create_task(self._load(r)) for r in self.replicas]
+        self.stage = "running"
         self._ready.set()
         await self._stop.wait()
         for task in load:
@@ -93,7 +107,9 @@ class Fleet:
 
     def __enter__(self) -> Fleet:
         self.thread.start()
-        assert self._ready.wait(30), "the simulated fleet and the collector did not start"
+        assert self._ready.wait(120), f"the simulated fleet and the collector did not start: still {self.stage}"
+        if self.error is not None:
+            raise AssertionError(f"{self.stage} failed: {self.error!r}") from self.error
         return self
 
     def __exit__(self, *_exc: object) -> None:
