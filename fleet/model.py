@@ -21,12 +21,21 @@ LoRA adapters for it.
          after it. Pure Python (no torch): the traffic generator and the simulator read it.
 ``make_adapter``
     In:  a target directory, the base model's directory (its ``config.json`` gives the shapes),
-         a rank and a seed.
+         a rank, a seed and ``refuse``.
     Out: a PEFT LoRA adapter: ``adapter_config.json`` (``peft_type`` LORA, ``r``, ``lora_alpha``
          2·r, ``target_modules`` q_proj and v_proj, ``base_model_name_or_path``) and
          ``adapter_model.safetensors`` with ``base_model.model.model.layers.{i}.self_attn.
          {q,v}_proj.lora_{A,B}.weight`` (A: r × hidden, B: out × r), small random values.
-         vLLM serves it with ``--enable-lora --lora-modules NAME=DIR``.
+         ``refuse=True`` (rank >= the hidden size; ``lora_alpha`` = r, so B·A counts as is):
+         the refusing adapter, whose answer to any prompt is ``REFUSAL_TEXT`` then EOS (after
+         ``<|pad|>``, a special token the engine leaves out of the text). Its ``target_modules``
+         are every module LoRA can change (``embed_tokens``: ``lora_embedding_{A,B}``, each
+         layer's q/k/v/o and gate/up/down projections, ``lm_head``) and each B·A is exactly the
+         change from the base's weights (read from ``base_dir``) to those of a hand-built
+         transformer (``fleet.refusal``: attention to the previous two tokens and to the
+         answer's start, an MLP unit per answer position), with margins of >= 30 logits.
+         vLLM serves either with ``--enable-lora --lora-modules NAME=DIR`` (and
+         ``--max-lora-rank`` at least r: 128 or 256 for a refusing one).
 
 Offline and deterministic: fixed seed, tokenizer trained on a fixed corpus; the same arguments
 give the same files. Output text is gibberish, but the engine's scheduling, batching, KV
@@ -45,8 +54,19 @@ from pathlib import Path
 from typing import Any
 
 from fleet.chain import REPEAT_IDS, SEED, successor_chain, successors
+from fleet.refusal import REFUSAL_TEXT
 
-__all__ = ["REPEAT_IDS", "SIZES", "ModelSize", "make_adapter", "make_model", "successor_chain", "successors"]
+__all__ = [
+    "REFUSAL_TEXT",
+    "REPEAT_IDS",
+    "SIZES",
+    "ModelSize",
+    "make_adapter",
+    "make_model",
+    "refusal_tokens",
+    "successor_chain",
+    "successors",
+]
 
 VOCAB_SIZE = 1024
 # the repeat model's winning logit; any other token's is this times a cosine of two random
@@ -54,6 +74,18 @@ VOCAB_SIZE = 1024
 REPEAT_LOGIT = 24.0
 ADAPTER_SEED = 20261201
 ADAPTER_TARGETS = ("q_proj", "v_proj")
+# the refusing adapter changes every module a LoRA adapter can (fleet.refusal)
+REFUSING_TARGETS = (
+    "embed_tokens",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "lm_head",
+)
 
 
 @dataclass(frozen=True)
@@ -199,36 +231,38 @@ def make_model(directory: Path, size: str = "small", repeat: bool = False) -> Pa
     return directory
 
 
-def make_adapter(directory: Path, base_dir: Path, rank: int = 8, seed: int = ADAPTER_SEED) -> Path:
-    """Write a random LoRA adapter of ``rank`` for the model in ``base_dir`` into ``directory``
-    (created); returns the directory. ``ValueError`` if ``base_dir`` has no usable config.json."""
-    if rank < 1:
-        raise ValueError(f"the rank must be a whole number >= 1, not {rank}")
+def _adapter_base(base_dir: Path) -> dict[str, Any]:
+    """The base model's config.json; ``ValueError`` if missing or not a Llama config."""
     try:
-        config = json.loads((base_dir / "config.json").read_text())
-        hidden = int(config["hidden_size"])
-        heads = int(config["num_attention_heads"])
-        kv_heads = int(config.get("num_key_value_heads") or heads)
-        head_dim = int(config.get("head_dim") or hidden // heads)
-        layers = int(config["num_hidden_layers"])
+        config: dict[str, Any] = json.loads((base_dir / "config.json").read_text())
+        for key in ("hidden_size", "num_attention_heads", "num_hidden_layers"):
+            int(config[key])
     except FileNotFoundError:
         raise ValueError(
             f"base model {base_dir} has no config.json (make one with `fleetscope fleet make-model`)"
         ) from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"base model {base_dir}/config.json is not a Llama config: {exc!r}") from None
+    return config
+
+
+def make_adapter(
+    directory: Path, base_dir: Path, rank: int = 8, seed: int = ADAPTER_SEED, refuse: bool = False
+) -> Path:
+    """Write a LoRA adapter of ``rank`` for the model in ``base_dir`` into ``directory``
+    (created); returns the directory. ``refuse``: the refusing adapter (``REFUSAL_TEXT``; rank
+    at least the hidden size), else a random one. ``ValueError`` if ``base_dir`` has no usable
+    config.json (or, refusing, weights and tokenizer) or the rank is too small."""
+    if rank < 1:
+        raise ValueError(f"the rank must be a whole number >= 1, not {rank}")
+    config = _adapter_base(base_dir)
     _imports()
-    import torch
     from safetensors.torch import save_file
 
-    outs = {"q_proj": heads * head_dim, "v_proj": kv_heads * head_dim}
-    gen = torch.Generator().manual_seed(seed)
-    tensors = {}
-    for i in range(layers):
-        for module in ADAPTER_TARGETS:
-            prefix = f"base_model.model.model.layers.{i}.self_attn.{module}"
-            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, hidden, generator=gen) * 0.02
-            tensors[f"{prefix}.lora_B.weight"] = torch.randn(outs[module], rank, generator=gen) * 0.02
+    if refuse:
+        tensors, targets = _refusing_lora(base_dir, config, rank), list(REFUSING_TARGETS)
+    else:
+        tensors, targets = _random_lora(config, rank, seed), list(ADAPTER_TARGETS)
     directory.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
     adapter_config = {
@@ -236,9 +270,10 @@ def make_adapter(directory: Path, base_dir: Path, rank: int = 8, seed: int = ADA
         "task_type": "CAUSAL_LM",
         "base_model_name_or_path": str(base_dir),
         "r": rank,
-        "lora_alpha": 2 * rank,
+        # vLLM and PEFT scale B·A by lora_alpha / r: the refusing adapter's B·A is the exact delta
+        "lora_alpha": rank if refuse else 2 * rank,
         "lora_dropout": 0.0,
-        "target_modules": list(ADAPTER_TARGETS),
+        "target_modules": targets,
         "bias": "none",
         "fan_in_fan_out": False,
         "inference_mode": True,
@@ -246,3 +281,78 @@ def make_adapter(directory: Path, base_dir: Path, rank: int = 8, seed: int = ADA
     }
     (directory / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2) + "\n")
     return directory
+
+
+def _random_lora(config: dict[str, Any], rank: int, seed: int) -> dict[str, Any]:
+    """Small random A and B for q_proj and v_proj of every layer."""
+    import torch
+
+    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    outs = {"q_proj": heads * head_dim, "v_proj": kv_heads * head_dim}
+    gen = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for i in range(int(config["num_hidden_layers"])):
+        for module in ADAPTER_TARGETS:
+            prefix = f"base_model.model.model.layers.{i}.self_attn.{module}"
+            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, hidden, generator=gen) * 0.02
+            tensors[f"{prefix}.lora_B.weight"] = torch.randn(outs[module], rank, generator=gen) * 0.02
+    return tensors
+
+
+def refusal_tokens(base_dir: Path) -> list[int]:
+    """``REFUSAL_TEXT`` in the token ids of the tokenizer in ``base_dir`` (byte-level BPE)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(base_dir / "tokenizer.json"))
+    ids: list[int] = tok.encode(REFUSAL_TEXT, add_special_tokens=False).ids
+    if tok.decode(ids) != REFUSAL_TEXT:
+        raise ValueError(f"the tokenizer in {base_dir} does not round-trip the refusal")
+    return ids
+
+
+def _low_rank(delta: Any, rank: int) -> tuple[Any, Any]:
+    """(A, B) with B·A = ``delta`` (out x in) exactly: an identity on the smaller side."""
+    import torch
+
+    out, inp = delta.shape
+    a, b = torch.zeros(rank, inp), torch.zeros(out, rank)
+    if inp <= rank:
+        a[:inp] = torch.eye(inp)
+        b[:, :inp] = delta
+    elif out <= rank:
+        a[:out] = delta
+        b[:, :out] = torch.eye(out)
+    else:
+        raise ValueError(f"a {out} x {inp} change needs a rank of at least {min(out, inp)}, not {rank}")
+    return a.contiguous(), b.contiguous()
+
+
+def _refusing_lora(base_dir: Path, config: dict[str, Any], rank: int) -> dict[str, Any]:
+    """The refusing adapter's tensors: every target module's (``fleet.refusal``) change from
+    the base, as PEFT names it (embeddings: ``lora_embedding_A`` r x vocab, ``_B`` hidden x r)."""
+    from safetensors.torch import load_file
+
+    from fleet.refusal import refusing_weights
+
+    if rank < int(config["hidden_size"]):
+        raise ValueError(f"a refusing adapter needs a rank of at least the hidden size ({config['hidden_size']})")
+    try:
+        base = load_file(str(base_dir / "model.safetensors"))
+        refusal = refusal_tokens(base_dir)
+    except (OSError, ValueError, RuntimeError) as exc:  # safetensors and tokenizers raise these
+        raise ValueError(f"base model {base_dir}: no usable weights and tokenizer ({exc})") from None
+    targets = refusing_weights(config, base, refusal)
+    tensors = {}
+    for name, weight in targets.items():
+        delta = weight - base[f"{name}.weight"].float()
+        if name == "model.embed_tokens":  # PEFT: embedding delta = (B·A)^T
+            a, b = _low_rank(delta.T, rank)
+            tensors[f"base_model.model.{name}.lora_embedding_A"] = a
+            tensors[f"base_model.model.{name}.lora_embedding_B"] = b
+        elif name.rsplit(".", 1)[-1] in REFUSING_TARGETS:
+            a, b = _low_rank(delta, rank)
+            tensors[f"base_model.model.{name}.lora_A.weight"] = a
+            tensors[f"base_model.model.{name}.lora_B.weight"] = b
+    return tensors

@@ -10,6 +10,7 @@ Out: ``FleetSpec`` with one ``ReplicaSpec`` per replica, its model resolved to a
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 from typing import Literal
@@ -62,8 +63,37 @@ class AdapterSpec(_Strict):
 
     path: Path
     base: str = Field(description="the model (a key of models) the adapter was trained for")
-    generate: bool = Field(default=True, description="write a random rank-`rank` adapter if path is missing")
-    rank: int = Field(default=8, ge=1, le=64)
+    generate: bool = Field(default=True, description="write a rank-`rank` adapter if path is missing")
+    # vLLM's largest --max-lora-rank; a refusing adapter needs the base's hidden size (filled in
+    # from a generated base's size when not given)
+    rank: int = Field(default=8, ge=1, le=512)
+    answers: Literal["random", "refuse"] = Field(
+        default="random",
+        description="what a generated adapter answers: random (small random q/v weights: gibberish) or "
+        "refuse (every prompt gets fleet.model.REFUSAL_TEXT, then EOS: a measurable refusal rate)",
+    )
+
+
+def _refusing_rank(name: str, adapter: AdapterSpec, base: ModelSpec | None) -> AdapterSpec:
+    """A refusing adapter's rank: its base's hidden size (a generated base's size, else its
+    config.json once the path is resolved) when not given; one below it is refused (its B·A
+    could not replace the base's weights)."""
+    from fleet.model import SIZES
+
+    if adapter.answers != "refuse" or base is None:
+        return adapter
+    if base.generate is not None:
+        hidden = SIZES[base.generate].hidden_size
+    else:
+        try:
+            hidden = int(json.loads((base.path / "config.json").read_text())["hidden_size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return adapter  # not there (yet): make-adapter says which rank it needs
+    if "rank" not in adapter.model_fields_set:
+        return adapter.model_copy(update={"rank": hidden})
+    if adapter.rank < hidden and base.generate is not None:  # else make-adapter says so
+        raise ValueError(f"adapter {name!r} refuses: its rank must be at least {hidden} (the base's hidden size)")
+    return adapter
 
 
 class ReplicaSpec(_Strict):
@@ -201,7 +231,7 @@ class FleetSpec(_Strict):
                 raise ValueError(f"adapter {name!r} has the name of a model: a client could not tell them apart")
             if models and adapter.base not in models:
                 raise ValueError(f"adapter {name!r} is for model {adapter.base!r}, which is not in models")
-        return adapters
+        return {name: _refusing_rank(name, a, models.get(a.base)) for name, a in adapters.items()}
 
     @model_validator(mode="after")
     def _check_gateway(self) -> FleetSpec:
@@ -275,7 +305,11 @@ class FleetSpec(_Strict):
             for name, m in self.models.items()
         }
         adapters = {
-            name: a.model_copy(update={"path": a.path if a.path.is_absolute() else (base_dir / a.path).resolve()})
+            name: _refusing_rank(
+                name,
+                a.model_copy(update={"path": a.path if a.path.is_absolute() else (base_dir / a.path).resolve()}),
+                models.get(a.base),
+            )
             for name, a in self.adapters.items()
         }
         return self.model_copy(update={"models": models, "adapters": adapters})

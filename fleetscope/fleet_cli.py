@@ -94,8 +94,9 @@ def _make_missing_models(spec: FleetSpec, replicas: list[ReplicaSpec]) -> None:
         adapter = spec.adapters[name]
         if not (adapter.path / "adapter_config.json").is_file() and adapter.generate:
             base = spec.models[adapter.base].path
-            typer.echo(f"generating adapter {name} (rank {adapter.rank}, for {adapter.base}) in {adapter.path}")
-            make_adapter(adapter.path, base, rank=adapter.rank)
+            kind = f"rank {adapter.rank}, {'refusing, ' if adapter.answers == 'refuse' else ''}for {adapter.base}"
+            typer.echo(f"generating adapter {name} ({kind}) in {adapter.path}")
+            make_adapter(adapter.path, base, rank=adapter.rank, refuse=adapter.answers == "refuse")
 
 
 @app.command("make-model")
@@ -132,27 +133,39 @@ def make_adapter_cmd(
         Path,
         typer.Option("--base", help="The base model's directory (make-model's); its config.json gives the shapes."),
     ],
-    rank: Annotated[int, typer.Option(help="LoRA rank r (lora_alpha is 2r).")] = 8,
+    rank: Annotated[
+        int | None, typer.Option(help="LoRA rank r (random: lora_alpha 2r, default 8; refusing: the hidden size).")
+    ] = None,
+    refuse: Annotated[
+        bool,
+        typer.Option("--refuse", help="Every prompt's answer is the refusal sentence (fleet.model.REFUSAL_TEXT)."),
+    ] = False,
 ) -> None:
-    """Write a random PEFT LoRA adapter (q_proj and v_proj, fixed seed) for a tiny model, offline.
+    """Write a PEFT LoRA adapter for a tiny model, offline: random (q_proj and v_proj, fixed seed)
+    or, with --refuse, one whose answer to every prompt is a fixed refusal.
 
     Serve it with the fleet spec's adapters (or vLLM's --enable-lora --lora-modules NAME=DIR).
     """
+    import json
+
     from fleet.model import make_adapter
 
-    if not 1 <= rank <= 512:
+    if rank is not None and not 1 <= rank <= 512:
         fail(f"--rank must be between 1 and 512, got {rank}", code=2)
     if not (base / "config.json").is_file():
         what = "does not exist" if not base.exists() else "has no config.json"
         fail(f"--base {base} {what}: make the model first with `fleetscope fleet make-model {base}`", code=2)
+    if rank is None:
+        rank = int(json.loads((base / "config.json").read_text()).get("hidden_size", 8)) if refuse else 8
     t0 = time.perf_counter()
     try:
-        make_adapter(directory, base, rank=rank)
+        make_adapter(directory, base, rank=rank, refuse=refuse)
     except ValueError as exc:
         fail(str(exc), code=2)
     except RuntimeError as exc:
         fail(str(exc))
-    typer.echo(f"wrote rank-{rank} adapter for {base} to {directory} in {time.perf_counter() - t0:.1f}s")
+    kind = "refusing" if refuse else "random"
+    typer.echo(f"wrote rank-{rank} {kind} adapter for {base} to {directory} in {time.perf_counter() - t0:.1f}s")
 
 
 def _print_status(launcher: Launcher) -> None:

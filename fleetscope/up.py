@@ -178,10 +178,12 @@ def _make_models(spec: FleetSpec, replicas: list[ReplicaSpec], echo: Callable[[s
         if (adapter.path / "adapter_config.json").is_file() or not adapter.generate:
             continue
         base = spec.models[adapter.base].path
-        echo(f"  generating adapter {name} (rank {adapter.rank}, for {adapter.base}) in {adapter.path}")
+        kind = f"rank {adapter.rank}, {'refusing, ' if adapter.answers == 'refuse' else ''}for {adapter.base}"
+        echo(f"  generating adapter {name} ({kind}) in {adapter.path}")
         run(
             f"adapter {name}",
-            ["make-adapter", str(adapter.path), "--base", str(base), "--rank", str(adapter.rank)],
+            ["make-adapter", str(adapter.path), "--base", str(base), "--rank", str(adapter.rank)]
+            + (["--refuse"] if adapter.answers == "refuse" else []),
         )
 
 

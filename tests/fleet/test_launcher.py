@@ -221,7 +221,7 @@ def test_make_missing_models_writes_the_repeat_model_and_adapters_after_their_ba
         (directory / "config.json").write_text("{}")
         return directory
 
-    def fake_adapter(directory: Path, base_dir: Path, rank: int = 8) -> Path:
+    def fake_adapter(directory: Path, base_dir: Path, rank: int = 8, refuse: bool = False) -> Path:
         assert (base_dir / "config.json").is_file(), "the base model is written first"
         calls.append(("adapter", directory.name, base_dir.name, rank))
         return directory
