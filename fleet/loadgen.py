@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import httpx
 
-from fleet.traffic import Event, RequestPlan, Scenario, next_gap, plan_request
+from fleet.traffic import ANSWER_TOKENS_ARG, Event, RequestPlan, Scenario, next_gap, plan_request
 
 __all__ = [
     "LoadStats",
@@ -206,6 +206,8 @@ async def send_request(
         "ignore_eos": True,  # vLLM extension: exact output lengths from a random-weight model
         "stream": plan.stream,
     }
+    if plan.answer_tokens:  # the simulator ends the answer there (finish reason stop); vLLM ignores it
+        body["vllm_xargs"] = {ANSWER_TOKENS_ARG: plan.answer_tokens}
     if plan.stream:
         body["stream_options"] = {"include_usage": True}
     # x-model: what a gateway that routes before reading the body (Envoy) routes on

@@ -8,7 +8,14 @@ In:  a scenario file (``fleet/scenarios/NAME.yaml`` or any path): a base ``mix``
      ``events`` (kill or restart a replica).
 Out: ``Scenario.mix_at(t)`` (the mix in force at scenario time t), ``next_gap`` (Poisson
      arrivals with diurnal shape and bursts) and ``plan_request`` (tenant, model, prompt token
-     ids, max_tokens, streaming) drawn from a seeded ``random.Random``.
+     ids, max_tokens, streaming, the answer's own length) drawn from a seeded ``random.Random``.
+
+Output lengths: each request's answer has a length of its own (``output_tokens``); the client
+asks for ``max_tokens`` = that length, or its ``client_max_tokens`` where the mix or the tenant
+sets one, which cuts a longer answer (a truncation: finish reason ``length``). The simulator
+stops an answer at its own length (``RequestPlan.answer_tokens``, sent as the vLLM extension field
+``vllm_xargs.fleetscope_answer_tokens``, which vLLM accepts and ignores); real engines run to
+``max_tokens`` (``ignore_eos``).
 
 Prompts are token-id lists (the OpenAI completions API accepts them), so prompt lengths are
 exact whatever the tokenizer; shared prefixes are fixed "system prompt" token runs, which is
@@ -29,6 +36,7 @@ from common.yamlfile import YamlConfigError, describe_validation_error, read_yam
 from fleet.chain import REPEAT_IDS, successor_chain
 
 __all__ = [
+    "ANSWER_TOKENS_ARG",
     "LengthDist",
     "RequestPlan",
     "SCENARIOS_DIR",
@@ -45,6 +53,8 @@ __all__ = [
 SCENARIOS_DIR = Path(__file__).resolve().parent / "scenarios"
 TOKEN_ID_RANGE = (3, 999)  # inclusive; below the tiny models' vocabulary size, above special tokens
 EDIT_RESTART_TOKENS = 4  # a predictable prompt ends with this many first tokens of its document
+# the request body's vllm_xargs key that carries the answer's own length to the simulator
+ANSWER_TOKENS_ARG = "fleetscope_answer_tokens"
 
 
 class _Strict(BaseModel):
@@ -98,6 +108,9 @@ class TenantMix(_Strict):
     long_context_share: float | None = Field(default=None, ge=0, le=1)
     models: dict[str, float] | None = None
     draft_acceptance: float | None = Field(default=None, ge=0, le=1)
+    client_max_tokens: int | None = Field(
+        default=None, ge=1, description="the max_tokens this tenant's client sends (an answer longer is cut)"
+    )
 
 
 class TrafficMix(_Strict):
@@ -121,6 +134,9 @@ class TrafficMix(_Strict):
     # those, hardly on others (real engines; the simulator reads it off the prompt the same way,
     # fleet.sim.engine.prompt_acceptance); not set: none
     draft_acceptance: float | None = Field(default=None, ge=0, le=1)
+    # the max_tokens the clients send: an answer longer than it is cut there (finish reason
+    # "length", a truncation); not set: each request asks for exactly its answer's length
+    client_max_tokens: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _weights(self) -> TrafficMix:
@@ -259,11 +275,19 @@ class RequestPlan:
     tenant: str
     model: str
     prompt: list[int]
-    max_tokens: int
+    max_tokens: int  # what the client asks for
     stream: bool
     long_context: bool
     shared_prefix: bool
     predictable: bool = False  # the prompt after any system prompt is an edit of the chain
+    # the answer's own length (the simulated model stops there, finish reason "stop", when
+    # max_tokens allows; 0: unknown, the answer runs to max_tokens as with ignore_eos)
+    answer_tokens: int = 0
+
+    @property
+    def truncated(self) -> bool:
+        """The client's max_tokens is below the answer's own length: the answer will be cut."""
+        return 0 < self.max_tokens < self.answer_tokens
 
 
 def _weighted(rng: random.Random, weights: dict[str, float]) -> str:
@@ -322,11 +346,13 @@ def plan_request(mix: TrafficMix, rng: random.Random, max_model_len: dict[str, i
         prompt += edit_prompt(rng.choice(REPEAT_IDS), prompt_len - len(prompt))
     else:
         prompt += [rng.randint(*TOKEN_ID_RANGE) for _ in range(prompt_len - len(prompt))]
+    cap = tenant.client_max_tokens if tenant.client_max_tokens is not None else mix.client_max_tokens
     return RequestPlan(
         tenant=tenant.name,
         model=model,
         prompt=prompt,
-        max_tokens=max_tokens,
+        max_tokens=min(max_tokens, cap) if cap is not None else max_tokens,
+        answer_tokens=max_tokens,
         stream=rng.random() < mix.stream_share,
         long_context=long_context,
         shared_prefix=shared,

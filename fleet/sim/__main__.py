@@ -12,9 +12,18 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common.yamlfile import YamlConfigError
 from fleet.sim.server import SimFleet, SimReplica, engine_config
+
+if TYPE_CHECKING:
+    from fleet.spec import FleetSpec
+
+
+def refusing(spec: FleetSpec, adapters: list[str]) -> tuple[str, ...]:
+    """The adapters of ``adapters`` whose answers refuse (``answers: refuse`` in the spec)."""
+    return tuple(a for a in adapters if a in spec.adapters and spec.adapters[a].answers == "refuse")
 
 
 def replicas_from_args(args: argparse.Namespace) -> tuple[list[SimReplica], str | None, str]:
@@ -34,7 +43,16 @@ def replicas_from_args(args: argparse.Namespace) -> tuple[list[SimReplica], str 
         except ValueError as exc:
             raise YamlConfigError(f"--replica-json: not a replica: {exc}") from None
         config = engine_config(one.engine_args, one.speculative, one.max_loras if one.adapters else 0)
-        replica = SimReplica(one.name, one.model, one.port, config, one.gpu_type, one.gpu_count, tuple(one.adapters))
+        replica = SimReplica(
+            one.name,
+            one.model,
+            one.port,
+            config,
+            one.gpu_type,
+            one.gpu_count,
+            tuple(one.adapters),
+            refusing=refusing(spec, one.adapters),
+        )
         return [replica], args.otlp_endpoint or spec.otlp_traces_endpoint, spec.host
     reps = [
         SimReplica(
@@ -45,6 +63,7 @@ def replicas_from_args(args: argparse.Namespace) -> tuple[list[SimReplica], str 
             r.gpu_type,
             r.gpu_count,
             adapters=tuple(r.adapters),
+            refusing=refusing(spec, r.adapters),
         )
         for r in spec.replicas
         if r.engine == "sim"

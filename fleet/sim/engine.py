@@ -169,7 +169,9 @@ class SimRequest:
     trace_id: str = ""
     acceptance: float = 0.0  # the chance a draft token is accepted (speculative decoding)
     lora: str = ""  # the LoRA adapter asked for ("" for the base model)
+    answer_tokens: int = 0  # the answer's own length: it ends there ("stop") if max_tokens allows; 0: none
     # filled by the engine
+    end_at: int = 0  # tokens it generates: max_tokens, or its answer's own length if shorter
     computed: int = 0  # prompt tokens with KV in the cache (computed or prefix hits)
     generated: int = 0
     blocks: int = 0
@@ -187,6 +189,11 @@ class SimRequest:
     prefill_time: float = 0.0
     token_gaps: list[float] = field(default_factory=list)
     step_tokens: int = 0  # tokens its last step emitted (more than one when drafts were accepted)
+
+    @property
+    def ends(self) -> int:
+        """The tokens it generates (``end_at`` once submitted, else ``max_tokens``)."""
+        return self.end_at or self.max_tokens
 
     @property
     def prompt_len(self) -> int:
@@ -292,6 +299,7 @@ class SimEngine:
                 f"max_tokens must be at least 1, got {left}. (parameter=max_tokens, value={left})", "max_tokens"
             )
         request.max_tokens = left  # vLLM shortens the output to what is left of the context ("length")
+        request.end_at = request.answer_tokens if 0 < request.answer_tokens <= left else left
         bs = self.config.block_size
         parent = ""
         for i in range(request.prompt_len // bs):
@@ -419,8 +427,8 @@ class SimEngine:
         self.stats.observe("iteration_tokens", prefill_tokens + generated - sum(1 for r in prefilling if r.prefilled))
         if cfg.max_loras:
             self._record_adapters(end)
-        for request in finished:
-            self._finish(request, end, "length")
+        for request in finished:  # an answer that ended on its own before max_tokens: EOS ("stop")
+            self._finish(request, end, "stop" if 0 < request.answer_tokens <= request.max_tokens else "length")
         return duration, produced, aborted + finished
 
     def _schedule_decodes(self, now: float) -> tuple[list[SimRequest], list[SimRequest]]:
@@ -494,14 +502,14 @@ class SimEngine:
 
     def _emit_tokens(self, produced: list[SimRequest], drafting: set[int], end: float) -> tuple[int, list[SimRequest]]:
         """One token (and the accepted drafts of those in ``drafting``, by id) to each request of
-        ``produced`` at ``end``; the tokens generated and the requests that reached ``max_tokens``."""
+        ``produced`` at ``end``; the tokens generated and the requests that reached their end (``end_at``)."""
         generated = 0
         finished: list[SimRequest] = []
         for request in produced:
             tokens = 1
             if id(request) in drafting:
                 tokens += self._verify(request)
-            tokens = min(tokens, request.max_tokens - request.generated)
+            tokens = min(tokens, request.ends - request.generated)
             request.step_tokens = tokens
             generated += tokens
             request.generated += tokens
@@ -511,7 +519,7 @@ class SimEngine:
             elif request.last_token_at is not None:
                 request.token_gaps.append(end - request.last_token_at)
             request.last_token_at = end
-            if request.generated >= request.max_tokens:
+            if request.generated >= request.ends:
                 finished.append(request)
         return generated, finished
 
@@ -519,7 +527,7 @@ class SimEngine:
         """One draft of ``spec_tokens`` tokens for ``request``: how many are accepted (counted;
         no more than the request still has room for beside the step's own token)."""
         s, k = self.stats, self.config.spec_tokens
-        room = request.max_tokens - request.generated - 1
+        room = request.ends - request.generated - 1
         accepted = 0
         while accepted < min(k, room) and self.rng.random() < request.acceptance:
             s.spec_accepted_per_pos[accepted] += 1

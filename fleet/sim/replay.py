@@ -8,7 +8,9 @@ In:  a fleet spec (replicas with model, GPU type/count, engine args; the gateway
 Out: ``play`` yields one ``Tick`` per scrape instant: every replica's ``/metrics`` exposition
      (``ReplicaScrape``, with the labels the collector's fleet targets carry) and the gateway
      request-log records (``fleet.gateway`` schema: tenant, route, route_reason, tokens,
-     latencies) of the requests that finished since the previous tick. Phase changes and
+     latencies, finish reason; for the share the gateway's ``quality.sample_rate`` samples, the
+     scores of the answer, ``fleet.sim.answers``'s text by rule) of the requests that finished
+     since the previous tick. Phase changes and
      ``kill_replica`` / ``restart_replica`` / ``stall_replica`` / ``resume_replica`` events happen
      at their scenario times. With autoscaling (the spec's ``autoscale`` section, turned on by
      the spec, the scenario or the ``autoscale`` argument) ``fleet.autoscale.virtual`` grows and
@@ -34,7 +36,10 @@ from typing import Any
 from fleet.autoscale.events import ScaleEvent
 from fleet.autoscale.virtual import VirtualScaler, autoscaled, with_autoscale
 from fleet.gateway.config import GatewaySpec
+from fleet.gateway.quality import Quality
 from fleet.gateway.routing import NoReplica, ReplicaState, Router, prefix_hash
+from fleet.quality.evaluators import evaluate
+from fleet.sim.answers import REFUSAL_PIECES, answer_key, answer_text, fidelity
 from fleet.sim.engine import RequestRejected, SimEngine, SimRequest, engine_config, prompt_acceptance
 from fleet.sim.metrics import Exposition
 from fleet.spec import FleetSpec, ReplicaSpec
@@ -74,6 +79,7 @@ class _Replica:
     exposition: Exposition = field(init=False)
     clock: float = 0.0
     meta: dict[str, dict[str, Any]] = field(default_factory=dict)  # request id -> its record so far
+    refusing: tuple[str, ...] = ()  # adapters whose answers refuse (fleet.sim.answers)
 
     def restart(self, now: float) -> None:
         self.engine = SimEngine(self.config)
@@ -88,12 +94,30 @@ class _Replica:
         return done
 
 
-def _record(meta: dict[str, Any], request: SimRequest) -> dict[str, Any]:
+def _record(meta: dict[str, Any], request: SimRequest, replica: _Replica, quality: Quality) -> dict[str, Any]:
+    """The gateway's record of a finished request; its answer scored when the gateway samples it
+    (by its trace id, as the gateway does without an ``x-request-id``)."""
     ttft = (request.first_token_at - request.arrival) if request.first_token_at is not None else 0.0
     gaps = request.token_gaps
+    scores: dict[str, Any] = {}
+    if quality.sampled(request.trace_id):
+        refuse = request.lora in replica.refusing
+        agree = fidelity(meta.get("model", ""), request.prompt_len)
+        text = answer_text(answer_key(request.prompt), request.generated, agree=agree, refuse=refuse)
+        text = text[: quality.spec.max_chars]
+        scores = evaluate(
+            text,
+            finish_reason=request.finish_reason,
+            max_tokens=request.max_tokens,
+            completion_tokens=request.generated,
+            asked_json=False,  # the traffic generator never asks for JSON
+            patterns=quality.refusals,
+        ).record()
     return dict(
         meta,
-        finish_reason="length",  # the traffic generator sends ignore_eos: outputs run to max_tokens
+        **scores,
+        # the answer's own end (stop) or max_tokens (length): the engine's finish reason
+        finish_reason=request.finish_reason,
         completion_tokens=request.generated,
         cached_tokens=request.cached_tokens,
         ttft_seconds=round(ttft, 6),
@@ -122,7 +146,10 @@ def play(
     gateway = spec.gateway or GatewaySpec()
     replicas = _replicas(spec, start, speed)
     router = Router(gateway, [r.state for r in replicas.values()])
-    scaler = VirtualScaler(spec, router, replicas, lambda r: _replica(r, start, speed), start) if scaling else None
+    quality = Quality(gateway.quality)
+    scaler = (
+        VirtualScaler(spec, router, replicas, lambda r: _replica(spec, r, start, speed), start) if scaling else None
+    )
     max_len = _max_model_lens(spec, replicas)
     events = sorted((start + e.at_s, i, e.action, e.replica) for i, e in enumerate(scenario.events))
     heapq.heapify(events)
@@ -138,7 +165,7 @@ def play(
             t = min(arrival, next_event, next_scale)
             if t >= tick_at:
                 break
-            _advance_all(replicas, t, finished)
+            _advance_all(replicas, t, finished, quality)
             if scaler is not None and next_scale <= min(arrival, next_event):
                 scaler.step(t, finished)
             elif next_event <= arrival:
@@ -150,7 +177,7 @@ def play(
                 n += 1
                 _dispatch(router, replicas, plan, t, n, rng, finished)
                 arrival = t + next_gap(mix, t - start, rng)
-        _advance_all(replicas, tick_at, finished)
+        _advance_all(replicas, tick_at, finished, quality)
         yield _tick(tick_at, scenario.mix_at(tick_at - start)[0], replicas, finished, scaler)
         finished = []
         tick_at += interval_s
@@ -177,10 +204,10 @@ def _tick(
 
 def _replicas(spec: FleetSpec, start: float, speed: float) -> dict[str, _Replica]:
     """One simulated engine per replica of the spec, started at ``start``."""
-    return {r.name: _replica(r, start, speed) for r in spec.replicas}
+    return {r.name: _replica(spec, r, start, speed) for r in spec.replicas}
 
 
-def _replica(r: ReplicaSpec, start: float, speed: float) -> _Replica:
+def _replica(spec: FleetSpec, r: ReplicaSpec, start: float, speed: float) -> _Replica:
     """A simulated engine for replica ``r`` started at ``start`` (vLLM-cpu's block size unless the
     replica's engine args name another)."""
     args = {"block_size": CPU_BLOCK_SIZE, **r.engine_args}
@@ -190,6 +217,7 @@ def _replica(r: ReplicaSpec, start: float, speed: float) -> _Replica:
         {"replica": r.name, "model": r.model, "gpu_type": r.gpu_type, "gpu_count": str(r.gpu_count)},
         config,
         r.port,
+        refusing=tuple(a for a in r.adapters if a in spec.adapters and spec.adapters[a].answers == "refuse"),
     )
     replica.restart(start)
     return replica
@@ -204,12 +232,12 @@ def _max_model_lens(spec: FleetSpec, replicas: dict[str, _Replica]) -> dict[str,
     return max_len
 
 
-def _advance_all(replicas: dict[str, _Replica], until: float, finished: list[dict[str, Any]]) -> None:
+def _advance_all(replicas: dict[str, _Replica], until: float, finished: list[dict[str, Any]], quality: Quality) -> None:
     """Every healthy replica run up to ``until``; the records of the requests that finished appended."""
     for replica in replicas.values():
         if replica.state.healthy:
             for request in replica.advance(until):
-                finished.append(_record(replica.meta.pop(request.request_id), request))
+                finished.append(_record(replica.meta.pop(request.request_id), request, replica, quality))
 
 
 def _apply_event(replica: _Replica, name: str, action: str, t: float, finished: list[dict[str, Any]]) -> None:
@@ -271,6 +299,7 @@ def _dispatch(
     target = replicas[decision.replica.name]
     meta.update(model=decision.model, replica=target.state.name, route=decision.route, route_reason=decision.reason)
     target.advance(t)
+    lora = decision.model if decision.model != target.state.model else ""
     try:
         target.engine.submit(
             SimRequest(
@@ -280,7 +309,8 @@ def _dispatch(
                 arrival=t,
                 trace_id=trace_id,
                 acceptance=prompt_acceptance(plan.prompt),
-                lora=decision.model if decision.model != target.state.model else "",
+                lora=lora,
+                answer_tokens=len(REFUSAL_PIECES) if lora and lora in target.refusing else plan.answer_tokens,
             )
         )
     except RequestRejected as exc:  # longer than the model's max_model_len: the engine answers 400

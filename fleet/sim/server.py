@@ -12,6 +12,10 @@ Out: per port the same endpoints as ``vllm.entrypoints.openai.api_server`` that 
      Finished requests become OTLP ``llm_request`` spans (HTTP protobuf, every second) with the
      same attributes vLLM sets, and the ``traceparent``'s trace id.
 
+Answers are text by rule (``fleet.sim.answers``): pseudo-words, or the refusal sentence for an
+adapter that refuses; an answer ends at its own length when the request carries one
+(``vllm_xargs.fleetscope_answer_tokens``: finish reason ``stop``), else at ``max_tokens`` (``length``).
+
 An engine's step loop runs only while it has work, in real time (``asyncio.sleep`` for each
 step's modelled duration), so hundreds of idle or lightly loaded engines cost little.
 """
@@ -21,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -30,13 +33,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from fleet.sim.answers import REFUSAL_PIECES, answer_key, choose, fidelity, piece
 from fleet.sim.engine import EngineConfig, RequestRejected, SimEngine, SimRequest, engine_config, prompt_acceptance
 from fleet.sim.metrics import Exposition
+from fleet.traffic import ANSWER_TOKENS_ARG
 
 __all__ = ["SimFleet", "SimReplica", "engine_config"]
 
 log = logging.getLogger("fleetscope.sim")
-_TEXT = "abcdefghijklmnopqrstuvwxyz ,.;:-0123456789"
 
 
 @dataclass
@@ -48,10 +52,13 @@ class SimReplica:
     gpu_type: str = "sim"
     gpu_count: int = 1
     adapters: tuple[str, ...] = ()  # LoRA adapters it serves, each asked for by its own name
+    refusing: tuple[str, ...] = ()  # those of them that refuse every prompt (fleet.sim.answers)
     engine: SimEngine = field(init=False)
     exposition: Exposition = field(init=False)
     wake: asyncio.Event = field(init=False)
     waiters: dict[str, asyncio.Queue[Any]] = field(init=False, default_factory=dict)
+    # request id -> what its answer's text is drawn from (fleet.sim.answers): key, agreement, refusal, choice
+    answers: dict[str, tuple[str, float, bool, str]] = field(init=False, default_factory=dict)
     lag_s: float = 0.0  # how far the step loop fell behind its modelled schedule (max seen)
 
     def __post_init__(self) -> None:
@@ -62,6 +69,7 @@ class SimReplica:
         for queue in getattr(self, "waiters", {}).values():
             queue.put_nowait(RuntimeError("engine restarted"))
         self.waiters = {}
+        self.answers = {}
         self.engine = SimEngine(self.config)
         # the step loop runs on the event loop's monotonic clock; vLLM reports adapter states in epoch time
         self.engine.wall_offset = time.time() - time.monotonic()
@@ -151,8 +159,12 @@ class SimFleet:
                 for request in produced:
                     queue = replica.waiters.get(request.request_id)
                     if queue is not None:
-                        queue.put_nowait("".join(random.choices(_TEXT, k=max(1, request.step_tokens))))
+                        key, agree, refuse, choice = replica.answers.get(request.request_id, ("", 1.0, False, ""))
+                        first = request.generated - request.step_tokens
+                        text = piece(key, first, request.step_tokens, agree=agree, refuse=refuse, choice=choice)
+                        queue.put_nowait(text)
                 for request in finished:
+                    replica.answers.pop(request.request_id, None)
                     queue = replica.waiters.pop(request.request_id, None)
                     if queue is not None:
                         queue.put_nowait(None)
@@ -303,6 +315,26 @@ def _prompt_tokens(body: dict[str, Any], chat: bool) -> list[int]:
     return [int.from_bytes(data[i : i + 4].ljust(4, b"\0"), "little") % 50_000 for i in range(0, max(len(data), 1), 4)]
 
 
+def _choices(body: dict[str, Any]) -> list[str]:
+    """The choices a request is constrained to (vLLM's ``structured_outputs.choice``), if any."""
+    constraint = body.get("structured_outputs")
+    choices = constraint.get("choice") if isinstance(constraint, dict) else None
+    return [str(c) for c in choices if str(c)] if isinstance(choices, list) else []
+
+
+def _answer_tokens(body: dict[str, Any], refusing: bool) -> int:
+    """The answer's own length: one token for a constrained choice, the refusal's for a refusing
+    adapter, else what the traffic generator sent (``vllm_xargs``), else 0 (none: the answer runs to
+    ``max_tokens``, as a random-weight model with ``ignore_eos`` does)."""
+    if _choices(body):
+        return 1
+    if refusing:
+        return len(REFUSAL_PIECES)
+    xargs = body.get("vllm_xargs")
+    value = xargs.get(ANSWER_TOKENS_ARG) if isinstance(xargs, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def _trace_id(header: str | None) -> str:
     if header:
         parts = header.split("-")
@@ -338,10 +370,15 @@ async def _accept(
         trace_id,
         acceptance=prompt_acceptance(prompt),
         lora="" if asked == replica.model else asked,
+        answer_tokens=_answer_tokens(body, asked in replica.refusing),
     )
+    key, choices = answer_key(prompt), _choices(body)
+    choice = choose(key, choices) if choices else ""
+    replica.answers[request_id] = (key, fidelity(asked, len(prompt)), asked in replica.refusing, choice)
     try:
         replica.engine.submit(sim)
     except RequestRejected as exc:  # vLLM's answer, word for word
+        replica.answers.pop(request_id, None)
         return web.json_response(
             {"error": {"message": str(exc), "type": "BadRequestError", "param": exc.param, "code": 400}}, status=400
         )

@@ -161,7 +161,8 @@ def test_bad_phase_names_the_phase(tmp_path: Path) -> None:
 def test_unknown_scenario_lists_the_shipped_ones() -> None:
     with pytest.raises(
         YamlConfigError,
-        match="shipped ones are acceptance-collapse, adapter-thrash, engine-stall, long-context-rollout, replica-crash, "
+        match="shipped ones are acceptance-collapse, adapter-thrash, engine-stall, long-context-rollout, max-tokens-release, refusing-adapter, "
+        "replica-crash, "
         "router-defeat, router-shift, scale-ramp, steady, tenant-shift",
     ):
         load_scenario("black-friday")
