@@ -21,8 +21,9 @@ Definitions follow the other request analytics (``analytics.requests``, ``analyt
 count is a sum of ``weight`` (1 / the collector's sampling probability), so the rates are estimates
 of the rates over all requests; the rows read are the gateway's log (``source = 'gateway'``, the
 default), the only rows that carry scores (engine spans never do; reading both would count a
-request twice in ``requests``). The scores are in the raw request log only (no rollups yet, migration
-0014): a window older than the raw retention has no rows.
+request twice in ``requests``), and only the users' requests (the router audit's shadow requests,
+``audit_of`` set, are ``analytics.router_audit``'s). The scores are in the raw request log only
+(no rollups yet, migration 0014): a window older than the raw retention has no rows.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def quality_rates(
     measures = ", ".join(f"{sql} AS {name}" for name, sql in _SUMS.items())
     group = f" GROUP BY {', '.join(keys)} ORDER BY {', '.join(keys)}" if keys else ""
     head = f"{', '.join(select)}, " if select else ""
-    sql = f"SELECT {head}{measures} FROM requests WHERE {between(False)} AND {condition}{group}"
+    user = "audit_of = ''"  # the router audit's shadow requests are not the users' (analytics.router_audit)
+    sql = f"SELECT {head}{measures} FROM requests WHERE {between(False)} AND {condition} AND {user}{group}"
     df = query_df(client, sql, parameters=params)
     if not keys and len(df) and float(df["w_requests"].iloc[0]) == 0:  # no key: one row even for no rows
         df = df.iloc[0:0]

@@ -5,7 +5,7 @@ In:  request rows (dicts) or request columns (dict of lists) from any source: th
      (``collector.mapping``).
 Out: ``REQUEST_COLUMNS`` (every column the collector writes, ``weight`` included) and the same rows
      or columns with the quality columns a source does not give filled with their defaults
-     (``QUALITY_DEFAULTS``: not evaluated; migration 0014), so every batch of ``requests`` has the
+     (``QUALITY_DEFAULTS``: not evaluated, not a shadow; migrations 0014, 0015), so every batch of ``requests`` has the
      same columns whatever its source. The quality fields are issue 43's: a sampled answer scored by
      the gateway's evaluators (docs/quality.md); only fleetscope's gateway log gives them.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["QUALITY_COLUMNS", "QUALITY_DEFAULTS", "REQUEST_COLUMNS", "fill_columns", "fill_row"]
+__all__ = ["AUDIT_DEFAULTS", "QUALITY_COLUMNS", "QUALITY_DEFAULTS", "REQUEST_COLUMNS", "fill_columns", "fill_row"]
 
-# column -> the value of a row that was not evaluated (the table's DEFAULT, migration 0014)
+# column -> the value of a row that was not evaluated (the table's DEFAULT, migrations 0014 and 0015)
 QUALITY_DEFAULTS: dict[str, Any] = {
     "evaluated": 0,
     "answer_hash": "",
@@ -29,6 +29,15 @@ QUALITY_DEFAULTS: dict[str, Any] = {
     "answer_text": "",  # only with the gateway's quality.keep_text
 }
 QUALITY_COLUMNS = tuple(QUALITY_DEFAULTS)
+# the router audit (migration 0015): set on a shadow request's row only
+AUDIT_DEFAULTS: dict[str, Any] = {
+    "audit_of": "",
+    "audit_direction": "",
+    "agreement": -1.0,
+    "judge_routed": -1.0,
+    "judge_shadow": -1.0,
+}
+_DEFAULTS = {**QUALITY_DEFAULTS, **AUDIT_DEFAULTS}
 
 REQUEST_COLUMNS = (
     "ts",
@@ -61,20 +70,22 @@ REQUEST_COLUMNS = (
     "prefix_hash",
     "stream",
     *QUALITY_COLUMNS,
+    *AUDIT_DEFAULTS,
 )
 
 
 def fill_row(row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with each quality column it lacks set to its default (in place; returned)."""
-    for name, default in QUALITY_DEFAULTS.items():
+    """``row`` with each quality (and audit) column it lacks set to its default (in place; returned)."""
+    for name, default in _DEFAULTS.items():
         if name not in row:
             row[name] = default
     return row
 
 
 def fill_columns(columns: dict[str, list[Any]], n: int) -> dict[str, list[Any]]:
-    """``columns`` (``n`` rows) with each quality column they lack as ``n`` defaults (in place; returned)."""
-    for name, default in QUALITY_DEFAULTS.items():
+    """``columns`` (``n`` rows) with each quality (and audit) column they lack as ``n`` defaults (in place;
+    returned)."""
+    for name, default in _DEFAULTS.items():
         if name not in columns:
             columns[name] = [default] * n
     return columns

@@ -22,6 +22,10 @@ Quality fields (issue 43; docs/quality.md), given by the gateway for a sampled a
 answers (``quality.keep_text``; cut at ``MAX_ANSWER_TEXT`` characters, ``answer_chars`` keeps the
 length). A wrong type (``"true"``, ``1`` for a bool) or a value out of range refuses the line; a
 line without them is a row not evaluated (``collector.request_columns.QUALITY_DEFAULTS``).
+
+Router audit fields (migration 0015), on a shadow request's line only: ``audit_of`` (the trace id
+of the request it shadows), ``audit_direction`` (``small_to_large`` / ``large_to_small``),
+``agreement``, ``judge_routed``, ``judge_shadow`` (null or a number 0-1; stored as -1 for null).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
@@ -75,6 +79,12 @@ class GatewayRecord(BaseModel):
     repetition: float = Field(default=0.0, ge=0, le=1, strict=True, allow_inf_nan=False)
     json_valid: StrictBool | None = None
     answer_text: str = Field(default="", strict=True)
+    # the router audit (migration 0015): a shadow request's row names the request it shadows
+    audit_of: str = Field(default="", pattern=r"^([0-9a-f]{32})?$")
+    audit_direction: Literal["", "small_to_large", "large_to_small"] = ""
+    agreement: float | None = Field(default=None, ge=0, le=1, strict=True, allow_inf_nan=False)
+    judge_routed: float | None = Field(default=None, ge=0, le=1, strict=True, allow_inf_nan=False)
+    judge_shadow: float | None = Field(default=None, ge=0, le=1, strict=True, allow_inf_nan=False)
 
     @field_validator("ts", mode="before")
     @classmethod
@@ -86,7 +96,7 @@ class GatewayRecord(BaseModel):
                 return value
         return value
 
-    @field_validator("trace_id", "answer_hash", mode="before")
+    @field_validator("trace_id", "answer_hash", "audit_of", mode="before")
     @classmethod
     def _lower(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value
@@ -124,6 +134,8 @@ def parse_request_log(body: bytes | str) -> tuple[list[dict[str, Any]], list[tup
             row[flag] = 1 if row[flag] else 0
         row["json_valid"] = -1 if row["json_valid"] is None else int(row["json_valid"])
         row["answer_text"] = row["answer_text"][:MAX_ANSWER_TEXT]
+        for score in ("agreement", "judge_routed", "judge_shadow"):
+            row[score] = -1.0 if row[score] is None else row[score]
         row.update(
             source="gateway",
             gateway="fleetscope",

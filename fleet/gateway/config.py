@@ -3,7 +3,8 @@
 Which gateway (``kind``: fleetscope's own, or LiteLLM, vllm-router or Envoy run by
 ``fleet.gateways``), routing policy, model router rules, per-tenant admission limits, the bounded queue, health
 checks, where the request log goes (the collector's ``POST /v1/requests``), and which answers are
-sampled and scored (``quality``: ``QualitySpec``, docs/quality.md).
+sampled and scored (``quality``: ``QualitySpec``, docs/quality.md), and the model router's audit
+(``router_audit``: ``AuditSpec``, with an optional judge ``JudgeSpec``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fleet.quality.evaluators import DEFAULT_REFUSALS, compile_patterns
 
-__all__ = ["GatewaySpec", "ModelRouterSpec", "QualitySpec", "TenantLimits"]
+__all__ = ["DEFAULT_RUBRIC", "AuditSpec", "GatewaySpec", "JudgeSpec", "ModelRouterSpec", "QualitySpec", "TenantLimits"]
 
 
 class _Strict(BaseModel):
@@ -64,6 +65,56 @@ class QualitySpec(_Strict):
         return value
 
 
+Direction = Literal["small_to_large", "large_to_small"]
+DIRECTIONS: tuple[Direction, ...] = ("small_to_large", "large_to_small")
+DEFAULT_RUBRIC = (
+    "You grade an assistant's answer to a user's request. Score how well the answer serves the "
+    "request: 1 useless or wrong, 2 poor, 3 acceptable, 4 good, 5 excellent. Reply with the score only."
+)
+
+
+class JudgeSpec(_Strict):
+    """An LLM that grades answers: an OpenAI-compatible ``/v1/chat/completions`` endpoint."""
+
+    url: str | None = Field(
+        default=None,
+        description="the endpoint's base URL (an outside judge); none: a replica of the fleet serving `model`, "
+        "chosen by the gateway's router",
+    )
+    model: str = Field(description="the model name to ask for")
+    api_key: str | None = Field(default=None, description="sent as a Bearer token when set")
+    rubric: str = Field(default=DEFAULT_RUBRIC, min_length=1, description="the instructions; asks for a 1-5 score")
+    max_calls_per_minute: int = Field(default=30, ge=1, description="the budget: judge calls in any 60 s")
+    max_calls: int | None = Field(default=None, ge=1, description="the most judge calls in the gateway's life")
+    timeout_s: float = Field(default=20.0, gt=0, description="one judge call; beyond: not judged")
+    max_answer_chars: int = Field(default=4000, ge=100, description="of each answer shown to the judge")
+    constrained: bool = Field(
+        default=False,
+        description="ask vLLM's structured outputs for one of the scores 1-5 (vLLM endpoints only)",
+    )
+
+
+class AuditSpec(_Strict):
+    """The model router audited: a sample of its decisions replayed in shadow on the other model."""
+
+    enabled: bool = False
+    sample_rate: float = Field(default=0.05, ge=0, le=1, description="share of the router's decisions replayed")
+    max_share: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="shadow tokens at most this share of the tokens the gateway served users in the last window_s",
+    )
+    window_s: float = Field(default=60.0, gt=0)
+    directions: list[Direction] = Field(
+        default_factory=lambda: list(DIRECTIONS),
+        description="which decisions are replayed: sent small, replayed large; sent large, replayed small",
+    )
+    tenant: str = Field(default="router-audit", min_length=1, description="the tenant shadow requests are billed to")
+    timeout_s: float = Field(default=120.0, gt=0, description="a shadow request; beyond: given up")
+    judge: JudgeSpec | None = None
+
+
 class GatewaySpec(_Strict):
     enabled: bool = True
     # which gateway: fleetscope's own (this module), or a third-party one the launcher runs in its
@@ -104,6 +155,7 @@ class GatewaySpec(_Strict):
     request_log_flush_s: float = Field(default=1.0, gt=0)
     request_log_max_buffer: int = Field(default=100_000, ge=1)
     quality: QualitySpec = QualitySpec()
+    router_audit: AuditSpec = AuditSpec()
 
     def metrics_port_or_default(self) -> int:
         return self.metrics_port if self.metrics_port is not None else self.port + 10000

@@ -7,7 +7,9 @@ In:  ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming SSE o
      (``fleet.gateway.admin``: replicas added, drained and removed at runtime).
 Out: the replica's answer, streamed through event by event; one request-log record per request
      shipped to the collector (``RequestLogShipper``), a sampled answer's scores in it
-     (``fleet.gateway.quality``: no text unless ``quality.keep_text``); its own metrics under
+     (``fleet.gateway.quality``: no text unless ``quality.keep_text``), a sample of the model
+     router's decisions replayed in shadow on the other model (``fleet.gateway.audit``: each
+     shadow a logged request of the audit's tenant); its own metrics under
      ``fleetscope_gateway_``. Rejections are honest: 429 with ``Retry-After`` (tenant over its
      rate, queue full, no slot in time), 503 when no healthy replica serves the model, 504 when
      the replica sends no byte within ``upstream_first_byte_timeout_s`` (or falls silent that
@@ -32,6 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from fleet.gateway.admission import Admission, Rejected
+from fleet.gateway.audit import RouterAudit
 from fleet.gateway.config import GatewaySpec
 from fleet.gateway.quality import AnswerCapture, Quality
 from fleet.gateway.requestlog import RequestLogShipper
@@ -99,6 +102,7 @@ class _Record:
     e2e_seconds: float = 0.0
     token_times: list[float] = field(default_factory=list)
     capture: AnswerCapture | None = None  # a sampled request's answer, scored when it finished well
+    audit: tuple[AnswerCapture, dict[str, Any], bool] | None = None  # the router audit's: answer, body, chat
 
     def finish(self, t0: float) -> dict[str, Any]:
         self.e2e_seconds = time.perf_counter() - t0
@@ -110,7 +114,7 @@ class _Record:
             tokens = max(len(times), self.completion_tokens)
             if tokens > 1 and len(times) > 1:
                 self.itl_seconds = (times[-1] - times[0]) / (tokens - 1)
-        data = {k: v for k, v in self.__dict__.items() if k not in ("token_times", "capture")}
+        data = {k: v for k, v in self.__dict__.items() if k not in ("token_times", "capture", "audit")}
         data["prefix_hash"] = f"{self.prefix_hash:016x}"
         if self.capture is not None and self.outcome == "ok":
             data.update(self.capture.fields(self.finish_reason, self.max_tokens, self.completion_tokens))
@@ -221,6 +225,7 @@ class Gateway:
             spec.request_log_url, spec.request_log_flush_s, spec.request_log_max_buffer, self.registry
         )
         self._session: aiohttp.ClientSession | None = None
+        self.audit = RouterAudit(spec, self.router, lambda: self._session, self.shipper.add, self.registry)
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
 
@@ -253,6 +258,7 @@ class Gateway:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        await self.audit.drain()  # the shadows in flight finish (a while) and are logged
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -328,6 +334,10 @@ class Gateway:
             if record.stream and record.token_times:
                 self.metrics.ttft.labels(record.model).observe(record.ttft_seconds)
         self.shipper.add(row)
+        if record.audit is not None:  # before its own tokens count: a long request does not make room for itself
+            self.audit.after(row, record.audit[1], record.audit[2], record.audit[0])
+        if record.outcome == "ok":
+            self.audit.served(record.prompt_tokens + record.completion_tokens)
 
     async def handle_completions(self, request: web.Request) -> web.StreamResponse:
         return await self.handle(request, chat=False)
@@ -366,6 +376,9 @@ class Gateway:
             decision.reason,
         )
         self.metrics.routes.labels(decision.route, decision.reason.split(" (")[0]).inc()
+        audit_key = str(request.headers.get("x-request-id") or "").strip()[:256] or trace_id
+        audited = self.audit.wants(decision.route, decision.model, audit_key)
+        record.audit = (audited, body, chat) if audited is not None else None
         try:
             self.admission.check_rate(tenant, prompt_tokens + max_tokens)
             await self.admission.acquire()
@@ -459,6 +472,8 @@ class Gateway:
             chunk = {}
         if record.capture is not None and isinstance(chunk, dict):
             record.capture.add_event(chunk)
+        if record.audit is not None and isinstance(chunk, dict):
+            record.audit[0].add_event(chunk)
         forward = True
         if chunk.get("choices"):
             if any(c.get("text") or (c.get("delta") or {}).get("content") for c in chunk["choices"]):
@@ -483,6 +498,8 @@ class Gateway:
         record.request_id = record.request_id or str(payload.get("id", ""))
         if final and record.capture is not None:
             record.capture.add_answer(payload)
+        if final and record.audit is not None:
+            record.audit[0].add_answer(payload)
         if final:
             for choice in payload.get("choices") or []:
                 if choice.get("finish_reason"):

@@ -25,6 +25,8 @@ What each one measures, and what it misses (docs/quality.md says the same):
   degeneration: ``the the the ...`` is near 1, ordinary prose near 0; 0 under 3 words). Words are
   runs of letters/digits, lower-cased; each CJK ideograph or kana is a word of its own. It does
   not see a repeated idea said in other words.
+- agreement (of two answers, the router audit's text measure): the F1 of their word multisets.
+  Lexical: a paraphrase scores low, the same words in another sense high.
 - json_valid: ``None`` when JSON was not asked; else whether the text (without a Markdown
   ```` ```json ```` fence) parses as strict JSON (no ``NaN``/``Infinity``). Syntax only: not the
   schema, not the content.
@@ -36,6 +38,7 @@ import hashlib
 import json
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +50,7 @@ __all__ = [
     "NGRAM",
     "Patterns",
     "Scores",
+    "agreement",
     "compile_patterns",
     "evaluate",
 ]
@@ -185,6 +189,21 @@ def repetition(text: str, n: int = NGRAM) -> float:
         return 0.0
     grams = {tuple(words[i : i + n]) for i in range(total)}
     return (total - len(grams)) / total
+
+
+def agreement(a: str, b: str) -> float:
+    """How far two answers use the same words: the F1 of their word multisets (unigrams, the
+    words of ``repetition``, case-folded, NFC, the first ``EXAMINED_CHARS`` characters): 1 for
+    the same words in any order, 0 for none in common; two empty answers agree (1). Lexical, not
+    semantic: a paraphrase scores low, the same words saying the opposite score high."""
+    words = [
+        Counter(w.casefold() for w in _WORD.findall(unicodedata.normalize("NFC", t[:EXAMINED_CHARS]))) for t in (a, b)
+    ]
+    total = sum(words[0].values()) + sum(words[1].values())
+    if total == 0:
+        return 1.0
+    common = sum((words[0] & words[1]).values())
+    return 2 * common / total
 
 
 def _content_chars(text: str, enough: int) -> int:

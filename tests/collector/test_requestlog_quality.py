@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
 from collector import otlp_native
-from collector.request_columns import QUALITY_DEFAULTS
+from collector.request_columns import AUDIT_DEFAULTS, QUALITY_DEFAULTS
 from collector.requestlog import MAX_ANSWER_TEXT, parse_request_log
 from collector.service import Collector, CollectorConfig
 from collector.writer import Writer, WriterConfig
@@ -111,6 +111,12 @@ BAD = [
     ({"answer_hash": "not-hex-at-all!!"}, "answer_hash: String should match pattern"),
     ({"answer_hash": "0123456789abcde"}, "answer_hash: String should match pattern"),  # 15 digits
     ({"answer_text": 42}, "answer_text: Input should be a valid string"),
+    # the router audit's fields (migration 0015)
+    ({"audit_of": "abc"}, "audit_of: String should match pattern"),
+    ({"audit_direction": "sideways"}, "audit_direction: Input should be"),
+    ({"agreement": 1.2}, "agreement: Input should be less than or equal to 1"),
+    ({"judge_routed": "0.5"}, "judge_routed: Input should be a valid number"),
+    ({"judge_shadow": -0.25}, "judge_shadow: Input should be greater than or equal to 0"),
 ]
 
 
@@ -121,6 +127,19 @@ def test_a_bad_quality_value_refuses_its_line_with_the_reason(fields: dict[str, 
     assert len(errors) == 1
     number, why = errors[0]
     assert number == 2 and why.startswith(reason), why
+
+
+def test_a_shadow_line_lands_with_its_audit_fields_and_others_get_the_defaults(ch, tmp_path: Path) -> None:
+    shadow = line(2, route="shadow", audit_of=f"{1:032X}", audit_direction="small_to_large", agreement=0.75)
+    judged = line(3, audit_of=f"{1:032x}", audit_direction="large_to_small", judge_routed=0.5, judge_shadow=1.0)
+    body = "\n".join([line(1, evaluated=True), shadow, judged])
+    [answer] = post(ch, tmp_path, [("/v1/requests", body.encode(), JSON, False)])
+    assert answer["kept"] == 3 and answer["rejected"] == []
+    columns = ", ".join(AUDIT_DEFAULTS)
+    rows = {str(r[0]): tuple(r[1:]) for r in ch.query(f"SELECT trace_id, {columns} FROM requests").result_rows}
+    assert rows[f"{1:032x}"] == tuple(AUDIT_DEFAULTS.values()) == ("", "", -1.0, -1.0, -1.0)
+    assert rows[f"{2:032x}"] == (f"{1:032x}", "small_to_large", 0.75, -1.0, -1.0)  # trace ids in lower case
+    assert rows[f"{3:032x}"] == (f"{1:032x}", "large_to_small", -1.0, 0.5, 1.0)
 
 
 def test_a_nan_repetition_is_refused() -> None:
