@@ -1,14 +1,18 @@
 """``fleetscope explain``: the Investigate page's explanation, in the terminal.
 
-In:  a metric (a latency: ttft, itl, tpot, e2e, queue, with a percentile; or ``cost``: cost per
-     1M tokens, with GPU prices from the metadata DB), a window (``--since`` back from now, or
+In:  a metric (a latency: ttft, itl, tpot, e2e, queue, with a percentile; ``cost``: cost per
+     1M tokens, with GPU prices from the metadata DB; or a quality rate of the answers the gateway
+     scored: ``truncation``, ``refusal``, ``empty``), a window (``--since`` back from now, or
      ``--start``/``--end``), filters (for cost: one tenant, model or route, or none for the
-     fleet), settings (the stores).
+     fleet; for a quality rate: the rows read, any number of tenants, models, routes), settings
+     (the stores).
 Out: on stdout the sentence, the break (before → after, when it began) and the evidence ranked
      (for cost: the decomposition of the change, the tenants whose requests changed pool and the
-     router's reasons), as text or JSON (``--format json``: for scripts and tests; the cost
-     document's keys are in docs/analytics.md). Exit codes: 0 an explanation or a clear "no break
-     found", 1 the store is unreachable or held by another process, 2 bad options.
+     router's reasons; for a quality rate: the tenants, models (adapters), routes and reasons
+     holding the rise, the max_tokens of the group that rose and its model mix), as text or JSON
+     (``--format json``: for scripts and tests; the cost and quality documents' keys are in
+     docs/analytics.md). Exit codes: 0 an explanation or a clear "no break found", 1 the store is
+     unreachable or held by another process, 2 bad options.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ EXAMPLES = """Examples:
   fleetscope explain --latency itl --q 0.95 --since 6h --model tiny-small
   fleetscope explain --metric cost --tenant globex   # why a tenant's cost per 1M tokens rose
   fleetscope explain --metric cost --at 2026-11-30T09:40 --since 2h   # what changed at a deploy
+  fleetscope explain --metric truncation --since 30m  # why more answers stop at max_tokens
+  fleetscope explain --metric refusal --tenant initech --format json
   fleetscope explain --start 2026-11-30T09:00 --end 2026-11-30T10:30 --format json"""
 
 
@@ -119,10 +125,32 @@ def _number(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
+QUALITY = ("truncation", "refusal", "empty")  # the quality rates --metric takes
+
+
+def _checked(metric: str | None, latency: str, fmt: str, at: str | None, latencies: Any) -> str:
+    """The latency explained (``--metric`` names it when it is one), after the options' checks (exit 2)."""
+    if metric is not None and metric != "cost" and metric not in QUALITY and metric not in latencies:
+        fail(f"--metric must be cost, {', '.join(QUALITY)} or one of {', '.join(latencies)}, not {metric!r}", code=2)
+    if metric is not None and metric != "cost" and metric not in QUALITY:
+        latency = metric
+    if metric != "cost" and metric not in QUALITY and latency not in latencies:
+        fail(f"--latency must be one of {', '.join(latencies)}, not {latency!r}", code=2)
+    if fmt not in ("text", "json"):
+        fail(f"--format must be text or json, not {fmt!r}", code=2)
+    if at is not None and metric != "cost":
+        fail("--at is for --metric cost (a latency's or a quality rate's break is always found)", code=2)
+    return latency
+
+
 def explain_command(
     latency: Annotated[str, typer.Option(help="ttft, itl, tpot, e2e or queue.")] = "ttft",
     metric: Annotated[
-        str | None, typer.Option(help="What to explain: cost (per 1M tokens), or a latency (as --latency).")
+        str | None,
+        typer.Option(
+            help="What to explain: cost (per 1M tokens), a quality rate (truncation, refusal, empty), "
+            "or a latency (as --latency)."
+        ),
     ] = None,
     q: Annotated[float, typer.Option("--q", min=0.01, max=0.999, help="The percentile, as a fraction.")] = 0.99,
     since: Annotated[str, typer.Option(help="The window: this far back from --end (e.g. 30m, 6h).")] = "1h",
@@ -142,26 +170,19 @@ def explain_command(
     fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
     config: ConfigOption = None,
 ) -> None:
-    """Explain a latency regression, or a rise in cost per 1M tokens (--metric cost): when it broke,
-    by how much, and the evidence ranked (KV-cache saturation, queueing, long-context share, tenant or
-    model mix, ...; for cost, the change split into the view's own traffic, each pool's volume and
-    spend, with the tenants the router moved), as the dashboard's Investigate page shows it."""
+    """Explain a latency regression, a rise in cost per 1M tokens (--metric cost) or in a quality rate
+    (--metric truncation, refusal, empty): when it broke, by how much, and the evidence ranked
+    (KV-cache saturation, queueing, long-context share, tenant or model mix, ...; for cost, the change
+    split into the view's own traffic, each pool's volume and spend, with the tenants the router
+    moved; for quality, the tenant, model or route holding the rise, its max_tokens and model mix),
+    as the dashboard's Investigate page shows it."""
     from analytics.explain import explain
     from analytics.filters import Filters
     from analytics.latency import LATENCIES
     from fleetscope.stores import open_clickhouse
     from storage.errors import StoreError
 
-    if metric is not None and metric != "cost" and metric not in LATENCIES:
-        fail(f"--metric must be cost or one of {', '.join(LATENCIES)}, not {metric!r}", code=2)
-    if metric is not None and metric != "cost":
-        latency = metric
-    if metric != "cost" and latency not in LATENCIES:
-        fail(f"--latency must be one of {', '.join(LATENCIES)}, not {latency!r}", code=2)
-    if fmt not in ("text", "json"):
-        fail(f"--format must be text or json, not {fmt!r}", code=2)
-    if at is not None and metric != "cost":
-        fail("--at is for --metric cost (a latency's break is always found)", code=2)
+    latency = _checked(metric, latency, fmt, at, LATENCIES)
     when = _when(at, "--at") if at is not None else None
     settings = settings_or_exit(config)
     begin, stop = window(since, start, end)
@@ -171,9 +192,12 @@ def explain_command(
         client = open_clickhouse(settings)
     except StoreError as exc:
         fail(str(exc))
-    if metric == "cost":
+    if metric in ("cost", *QUALITY):
         try:
-            _explain_cost(settings, client, begin, stop, Filters(model, replica, tenant, route), fmt, when)
+            if metric == "cost":
+                _explain_cost(settings, client, begin, stop, Filters(model, replica, tenant, route), fmt, when)
+            else:
+                _explain_quality(client, begin, stop, metric, Filters(model, replica, tenant, route), fmt)
         finally:
             client.close()
         return
@@ -251,3 +275,47 @@ def _explain_cost(
             f"moved: tenant {m.tenant} to {m.to_pool} ({m.share_before:.0%} → {m.share_after:.0%} of its tokens)"
             + (f", routed by {m.route!s}: {m.example!s}" if m.example else "")
         )
+
+
+def _clock(t: Any) -> str:
+    import pandas as pd
+
+    return "–" if t is None or t is pd.NaT or (isinstance(t, float) and math.isnan(t)) else f"{t:%H:%M:%S}"
+
+
+def _explain_quality(client: Any, begin: datetime, stop: datetime, rate: str, filters: Any, fmt: str) -> None:
+    from analytics.explain import explain_quality
+
+    try:
+        ex = explain_quality(client, begin, stop, rate=rate, filters=filters)
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    if fmt == "json":
+        typer.echo(json.dumps({"start": _plain(begin), "end": _plain(stop), **ex.to_dict()}, indent=2))
+        return
+    typer.echo(f"{ex.metric}, {begin:%Y-%m-%d %H:%M:%S} – {stop:%H:%M:%S} UTC, from the gateway's scored answers")
+    typer.echo(ex.sentence)
+    for note in ex.notes:
+        typer.echo(f"note: {note}")
+    if ex.break_at is None:
+        return
+    typer.echo(f"break at {ex.break_at:%H:%M:%S} UTC: {ex.before:.1%} → {ex.after:.1%} of the evaluated answers\n")
+    rows = [
+        [
+            str(r.signal),
+            f"{r.score:.2f}",
+            _number(r.before),
+            _number(r.after),
+            _clock(r.moved_at),
+            str(r.detail),
+        ]
+        for r in ex.evidence.itertuples()
+    ]
+    if not rows:
+        typer.echo("no evidence: no tenant, model or route holds more of the rise than of the answers")
+        return
+    head = ["signal", "score", "before", "after", "moved", "detail"]
+    widths = [max(len(head[i]), *(len(row[i]) for row in rows)) for i in range(len(head) - 1)]
+    typer.echo("  ".join(h.ljust(w) for h, w in zip(head, [*widths, 0], strict=True)).rstrip())
+    for row in rows:
+        typer.echo("  ".join(c.ljust(w) for c, w in zip(row, [*widths, 0], strict=True)).rstrip())
