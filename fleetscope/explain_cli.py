@@ -197,7 +197,8 @@ def explain_command(
             if metric == "cost":
                 _explain_cost(settings, client, begin, stop, Filters(model, replica, tenant, route), fmt, when)
             else:
-                _explain_quality(client, begin, stop, metric, Filters(model, replica, tenant, route), fmt)
+                prices = _prices(settings, required=False)
+                _explain_quality(client, begin, stop, metric, Filters(model, replica, tenant, route), fmt, prices)
         finally:
             client.close()
         return
@@ -222,22 +223,32 @@ def explain_command(
     typer.echo(_table(ex))
 
 
-def _explain_cost(
-    settings: Any, client: Any, begin: datetime, stop: datetime, filters: Any, fmt: str, at: datetime | None
-) -> None:
+def _prices(settings: Any, *, required: bool) -> dict[str, float]:
+    """The GPU prices of the metadata DB; unreadable: exit 1 (``required``) or none (the quality
+    explanation then leaves cost out)."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from analytics.explain import explain_cost
     from storage.catalog import gpu_prices
     from storage.metadata import make_engine, make_sessionmaker
 
     try:
-        prices = gpu_prices(make_sessionmaker(make_engine(settings.metadata.url)))
+        return gpu_prices(make_sessionmaker(make_engine(settings.metadata.url)))
     except SQLAlchemyError as exc:
+        if not required:
+            return {}
         fail(
             f"the GPU prices cannot be read from the metadata DB ({str(exc).splitlines()[0][:200]}): "
             "run `fleetscope migrate`"
         )
+
+
+def _explain_cost(
+    settings: Any, client: Any, begin: datetime, stop: datetime, filters: Any, fmt: str, at: datetime | None
+) -> None:
+
+    from analytics.explain import explain_cost
+
+    prices = _prices(settings, required=True)
     try:
         ex = explain_cost(client, begin, stop, prices, filters=filters, weights=settings.cost.weights(), at=at)
     except ValueError as exc:
@@ -283,11 +294,13 @@ def _clock(t: Any) -> str:
     return "–" if t is None or t is pd.NaT or (isinstance(t, float) and math.isnan(t)) else f"{t:%H:%M:%S}"
 
 
-def _explain_quality(client: Any, begin: datetime, stop: datetime, rate: str, filters: Any, fmt: str) -> None:
+def _explain_quality(
+    client: Any, begin: datetime, stop: datetime, rate: str, filters: Any, fmt: str, prices: dict[str, float]
+) -> None:
     from analytics.explain import explain_quality
 
     try:
-        ex = explain_quality(client, begin, stop, rate=rate, filters=filters)
+        ex = explain_quality(client, begin, stop, rate=rate, filters=filters, prices=prices)
     except ValueError as exc:
         fail(str(exc), code=2)
     if fmt == "json":

@@ -98,6 +98,8 @@ class QualityExplanation:
     limits: dict[str, Any] = field(default_factory=dict)  # the group's max_tokens and 'length' shares
     moved: dict[str, Any] = field(default_factory=dict)  # the tenant's model move: tenant, to, routed
     notes: list[str] = field(default_factory=list)
+    # the group's cost per 1M tokens before and after the break (with prices): "cheaper and worse"
+    cost: dict[str, Any] = field(default_factory=dict)
     sentence: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -119,6 +121,7 @@ class QualityExplanation:
             "after": num(self.after),
             "periods": periods,
             "sentence": self.sentence,
+            "cost": json_safe(self.cost),
             "notes": list(self.notes),
             "evidence": frame(self.evidence),
             "limits": json_safe(self.limits),
@@ -134,9 +137,10 @@ def explain_quality(
     rate: str = "truncation",
     filters: Filters | None = None,
     step_s: float | None = None,
+    prices: dict[str, float] | None = None,
 ) -> QualityExplanation:
     """Find the lasting rise of the ``rate`` over ``[start, end)`` and what moved with it (module
-    docstring)."""
+    docstring); with GPU ``prices``, the cost per 1M tokens of the tenant that rose, before and after."""
     if rate not in RATES:
         raise BadInput(f"unknown quality rate {rate!r}; one of {', '.join(RATES)}")
     start, end = as_utc(start), as_utc(end)
@@ -168,7 +172,45 @@ def explain_quality(
     ex.periods, ex.break_at = periods, periods[1]
     _evidence(ex, client, rate, filters)
     ex.sentence = _sentence(ex, rate, _labels(client))
+    if prices:
+        ex.cost = _cost_alongside(ex, client, prices, filters)
+        ex.sentence += _cost_words(ex.cost)
     return ex
+
+
+def _cost_alongside(
+    ex: QualityExplanation, client: Client, prices: dict[str, float], filters: Filters | None
+) -> dict[str, Any]:
+    """The cost per 1M tokens of the tenant that rose (the lead tenant of the evidence) over the
+    baseline and over the rise (``analytics.cost.cost_by_tenant``): {} without one or its costs."""
+    from analytics.cost import cost_by_tenant
+
+    tenants = ex.dimensions[ex.dimensions["dimension"] == "tenant"] if len(ex.dimensions) else ex.dimensions
+    if ex.periods is None or tenants.empty:
+        return {}
+    tenant = str(tenants.sort_values("part", ascending=False)["value"].iloc[0])
+    out: dict[str, Any] = {"tenant": tenant}
+    for name, (a, b) in (("before", ex.periods[:2]), ("after", ex.periods[1:])):
+        try:
+            df = cost_by_tenant(client, a, b, prices, filters=filters)
+        except (KeyError, ValueError):  # a GPU type without a price, nothing to share: no figure
+            return {}
+        row = df[df["tenant"] == tenant]
+        out[name] = float(row["cost_per_million_tokens"].iloc[0]) if len(row) else math.nan
+    return out if not (math.isnan(out["before"]) or math.isnan(out["after"])) else {}
+
+
+def _cost_words(cost: dict[str, Any]) -> str:
+    """ "; meanwhile tenant X's cost per 1M tokens fell 30 % ($a -> $b)", or nothing."""
+    if not cost or cost["before"] <= 0:
+        return ""
+    change = cost["after"] / cost["before"] - 1
+    way = "fell" if change < 0 else "rose"
+    return (
+        f" Meanwhile tenant {cost['tenant']}'s cost per 1M tokens {way} {abs(change):.0%} "
+        f"(${cost['before']:.2f} -> ${cost['after']:.2f})"
+        + (": cheaper, and worse." if change < -0.05 else ".")
+    )
 
 
 def _step(found: qq.Span, start: datetime, end: datetime, step_s: float | None) -> int:

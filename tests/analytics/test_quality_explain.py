@@ -188,3 +188,19 @@ def test_the_cli_explains_a_truncation_break_as_json(
     text = CliRunner().invoke(app, ["explain", "--metric", "truncation", "--tenant", "acme", *window])
     assert text.exit_code == 0 and "no break found" in text.output  # acme's answers were never cut
     assert CliRunner().invoke(app, ["explain", "--metric", "truncations", *window]).exit_code == 2
+
+
+def test_the_refusing_adapter_scenario_names_initech_guard_bot_and_its_cost(chdb_dir: Path) -> None:
+    """The simulator's refusing-adapter run: the refusal break names initech and guard-bot, and with
+    prices the sentence puts initech's cost per 1M tokens beside it (from the showback of each period)."""
+    run = play(chdb_dir, "refusing-adapter", seed=3, spec="fleet-spec-lora.yaml")
+    ex = explain_quality(run.client, run.start, run.end, rate="refusal", prices={"cpu-demo": 0.10})
+    moved = run.phase("initech-to-guard-bot")
+    assert ex.break_at is not None and abs((ex.break_at - moved).total_seconds()) <= 2 * ex.step, ex.sentence
+    assert ex.before == 0 and 0.12 < ex.after < 0.3, ex.sentence  # initech's 20 % of the answers
+    assert "tenant initech" in ex.sentence and "guard-bot" in ex.sentence
+    assert ex.cost["tenant"] == "initech" and ex.cost["before"] > 0 and ex.cost["after"] > 0
+    assert "initech's cost per 1M tokens" in ex.sentence
+    assert ex.to_dict()["cost"]["tenant"] == "initech"
+    without = explain_quality(run.client, run.start, run.end, rate="refusal")
+    assert without.cost == {} and "cost per 1M" not in without.sentence
