@@ -196,21 +196,22 @@ class Evaluator:
         return out
 
     def link(self, rule: Rule | None, inst: Instance) -> str:
-        """The dashboard page that explains this alert: Investigate around when it began."""
+        """The dashboard page that explains this alert around when it began: Quality for a quality
+        signal's rule (its rates, the explained break, the router audit), else Investigate."""
         base = self.settings.external_url.rstrip("/")
         if not base:
             return ""
         start = inst.active_at - timedelta(hours=1)
         end = (inst.resolved_at or inst.active_at) + timedelta(minutes=30)
-        query = {
-            "metric": _latency(rule, inst),
-            "from": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "to": end.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
+        signal = rule.parsed.signal if rule is not None and rule.parsed is not None else None
+        page = "quality" if signal in QUALITY_SIGNALS else "investigate"
+        query = {"metric": _latency(rule, inst)} if page == "investigate" else {}
+        query["from"] = start.strftime("%Y-%m-%dT%H:%M:%SZ")
+        query["to"] = end.strftime("%Y-%m-%dT%H:%M:%SZ")
         for key in ("model", "tenant"):  # the alert's own view: a pool, or a tenant (cost rules)
             if inst.labels.get(key) and REASON not in inst.labels:
                 query[key] = inst.labels[key]
-        return f"{base}/investigate?{urlencode(query)}"
+        return f"{base}/{page}?{urlencode(query)}"
 
     # -- running --------------------------------------------------------------------------------
 
@@ -313,6 +314,9 @@ def aligned(now: datetime, interval_s: float) -> datetime:
     rules reading the same signal share one query (the cycle cache) as in ``make bench``."""
     step = max(1, int(interval_s))
     return datetime.fromtimestamp(int(now.timestamp()) // step * step, UTC)
+
+
+QUALITY_SIGNALS = frozenset({"refusal_rate", "truncation_rate", "router_agreement"})  # the Quality page's
 
 
 def _latency(rule: Rule | None, inst: Instance) -> str:

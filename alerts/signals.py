@@ -1,7 +1,7 @@
 """The signal catalogue: ``SIGNALS``, the one list of the built-in signals a rule's ``expr`` can name.
 
 In:  the readers (``alerts.read_engine``, ``read_slo``, ``read_cost``, ``read_requests``,
-     ``read_scaling``).
+     ``read_scaling``, ``read_quality``).
 Out: ``SIGNALS``: name -> ``Signal`` (its help, its parameters as ``Param`` with defaults and
      kinds, its reader, the labels of its answer). ``alerts.expr`` parses and evaluates by it;
      ``docs/alerts.md``'s signal table lists the same names (``tests/alerts/test_catalogue_docs.py``).
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from alerts import read_cost, read_engine, read_requests, read_scaling, read_slo
+from alerts import read_cost, read_engine, read_quality, read_requests, read_scaling, read_slo
 from alerts.reading import Reader
 from analytics.vllm import KV_CACHE_USAGE, REQUESTS_WAITING
 
@@ -40,6 +40,11 @@ BY_MODEL = Param("model", "choice", ("replica", "model"), "group by model or rep
 W = Param("1m")
 W5 = Param("5m")
 MIN_DRAFTS = Param("100", "number", help="draft tokens the window must hold (fewer: no value)")
+# quality: the answers the gateway scored (a sample), by the dimension a cause lives in
+BY_ANSWERS = Param(
+    "model", "choice", ("model", "tenant", "route"), "group by model (an adapter is one), tenant or route"
+)
+MIN_EVALUATED = Param("20", "number", help="evaluated answers (weighted) the window must hold (fewer: no value)")
 SIGNALS: dict[str, Signal] = {
     s.name: s
     for s in (
@@ -218,6 +223,30 @@ SIGNALS: dict[str, Signal] = {
             {"window": Param("1h"), "reference": Param("trailing-day", "choice", ("trailing-day", "last-week"))},
             read_requests.drift_share,
             (),
+        ),
+        Signal(
+            "refusal_rate",
+            "quality: share of the evaluated answers that were refusals (0-1), weighted; $extra.evaluated, "
+            "$extra.requests",
+            {"window": Param("10m"), "by": BY_ANSWERS, "min_evaluated": MIN_EVALUATED},
+            read_quality.rate("refusal_rate"),
+            ("model",),
+        ),
+        Signal(
+            "truncation_rate",
+            "quality: share of the evaluated answers cut at max_tokens (finish reason 'length', 0-1), weighted; "
+            "$extra.evaluated, $extra.requests",
+            {"window": Param("10m"), "by": BY_ANSWERS, "min_evaluated": MIN_EVALUATED},
+            read_quality.rate("truncation_rate"),
+            ("model",),
+        ),
+        Signal(
+            "router_agreement",
+            "router audit: mean word agreement (F1, 0-1) of the routed and the shadow answer per route reason and "
+            "direction; $extra.audits, $extra.low (share below 0.5), $extra.quality_gap (judge, shadow - routed)",
+            {"window": Param("1h"), "min_audits": Param("20", "number", help="audits the window must hold")},
+            read_quality.agreement,
+            ("route_reason", "direction"),
         ),
         Signal(
             "pool_at_max",

@@ -36,6 +36,7 @@ PAGES: tuple[Page, ...] = (
     Page("capacity.py", "Cache & capacity", "capacity", ":material/memory:"),
     Page("traffic.py", "Traffic & drift", "traffic", ":material/swap_calls:"),
     Page("cost.py", "Cost", "cost", ":material/payments:"),
+    Page("quality.py", "Quality", "quality", ":material/fact_check:"),
     Page("investigate.py", "Investigate", "investigate", ":material/troubleshoot:"),
     Page("plan.py", "Plan", "plan", ":material/science:", draws_on_open=False),
     Page("alerts.py", "Alerts", "alerts", ":material/notifications:"),
