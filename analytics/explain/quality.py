@@ -208,8 +208,7 @@ def _cost_words(cost: dict[str, Any]) -> str:
     way = "fell" if change < 0 else "rose"
     return (
         f" Meanwhile tenant {cost['tenant']}'s cost per 1M tokens {way} {abs(change):.0%} "
-        f"(${cost['before']:.2f} -> ${cost['after']:.2f})"
-        + (": cheaper, and worse." if change < -0.05 else ".")
+        f"(${cost['before']:.2f} -> ${cost['after']:.2f})" + (": cheaper, and worse." if change < -0.05 else ".")
     )
 
 
