@@ -4,7 +4,8 @@ In:  ``add(table, columns)`` calls from the collector (any thread); ``add_raw(ta
      fmt, settings)`` for bodies ClickHouse parses itself (OTLP exports in ``FORMAT Protobuf``:
      ``collector.otlp_native``), concatenated per table like columns are.
 Out: ``insert_df`` (columns) and ``raw_insert`` (bodies) calls on a clickhouse-connect client, at
-     most about one per table per ``flush_interval_s`` or when ``batch_rows`` are waiting.
+     most about one per table per ``flush_interval_s`` or when ``batch_rows`` are waiting
+     (``samples`` into ``samples_ingest``, ``INSERT_INTO``: its views store and roll them up).
 
 Nothing is lost when ClickHouse is away, and nothing is counted twice:
 - every batch gets a deduplication token and is written to the spool directory (a
@@ -63,6 +64,9 @@ log = logging.getLogger("fleetscope.writer")
 
 # columns holding epoch seconds that ClickHouse stores as DateTime / DateTime64
 TIME_COLUMNS = {"ts", "first_seen", "last_seen"}
+# a batch's table -> the table inserted into: samples go through the Null table whose views store
+# them (without their increase) and roll them up (migration 0016)
+INSERT_INTO = {"samples": "samples_ingest"}
 
 
 @dataclass(frozen=True)
@@ -479,6 +483,7 @@ class Writer:
         landed = []
         for index, batch in enumerate(batches):
             table, token, columns = batch["table"], batch["token"], batch["columns"]
+            target = INSERT_INTO.get(table, table)
             frame = None
             if not isinstance(columns, Raw):
                 try:
@@ -486,21 +491,13 @@ class Writer:
                 except (ValueError, OverflowError, TypeError) as exc:  # deterministic: retrying cannot help
                     return self._reject(path, batches, index, f"cannot build rows: {exc}")
             t0 = time.perf_counter()
+            dedup = {"insert_deduplication_token": token, "deduplicate_blocks_in_dependent_materialized_views": 1}
             try:
                 if isinstance(columns, Raw):
-                    self.client.raw_insert(
-                        table,
-                        None,
-                        insert_block=columns.data,
-                        fmt=columns.fmt,
-                        settings={
-                            **dict(columns.settings),
-                            "insert_deduplication_token": token,
-                            "deduplicate_blocks_in_dependent_materialized_views": 1,
-                        },
-                    )
+                    settings = {**dict(columns.settings), **dedup}
+                    self.client.raw_insert(target, None, insert_block=columns.data, fmt=columns.fmt, settings=settings)
                 else:
-                    self.client.insert_df(table, frame, settings={"insert_deduplication_token": token})
+                    self.client.insert_df(target, frame, settings=dedup)
             except Exception as exc:  # noqa: BLE001 - every store failure is handled the same way
                 self.metrics.batches.labels(table, "error").inc()
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -162,7 +162,8 @@ class _Batches:
     def flush(self, force: bool = False) -> None:
         if self.pending < FLUSH_ROWS and not force:
             return
-        for table, frames in (("samples_1h", self.hour), ("samples_1m", self.minute), ("samples", self.raw)):
+        # raw samples through the Null table that stores them and rolls them up (migration 0016)
+        for table, frames in (("samples_1h", self.hour), ("samples_1m", self.minute), ("samples_ingest", self.raw)):
             if frames:
                 self.client.insert_arrow(table, pa.concat_tables(frames))
                 frames.clear()

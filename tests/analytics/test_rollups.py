@@ -306,9 +306,10 @@ def test_several_distributions_in_one_query_and_no_replica_on_rollups(history) -
 def test_an_unmarked_restart_never_gives_a_negative_increase(ch) -> None:
     clickhouse_runner.apply(ch)
     start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
-    # the collector was away while the engine restarted: 500 -> 40 with no reset mark
+    # the collector was away while the engine restarted: 500 -> 40 with no reset mark (inserted
+    # where the collector inserts: the ingest table stores the samples and rolls them up)
     ch.insert_df(
-        "samples",
+        "samples_ingest",
         pd.DataFrame(
             {
                 "metric": ["vllm:prompt_tokens_total"] * 4,

@@ -111,7 +111,8 @@ def test_coverage_reads_where_each_tier_begins(ch) -> None:
     clickhouse_runner.apply(ch)
     assert coverage(ch, "requests") == {"raw": None, "1m": None, "1h": None}
     t = datetime(2026, 11, 29, 10, 17, 5, tzinfo=UTC)
-    ch.insert_df("samples", pd.DataFrame({"metric": ["m"], "fingerprint": [1], "ts": [t], "value": [1.0]}))
+    # where the collector inserts: stored in samples and rolled up (migration 0016)
+    ch.insert_df("samples_ingest", pd.DataFrame({"metric": ["m"], "fingerprint": [1], "ts": [t], "value": [1.0]}))
     found = coverage(ch, "samples")
     # the 6-hour tier is fed through the 1-hour one (a cascade of views)
     assert found == {

@@ -122,11 +122,15 @@ def test_cluster_rendering_parses_and_uses_replicated_and_distributed_tables(ch)
     creates = [s for s in statements if s.startswith("CREATE TABLE")]
     assert all("ON CLUSTER 'prod'" in s for s in creates)
     local = [s for s in creates if "_local ON CLUSTER" in s]
-    assert local and all("ENGINE = Replicated" in s for s in local)
+    # every local table that keeps rows is replicated; the ingest table keeps none (a Null table)
+    null = [s for s in local if "ENGINE = Null" in s]
+    assert [s.split()[5] for s in null] == ["samples_ingest_local"]
+    assert local and all("ENGINE = Replicated" in s for s in local if s not in null)
     distributed = [s for s in creates if "Distributed('prod'" in s]
     assert {s.split()[5] for s in distributed} == {
         "series",
         "samples",
+        "samples_ingest",
         "scrapes",
         "requests",
         "samples_1m",
@@ -151,13 +155,24 @@ def test_cluster_rendering_parses_and_uses_replicated_and_distributed_tables(ch)
     (otlp,) = [v for v in views if v.startswith("CREATE MATERIALIZED VIEW IF NOT EXISTS otlp_exports_mv")]
     assert " TO requests AS" in otlp
     views.remove(otlp)
-    # five rollup views, three of them made again by 0011 (with the stored increases)
-    assert len(views) == 8 and len({v.split(" TO ", 1)[0] for v in views}) == 5
-    for view in views:
+    # the ingest table's view stores each shard's samples in its local raw table (0016)
+    (ingest,) = [v for v in views if v.startswith("CREATE MATERIALIZED VIEW IF NOT EXISTS samples_ingest_mv")]
+    assert " TO samples_local AS" in ingest and "FROM samples_ingest_local" in ingest
+    views.remove(ingest)
+    # five rollup views, three of them made again by 0011 (with the stored increases) and the
+    # 1-minute and 1-hour ones again by 0016 (from the ingest table)
+    assert len(views) == 10 and len({v.split(" TO ", 1)[0] for v in views}) == 5
+    latest = {v.split(" TO ", 1)[0]: v for v in views}  # the last definition of each
+    for view in latest.values():
         target = view.split(" TO ", 1)[1].split()[0]
         assert target.endswith("_local") and target.startswith(("samples_1", "requests_1", "samples_6h"))
-        source = "samples_1h_local" if target == "samples_6h_local" else f"{target.split('_')[0]}_local"
-        assert f"FROM {source}" in view
+        if target == "samples_6h_local":
+            source = "samples_1h_local"
+        elif target.startswith("samples"):
+            source = "samples_ingest_local"
+        else:
+            source = "requests_local"
+        assert f"FROM {source}" in view, view
     ttl = retention.statements(retention.Days(), "prod")
     assert len(ttl) == len(retention.TABLES) and all("_local ON CLUSTER 'prod' MODIFY TTL" in s for s in ttl)
     for statement in statements + ttl:  # real ClickHouse parser; no cluster needed for EXPLAIN AST
