@@ -60,8 +60,8 @@ def main() -> None:
         df = make_rows(args.rows)
         rows = df.to_numpy().tolist()
         columns = list(df.columns)
-        columnar = best_of(args.repeats, lambda: client.insert_df("samples", df))
-        row_wise = best_of(args.repeats, lambda: client.insert("samples", rows, column_names=columns))
+        columnar = best_of(args.repeats, lambda: client.insert_df("samples_ingest", df))  # where the collector inserts
+        row_wise = best_of(args.repeats, lambda: client.insert("samples_ingest", rows, column_names=columns))
         client.close()
     print(f"rows per insert:                 {args.rows:,}")
     print(f"insert_df (columnar, ours):      {args.rows / columnar:,.0f} rows/s")
