@@ -21,7 +21,7 @@ help:
 	@echo "make test       - set up and run the whole test suite (real engines, Prometheus/Alertmanager/vmagent binaries; PostgreSQL started if needed)"
 	@echo "make test-fast  - the suite without the slow real-engine tests"
 	@echo "make check      - format, lint, types and the import contract (scripts/check --static), no tests"
-	@echo "make bench      - the benchmark suite (~25 min): each figure beside its reference; JSON in bench/results/"
+	@echo "make bench      - the benchmark suite (~33 min): each figure beside its reference; JSON in bench/results/"
 	@echo "make clean      - remove .venv and ./data"
 
 $(PY):
@@ -64,12 +64,13 @@ test-fast: install
 check: install
 	VENV=$(VENV) scripts/check --static
 
-# about 25 minutes on 2 cores; every figure beside its reference, JSON in bench/results/
+# about 33 minutes on 2 cores; every figure beside its reference, JSON in bench/results/
 bench: install
 	@scripts/ensure-chromium.sh
 	@mkdir -p bench/results
 	@echo "== 1. parser vs prometheus_client" && $(PY) bench/bench_exposition.py --json bench/results/exposition.json
 	@echo "== 2. scrape ingest" && $(PY) bench/bench_scrape_ingest.py --json bench/results/scrape_ingest.json
+	@echo "== 2b. scrape side by side with Prometheus and VictoriaMetrics (~8 min)" && $(PY) bench/bench_peers.py --json bench/results/peers.json
 	@echo "== 4. OTLP request-log ingest" && $(PY) bench/bench_otlp_ingest.py --json bench/results/otlp_ingest.json
 	@echo "== 4b. remote-write ingest beside the scrape path" && $(PY) bench/bench_remote_write.py --json bench/results/remote_write.json
 	@echo "== 3 + 5. warehouse: bytes per sample, panel queries" && $(PY) bench/bench_warehouse.py --json bench/results/warehouse.json

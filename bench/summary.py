@@ -40,6 +40,24 @@ def main() -> None:
                     f"{r['samples_per_s']:,.0f} samples/s (goal {goal} targets; Azure's managed "
                     "Prometheus pod ~50-58k/s)"
                 )
+    if (peers := load(directory, "peers")) and peers.get("summary"):
+        s = peers["summary"]
+        names = {"fleetscope": "fleetscope", "prometheus": "Prometheus", "victoriametrics": "vmagent+VM"}
+
+        def each(values: dict, spec: str) -> str:
+            return ", ".join(f"{names[k]} {'-' if v is None else format(v, spec)}" for k, v in values.items())
+
+        def vs(values: dict) -> str:
+            return ", ".join(
+                f"vs {names[k]} {'-' if v is None else f'{v:.2f}x'}" for k, v in values.items() if k in names
+            )
+
+        print(
+            f"2b. side by side at {peers['interval_s']:g}s: targets sustained {each(s['sustained'], 'd')}; "
+            f"CPU-s per 1M samples at {s['common_level']} targets {each(s['cpu_s_per_m_at_common'], '.2f')} "
+            f"(fleetscope {vs(s['ratios']['cpu_at_common'])}); bytes per sample {each(s['bytes_per_sample'], '.2f')} "
+            f"(fleetscope {vs(s['ratios']['bytes_per_sample'])}; a run of minutes, not a 2 h block)"
+        )
     if warehouse := load(directory, "warehouse"):
         b = warehouse["seed"]["bytes_per_sample"]
         print(
