@@ -218,12 +218,27 @@ def observed(ch: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
 
 
 def increases(ch: Any, job: str, start: float, end: float) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Per series (metric, labels but job/pod/instance): the sum of its increases in (start, end]."""
+    """Per cumulative series (metric, labels but job/pod/instance): the sum of its per-sample
+    increases in (start, end], each the rise over the series' previous sample plus the value before
+    a reset marked on it (``reset``), as the collector computes the increase it rolls up (the raw
+    table keeps the values and the marks, not the increase: migration 0016)."""
     rows = ch.query(
         """
         SELECT s.metric, s.labels, sum(x.increase)
-        FROM samples AS x INNER JOIN series AS s ON s.fingerprint = x.fingerprint
+        FROM (
+            SELECT fingerprint, ts,
+                   if(n = 1 OR isNaN(value) OR isNaN(before), 0, value - before + reset) AS increase
+            FROM (
+                SELECT fingerprint, ts, value, reset,
+                       lagInFrame(value) OVER (PARTITION BY fingerprint ORDER BY ts
+                                               ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS before,
+                       row_number() OVER (PARTITION BY fingerprint ORDER BY ts) AS n
+                FROM samples
+                WHERE fingerprint IN (SELECT fingerprint FROM series WHERE labels['job'] = {job:String})
+            )
+        ) AS x INNER JOIN series AS s ON s.fingerprint = x.fingerprint
         WHERE s.labels['job'] = {job:String}
+          AND match(s.metric, '(_total|_bucket|_count|_sum)$')
           AND x.ts > fromUnixTimestamp64Milli({a:Int64}) AND x.ts <= fromUnixTimestamp64Milli({b:Int64})
         GROUP BY s.metric, s.labels
         """,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from collections import Counter
 from typing import Any
 
@@ -142,12 +143,14 @@ def test_shadows_stay_within_the_share_and_name_what_they_audit() -> None:
 def test_the_judge_stays_within_its_budget_and_the_audit_finishes() -> None:
     judge = JudgeSpec(model="tiny-large", max_calls_per_minute=20, constrained=True)  # a replica of the fleet
     audit = AuditSpec(enabled=True, sample_rate=1.0, max_share=0.5, judge=judge)
+    t0 = time.monotonic()
     records, gateway = run(audit, traffic(120, seed=7))
+    minutes = int((time.monotonic() - t0) // 60) + 1  # the budget is per minute (a slow machine: more minutes)
     shadows = [r for r in records if r.get("route") == "shadow"]
     judged = [s for s in shadows if s.get("judge_routed") is not None or s.get("judge_shadow") is not None]
     assert len(shadows) > 20 and judged
     calls = gateway.audit.judge.calls
-    assert calls <= 20  # its budget: 20 calls a minute (the run is well under a minute)
+    assert calls <= 20 * minutes  # its budget: 20 calls a minute (the run takes seconds here)
     assert gateway.audit.judge.counts["scored"] == sum(
         (s.get("judge_routed") is not None) + (s.get("judge_shadow") is not None) for s in shadows
     )

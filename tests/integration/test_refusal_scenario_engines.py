@@ -55,7 +55,7 @@ def compressed() -> Scenario:
     assert data["phases"][0]["set"]["tenants"][2] == {"name": "initech", "weight": SHARE, "models": {ADAPTER: 1.0}}
     data.update(fleet=None, duration_s=DURATION_S)
     data["mix"].update(
-        rate=1.5,
+        rate=1.2,  # the engine keeps up on a busy machine (1.5: TTFT p99 6 s by the end)
         models={"tiny-small": 1.0},
         prompt_tokens={"dist": "lognormal", "median": 128, "sigma": 0.5, "min": 16, "max": 600},
         # at least the refusal's 32 tokens (marker, 30, EOS): a refusal cut by max_tokens before its
@@ -118,7 +118,7 @@ def test_the_refusal_rate_rises_to_the_share_sent_to_the_refusing_adapter(
         launcher.stop()
 
     ok = [r for r in sent if r.ok]
-    assert len(ok) >= 0.95 * len(sent) > 100, f"{len(sent) - len(ok)} of {len(sent)} requests failed"
+    assert len(ok) >= 0.95 * len(sent) > 80, f"{len(sent) - len(ok)} of {len(sent)} requests failed"
     switch = min(r.started_at for r in sent if r.phase != "start")
     start, end = min(r.started_at for r in sent) - 1, max(r.started_at for r in sent) + 1
     after = [r for r in ok if r.started_at >= switch]
