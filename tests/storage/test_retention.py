@@ -44,7 +44,7 @@ def test_expired_raw_days_are_dropped_while_the_rollups_keep_them(ch) -> None:
     now = datetime.now(UTC).replace(microsecond=0)
     old = now.replace(second=0) - timedelta(days=10)  # both old samples in one minute
     ch.insert_df(
-        "samples",
+        "samples_ingest",  # where the collector inserts: stored in samples and rolled up (migration 0016)
         pd.DataFrame(
             {
                 "metric": ["vllm:prompt_tokens_total"] * 4,
