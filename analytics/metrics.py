@@ -10,7 +10,8 @@ Out: DataFrames, one row per group, plus ``.attrs["plan"]`` (the tier and aligne
        value in the window), plus the values before counter resets (``samples.reset``):
        Prometheus' ``increase()`` without extrapolation. On a rollup tier, the sum of the
        buckets' stored increases, which the collector computed the same way sample by sample
-       (``samples.increase``), so raw rows and rollups give the same numbers;
+       (the ``increase`` it inserts into ``samples_ingest``, migration 0016), so raw rows and
+       rollups give the same numbers;
        when a drop nobody marked (the collector was away across an engine restart) would make
        the total negative, the series counts from zero at the window's end value instead (the
        part before the drop is lost; a marked reset loses nothing);

@@ -27,7 +27,8 @@ Out: ``router_audit``: a DataFrame, one row per (``reason``, ``direction``), the
      audit's extra load as the store measured it), ``shadow_tokens``, ``user_tokens``, ``audits``,
      ``failed`` (shadows that did not answer).
 Reads the gateway's request log (``source = 'gateway'``; migration 0015's audit columns): a shadow
-row names the request it shadows (``audit_of``) and carries its route reason.
+row names the request it shadows (``audit_of``) and carries its route reason; the filters pick
+the audited requests (their tenant, model, route), and so the shadows of those.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ SELECT {_REASON} AS reason, audit_direction AS direction, model AS shadow_model,
        sum(prompt_tokens + completion_tokens) AS shadow_tokens
 FROM requests AS r
 WHERE {{between}} AND source = 'gateway' AND audit_of != ''
+  AND audit_of IN (SELECT trace_id FROM requests WHERE {{audited}})
 GROUP BY reason, direction, shadow_model
 """
 _USER_TOKENS = """
@@ -104,7 +106,9 @@ def router_audit(
     params = {"start": param_time(start), "end": param_time(end)}
     condition, extra = request_rows("gateway", filters)
     users = query_df(client, _USERS.format(between=between(False), condition=condition), parameters={**params, **extra})
-    shadows = query_df(client, _SHADOWS.format(between=between(False)), parameters=params)
+    # the audits of the decisions the filters keep (a shadow's own row is the audit's tenant)
+    audited = f"{between(False)} AND {condition} AND audit_of = ''" if filters else "1"
+    shadows = query_df(client, _SHADOWS.format(between=between(False), audited=audited), parameters={**params, **extra})
     user_tokens = float(
         client.query(_USER_TOKENS.format(between=between(False)), parameters=params).result_rows[0][0] or 0
     )

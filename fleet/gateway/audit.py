@@ -56,6 +56,24 @@ def request_text(body: dict[str, Any], chat: bool) -> str:
     return prompt if isinstance(prompt, str) else "".join(p for p in prompt if isinstance(p, str))
 
 
+def _answer(shadow: dict[str, Any], payload: Any) -> str:
+    """The text of a shadow's answer, its record filled in; ``ValueError`` for a body that is not
+    an OpenAI completion."""
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("the answer has no choices")
+    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    choice = choices[0]
+    shadow.update(
+        outcome="ok",
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        prompt_tokens=int(usage.get("prompt_tokens") or shadow["prompt_tokens"]),
+        finish_reason=str(choice.get("finish_reason") or ""),
+    )
+    message = choice.get("message")
+    return str((message.get("content") if isinstance(message, dict) else choice.get("text")) or "")
+
+
 class _Window:
     """Tokens over the last ``seconds``."""
 
@@ -89,7 +107,7 @@ class RouterAudit:
         self.session = session
         self.ship = ship
         self.quality = Quality(QualitySpec(sample_rate=0.0))  # a capture's text cap only
-        self.judge = Judge(self.spec.judge, self._judge_replica) if self.spec.judge else None
+        self.judge = Judge(self.spec.judge, self._judge_replica, self._judged) if self.spec.judge else None
         self.users = _Window(self.spec.window_s)
         self.shadows = _Window(self.spec.window_s)
         self.tasks: set[asyncio.Task[None]] = set()
@@ -202,39 +220,34 @@ class RouterAudit:
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=self.spec.timeout_s),
             ) as response:
-                payload = await response.json(content_type=None)
                 shadow["status_code"] = response.status
                 if response.status != 200:
                     shadow.update(outcome="upstream_error", error=f"shadow answered HTTP {response.status}")
                     return None
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                payload = await response.json(content_type=None)
+            return _answer(shadow, payload)
+        except (aiohttp.ClientError, OSError, TimeoutError, RuntimeError, ValueError, TypeError) as exc:
+            # RuntimeError: the session closed under it (the gateway stopping); ValueError and
+            # TypeError: an answer that is not the OpenAI shape
             shadow.update(status_code=502, outcome="upstream_error", error=f"shadow failed: {exc!r}"[:500])
             return None
         finally:
             replica.in_flight -= 1
-        usage = payload.get("usage") or {}
-        choice = (payload.get("choices") or [{}])[0]
-        shadow.update(
-            outcome="ok",
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-            prompt_tokens=int(usage.get("prompt_tokens") or shadow["prompt_tokens"]),
-            finish_reason=str(choice.get("finish_reason") or ""),
-        )
-        message = choice.get("message")
-        return str((message.get("content") if isinstance(message, dict) else choice.get("text")) or "")
 
     async def _grade(
         self, session: aiohttp.ClientSession, question: str, routed: str, shadow: str
     ) -> tuple[float | None, float | None]:
         assert self.judge is not None
-        before = dict(self.judge.counts)
-        scores = await self.judge.grade_pair(session, question, routed, shadow)
-        for result, count in self.judge.counts.items():
-            if count > before.get(result, 0):
-                self.judge_calls.labels(result).inc(count - before.get(result, 0))
-        return scores
+        return await self.judge.grade_pair(session, question, routed, shadow)
+
+    def _judged(self, result: str, n: int) -> None:
+        self.judge_calls.labels(result).inc(n)
 
     async def drain(self, timeout_s: float = 10.0) -> None:
-        """Wait (a while) for the shadows in flight, before the gateway stops."""
+        """Wait (a while) for the shadows in flight, before the gateway stops; the ones still
+        running then are cancelled (not logged: their answers never came)."""
         if self.tasks:
-            await asyncio.wait(list(self.tasks), timeout=timeout_s)
+            _done, pending = await asyncio.wait(list(self.tasks), timeout=timeout_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)

@@ -84,8 +84,9 @@ class JudgeSpec(_Strict):
     model: str = Field(description="the model name to ask for")
     api_key: str | None = Field(default=None, description="sent as a Bearer token when set")
     rubric: str = Field(default=DEFAULT_RUBRIC, min_length=1, description="the instructions; asks for a 1-5 score")
-    max_calls_per_minute: int = Field(default=30, ge=1, description="the budget: judge calls in any 60 s")
-    max_calls: int | None = Field(default=None, ge=1, description="the most judge calls in the gateway's life")
+    # the router audit grades its two answers together, so a budget is spent in pairs: at least 2
+    max_calls_per_minute: int = Field(default=30, ge=2, description="the budget: judge calls in any 60 s")
+    max_calls: int | None = Field(default=None, ge=2, description="the most judge calls in the gateway's life")
     timeout_s: float = Field(default=20.0, gt=0, description="one judge call; beyond: not judged")
     max_answer_chars: int = Field(default=4000, ge=100, description="of each answer shown to the judge")
     constrained: bool = Field(

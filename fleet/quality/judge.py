@@ -12,7 +12,8 @@ the system message, the request and the answer as the user's), and its first dig
 score. With ``constrained`` the request also carries vLLM's structured outputs
 (``structured_outputs: {"choice": ["1", ..., "5"]}``), so even a small model answers with a score.
 The budget is checked before a call, so a judge never gets more than ``max_calls_per_minute``
-calls in any 60 s nor more than ``max_calls`` in all; the audit goes on without the judge's
+calls in any 60 s nor more than ``max_calls`` in all (the audit spends it in pairs, so each is at
+least 2); the audit goes on without the judge's
 score (text agreement only) when the budget is spent.
 """
 
@@ -53,12 +54,23 @@ def judge_messages(spec: JudgeSpec, request: str, answer: str) -> list[dict[str,
 class Judge:
     """One judge endpoint and its budget."""
 
-    def __init__(self, spec: JudgeSpec, locate: Callable[[], str | None] | None = None) -> None:
+    def __init__(
+        self,
+        spec: JudgeSpec,
+        locate: Callable[[], str | None] | None = None,
+        on_count: Callable[[str, int], None] | None = None,
+    ) -> None:
         self.spec = spec
         self.locate = locate  # the URL of a replica serving spec.model, where spec.url is not set
+        self.on_count = on_count  # told of each result as it is counted (the gateway's metric)
         self.recent: deque[float] = deque()  # monotonic times of the calls in the last 60 s
         self.calls = 0
         self.counts: Counter[str] = Counter()  # scored, no_score, failed, over_budget
+
+    def _count(self, result: str, n: int = 1) -> None:
+        self.counts[result] += n
+        if self.on_count is not None:
+            self.on_count(result, n)
 
     def _take(self, n: int = 1) -> bool:
         """Spend ``n`` calls of the budget at once, or none and False when they do not fit."""
@@ -94,7 +106,7 @@ class Judge:
         """Both answers graded, or neither (two calls taken from the budget together: a pair half
         graded says nothing about the gap between them)."""
         if not self._take(2):
-            self.counts["over_budget"] += 2
+            self._count("over_budget", 2)
             return None, None
         scores = await asyncio.gather(self._ask(session, request, first), self._ask(session, request, second))
         return scores[0], scores[1]
@@ -102,7 +114,7 @@ class Judge:
     async def grade(self, session: aiohttp.ClientSession, request: str, answer: str) -> float | None:
         """The judge's score of ``answer`` to ``request`` (0-1), or None (see the module doc)."""
         if not self._take():
-            self.counts["over_budget"] += 1
+            self._count("over_budget")
             return None
         return await self._ask(session, request, answer)
 
@@ -110,7 +122,7 @@ class Judge:
         headers = {"Authorization": f"Bearer {self.spec.api_key}"} if self.spec.api_key else {}
         base = self.base_url()
         if base is None:  # no replica serves the judge's model now
-            self.counts["failed"] += 1
+            self._count("failed")
             return None
         url = f"{base.rstrip('/')}/v1/chat/completions"
         try:
@@ -126,8 +138,8 @@ class Judge:
             choices = payload.get("choices") or [{}]
             text = str((choices[0].get("message") or {}).get("content") or "")
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError, AttributeError):
-            self.counts["failed"] += 1
+            self._count("failed")
             return None
         score = parse_score(text)
-        self.counts["scored" if score is not None else "no_score"] += 1
+        self._count("scored" if score is not None else "no_score")
         return score

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from prometheus_client import CollectorRegistry
 
+from analytics.filters import Filters
 from analytics.quality import quality_rates
 from analytics.router_audit import router_audit
 from collector.service import Collector, CollectorConfig
@@ -110,3 +111,12 @@ def test_the_spend_saved_is_the_routed_tokens_at_the_other_pools_price(stored: A
     assert math.isclose(df.loc["easy request", "saved_per_hour"], easy * (2.0 - 0.5) / 1e6, rel_tol=1e-9)
     long = rows[rows["route_reason"].str.startswith("long prompt")]["t"].sum() / hours
     assert math.isclose(df.loc["long prompt", "saved_per_hour"], long * (0.5 - 2.0) / 1e6, rel_tol=1e-9)
+
+
+def test_filters_pick_the_audited_requests_and_their_shadows(stored: Any) -> None:
+    client, start, end, _gateway = stored
+    everyone = router_audit(client, start, end)
+    mine = router_audit(client, start, end, filters=Filters(tenant="anonymous"))  # the traffic's tenant
+    assert mine[["reason", "audits", "decisions"]].equals(everyone[["reason", "audits", "decisions"]])
+    nobody = router_audit(client, start, end, filters=Filters(tenant="nobody"))
+    assert nobody.empty or (nobody["audits"].sum() == 0 and nobody["decisions"].sum() == 0)

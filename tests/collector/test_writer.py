@@ -104,6 +104,32 @@ def test_crash_after_insert_before_spool_cleanup_does_not_double_count(store, tm
     assert restarted.spool_size() == (0, 0)
 
 
+def test_a_replayed_samples_batch_is_stored_and_rolled_up_once(store, tmp_path: Path) -> None:
+    """Samples go in through the ingest table's views (migration 0016): a batch replayed after a
+    crash (same token) is dropped by the raw table and by every rollup tier (migration 0017)."""
+    n = 120  # one counter, a sample a second from 10:00:00, each 5 more than the one before
+    samples = {
+        "metric": ["vllm:generation_tokens_total"] * n,
+        "fingerprint": [42] * n,
+        "ts": [1_795_000_000.0 + i for i in range(n)],
+        "value": [5.0 * i for i in range(n)],
+        "reset": [0.0] * n,
+        "increase": [0.0] + [5.0] * (n - 1),
+    }
+    writer = Writer(store, config(tmp_path))
+    writer.add("samples", samples)
+    writer._cut("samples")
+    (spooled,) = list((tmp_path / "spool").glob("*.batch"))
+    saved = spooled.read_bytes()
+    assert writer.flush()
+    spooled.write_bytes(saved)  # the process died after the insert, before the spool file went
+    assert Writer(store, config(tmp_path)).flush()
+    assert count(store.client, "samples") == n
+    for tier in ("samples_1m", "samples_1h", "samples_6h"):
+        got = store.client.query(f"SELECT sum(increase), sum(value_count) FROM {tier}").result_rows[0]
+        assert got == (5.0 * (n - 1), n), tier
+
+
 def test_spool_is_bounded_and_drops_are_counted(store, tmp_path: Path) -> None:
     writer = Writer(store, config(tmp_path, spool_max_bytes=4000))
     store.down = True
