@@ -87,7 +87,10 @@ def test_the_audits_extra_load_is_within_the_share(stored: Any) -> None:
     shadow = rows[rows["audit_of"] != ""]["tokens"].sum()
     user = rows[(rows["audit_of"] == "") & (rows["outcome"] == "ok")]["tokens"].sum()
     assert math.isclose(df.attrs["shadow_share"], shadow / user, rel_tol=1e-9)
-    assert df.attrs["shadow_share"] <= SHARE + 0.01, df.attrs  # the configured share, +1 point
+    # the configured share, over by at most the one shadow sent while the share was just under
+    # (one long prompt is ~1.5 points of this short run's tokens)
+    one = rows[rows["audit_of"] != ""]["tokens"].max() / user
+    assert df.attrs["shadow_share"] <= SHARE + one, (df.attrs, one)
     assert df.attrs["shadow_share"] >= SHARE - 0.03  # and it binds (every decision was sampled)
 
 

@@ -122,7 +122,10 @@ def test_shadows_stay_within_the_share_and_name_what_they_audit() -> None:
     shadows = [r for r in records if r.get("route") == "shadow"]
     assert len(users) == 240 and shadows
     share = sum(map(tokens, shadows)) / sum(map(tokens, users))
-    assert 0.07 <= share <= 0.11, share  # within the configured 10 % (+1 point), and it binds
+    # within the configured 10 %, over by at most the one shadow sent while it was just under
+    # (a long prompt's ~2,000 tokens is ~1.5 points of this short run's), and it binds
+    overshoot = max(map(tokens, shadows)) / sum(map(tokens, users))
+    assert 0.07 <= share <= 0.1 + overshoot, (share, overshoot)
     by_trace = {u["trace_id"]: u for u in users}
     for shadow in shadows:
         audited = by_trace[shadow["audit_of"]]
