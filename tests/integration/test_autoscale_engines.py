@@ -139,5 +139,10 @@ def test_up_scales_a_real_pool_out_and_back_in_without_failing_a_request(tmp_pat
         f"SELECT count() AS n FROM requests WHERE source = 'gateway' AND ts >= '{drained}' AND ts <= '{removed}'"
     )
     assert served[0]["n"] > 0  # and the calm traffic did go on through it
-    paged = sql("SELECT rule, state FROM alert_events WHERE state IN ('pending', 'firing')")
-    assert paged == [], paged  # a replica the autoscaler removed is not a replica down
+    # a replica the autoscaler removed is not a replica down: nothing pends or fires from its drain
+    # on (before it, an engine busy on 2 loaded cores can miss a scrape and pend for 5 s: seen once,
+    # small-1 serving, scrape timed out, inactive at the next evaluation)
+    paged = sql(
+        f"SELECT rule, state, labels FROM alert_events WHERE state IN ('pending', 'firing') AND ts >= '{drained}'"
+    )
+    assert paged == [], paged
