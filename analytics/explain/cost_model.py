@@ -48,12 +48,8 @@ class CostExplanation:
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (docs/analytics.md lists its keys)."""
 
-        def frame(df: pd.DataFrame) -> list[dict[str, Any]]:
-            return json_safe(df.to_dict(orient="records")) if len(df) else []
-
-        periods = None
-        if self.periods is not None:
-            periods = {name: iso(t) for name, t in zip(("baseline_start", "break", "end"), self.periods, strict=True)}
+        frame = frame_records
+        periods = period_times(self.periods)
         return {
             "metric": "cost per 1M tokens",
             "view": self.view,
@@ -84,6 +80,18 @@ def to_float(value: Any) -> float:
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return [{str(k): v for k, v in row.items()} for row in df.to_dict(orient="records")]
+
+
+def frame_records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """A frame's rows as JSON-ready records ([] for none)."""
+    return json_safe(df.to_dict(orient="records")) if len(df) else []
+
+
+def period_times(periods: Any) -> dict[str, Any] | None:
+    """The periods compared (baseline start, break, end) as ISO times by name, or None."""
+    if periods is None:
+        return None
+    return {name: iso(t) for name, t in zip(("baseline_start", "break", "end"), periods, strict=True)}
 
 
 def iso(t: datetime | pd.Timestamp | None) -> str | None:

@@ -56,7 +56,7 @@ from analytics.adapters import adapter_pools
 from analytics.changepoints import change_points, episode
 from analytics.errors import BadInput
 from analytics.explain import quality_queries as qq
-from analytics.explain.cost_model import iso, json_safe, num, records, to_float
+from analytics.explain.cost_model import frame_records, iso, json_safe, num, period_times, records, to_float
 from analytics.explain.cost_queries import reason_kind
 from analytics.explain.scoring import moved_at
 from analytics.filters import Filters
@@ -105,12 +105,8 @@ class QualityExplanation:
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (docs/analytics.md, "Explaining a quality break")."""
 
-        def frame(df: pd.DataFrame) -> list[dict[str, Any]]:
-            return json_safe(df.to_dict(orient="records")) if len(df) else []
-
-        periods = None
-        if self.periods is not None:
-            periods = {name: iso(t) for name, t in zip(("baseline_start", "break", "end"), self.periods, strict=True)}
+        frame = frame_records
+        periods = period_times(self.periods)
         return {
             "metric": self.metric,
             "source": "request log (gateway)",
