@@ -1,12 +1,14 @@
-"""``fleetscope up``: the whole product in one process over one store.
+"""``fleetscope up``: the whole product over one store, the collector, the alert evaluator and the
+dashboard each in a process of its own.
 
 In:  settings (``fleetscope.yaml``), ``UpOptions`` (which fleet, scenario, replicas, port).
-Out: until Ctrl-C or SIGTERM, in this process: the collector (its own asyncio loop in a thread),
-     the alert evaluator (APScheduler's thread), a webhook sink when no receiver is configured
-     (``alerts.sink``), a status line every ``status_every_s`` and the Streamlit dashboard (in the
-     main thread: chDB allows one process per data directory), the collector, the evaluator and
-     the dashboard each on a ClickHouse handle of its own (a handle serialises its calls; separate
-     ones query in parallel); as children: the bundled fleet (real vLLM engines, or simulated
+Out: until Ctrl-C or SIGTERM, in this process: the collector (its own asyncio loop in a thread)
+     holding the store, and with the embedded store (chDB opens a directory in one process) its
+     ClickHouse HTTP interface on loopback (``storage.chdb_http``), a webhook sink when no
+     receiver is configured (``alerts.sink``) and a status line every ``status_every_s``; as
+     children (``fleetscope.up_children``), on that interface or the ClickHouse server: the alert
+     evaluator and the Streamlit dashboard, so neither waits behind the collector's Python nor
+     the other's; and the bundled fleet (real vLLM engines, or simulated
      ones with ``fleet="sim"``; CPU engines at a lower priority) with its gateway, and the traffic
      generator playing ``scenario`` (started once the dashboard answers and every rule group was
      evaluated once, or a minute passed: the steady phase does not share the cores with `up`'s start). On the way
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import signal
 import subprocess
@@ -27,6 +28,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,11 +47,12 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import sessionmaker
 
     from alerts.config import AlertsSettings
-    from alerts.evaluator import Evaluator
     from alerts.sink import Sink
     from collector.service import Collector
     from fleet.launcher import Launcher
     from fleet.spec import FleetSpec, ReplicaSpec
+    from fleetscope.up_children import Child
+    from storage.chdb_http import ChdbHttpServer
     from storage.clickhouse import Client
 
 __all__ = ["UpError", "UpOptions", "derived_spec", "up"]
@@ -213,32 +216,6 @@ def warm_up(spec: FleetSpec, echo: Callable[[str], None]) -> None:
     echo(f"  warmed up {len(engines) - len(failed)} engine(s)" + (f" (failed: {'; '.join(failed)})" if failed else ""))
 
 
-def _serve_dashboard(host: str, port: int) -> None:
-    """Streamlit in this (the main) thread until it is stopped (SIGINT/SIGTERM: its own handlers)."""
-    from streamlit.web import bootstrap
-
-    from dashboard.launch import preload
-
-    preload()  # what `up` did not import yet (nothing, once its preloading thread is done)
-    gc.freeze()  # the libraries' objects out of the collector's passes (dashboard.launch says why)
-    flags = {
-        "server.address": host,
-        "server.port": port,
-        "server.headless": True,
-        "browser.gatherUsageStats": False,
-        "server.fileWatcherType": "none",
-        "server.runOnSave": False,
-        "runner.magicEnabled": False,
-        "runner.postScriptGC": False,
-        "client.toolbarMode": "minimal",
-        "logger.level": "warning",
-    }
-    if hasattr(bootstrap, "_print_url"):  # `up` says where the dashboard is, once it answers
-        bootstrap._print_url = lambda *_args, **_kwargs: None  # noqa: SLF001
-    bootstrap.load_config_options(flag_options=flags)
-    bootstrap.run(str(ROOT / "dashboard" / "app.py"), False, [], flags)
-
-
 def _check_served(scenario_name: str, spec: FleetSpec, spec_path: Path) -> None:
     """``UpError`` (one line) when the scenario asks for models or adapters the fleet does not serve."""
     from fleet.traffic import load_scenario, unserved
@@ -259,10 +236,12 @@ class _Up:
     sessions: sessionmaker[Any]
     alerts: AlertsSettings
     client: Client  # the collector's
-    evaluator_client: Client  # the evaluator's and the status line's
-    dashboard_client: Client
+    status_client: Client  # the status line's
     collector: _CollectorThread
-    evaluator: Evaluator
+    children_settings: Settings  # the evaluator's and the dashboard's: the store through its HTTP interface
+    store_server: ChdbHttpServer | None
+    dashboard: Child
+    evaluator: Child | None
     niced_fleet: bool  # CPU engines, their gateway and their traffic run below the product's own processes
 
     def __init__(self, settings: Settings, opts: UpOptions, echo: Callable[[str], None]) -> None:
@@ -365,23 +344,42 @@ class _Up:
         self.settings = settings.model_copy(update={"alerts": alerts})
 
     def open_stores(self) -> None:
-        """A ClickHouse handle each for the collector, the evaluator and the dashboard (one handle
-        serialises its calls: a page does not wait behind a rule's query or an insert)."""
+        """The collector's ClickHouse handle and the status line's; with the embedded store, its
+        HTTP interface for the children; the rules checked; the dashboard started (its imports
+        done while the fleet starts)."""
         from alerts.config import rule_groups
         from alerts.evaluator import Evaluator
         from alerts.reading import Context
         from fleetscope.collect import build_collector
         from fleetscope.stores import open_clickhouse
+        from fleetscope.up_children import Child
+        from storage.chdb_http import ChdbHttpServer
+        from storage.clickhouse import parse_url
 
         settings, handles = self.settings, self.handles
+        self.store_server, self.evaluator = None, None
         try:
             self.client = handles.enter_context(contextlib.closing(open_clickhouse(settings)))
-            self.evaluator_client = handles.enter_context(contextlib.closing(open_clickhouse(settings)))
-            self.dashboard_client = handles.enter_context(contextlib.closing(open_clickhouse(settings)))
+            self.status_client = handles.enter_context(contextlib.closing(open_clickhouse(settings)))
             self.collector = _CollectorThread(build_collector(settings, self.client))
-            groups = rule_groups(self.alerts)
-            context = Context(self.evaluator_client, self.sessions, settings.cost.weights())
-            self.evaluator = Evaluator(groups, context, self.sessions, self.alerts)
+            # the rules' errors now, not in the evaluator's process later (this one is not started)
+            Evaluator(
+                rule_groups(self.alerts),
+                Context(self.status_client, self.sessions, settings.cost.weights()),
+                self.sessions,
+                self.alerts,
+            )
+            target = parse_url(settings.clickhouse.url)
+            url = settings.clickhouse.url
+            if target.kind == "chdb":
+                assert target.path is not None
+                self.store_server = ChdbHttpServer(target.path).start()
+                handles.callback(self.store_server.stop)
+                url = self.store_server.url
+            self.children_settings = settings.model_copy(
+                update={"clickhouse": settings.clickhouse.model_copy(update={"url": url})}
+            )
+            self.dashboard = Child("dashboard", self.children_settings, self.opts.host, str(self.opts.port))
         except BaseException:
             handles.close()
             if self.sink is not None:
@@ -423,46 +421,44 @@ class _Up:
     def start_watching(self) -> None:
         """The collector, the rule evaluator and the status line every ``status_every_s``."""
         from alerts.config import rule_groups
+        from fleetscope.up_children import Child
 
         self.collector.start()
         c = self.collector.collector.config
         self.echo(
             f"collector: {len(self.collector.collector.targets())} target(s), OTLP and request logs on http://{c.host}:{c.http_port}"
         )
-        self.evaluator.start()
+        self.watching_since = datetime.now(UTC) - timedelta(seconds=1)
+        self.evaluator = Child("evaluator", self.children_settings)
         self.echo(
-            f"alerts: {sum(len(g.rules) for g in rule_groups(self.alerts))} rule(s) evaluated; notifications to "
-            + ", ".join(r.name for r in self.alerts.receivers)
+            f"alerts: {sum(len(g.rules) for g in rule_groups(self.alerts))} rule(s) evaluated "
+            f"(process {self.evaluator.proc.pid}); notifications to " + ", ".join(r.name for r in self.alerts.receivers)
         )
         threading.Thread(target=self._report, name="status", daemon=True).start()
 
     def _report(self) -> None:
         while not self.stop_status.wait(self.opts.status_every_s):
             try:
-                self.echo(status_line(self.evaluator_client, self.sessions))
-                for line in self.scaling.lines(self.evaluator_client):  # cold starts, from the store
+                self.echo(status_line(self.status_client, self.sessions))
+                for line in self.scaling.lines(self.status_client):  # cold starts, from the store
                     self.echo(line)
             except Exception as exc:  # noqa: BLE001 - a status line must not stop the product
                 self.echo(f"status unavailable: {exc}")
 
-    def serve(self, preloading: threading.Thread) -> None:
-        """The dashboard in this (the main) thread until it is stopped; announced, and then the
-        traffic started, from another thread once it answers."""
-        from dashboard.context import use_stores
-        from fleetscope.stores import open_clickhouse
-
-        settings = self.settings
-        readers = [  # the dashboard's pages read their panels at once on these (dashboard.readers)
-            self.handles.enter_context(contextlib.closing(open_clickhouse(settings)))
-            for _ in range(settings.dashboard.reader_count() if settings.dashboard.reader_count() > 1 else 0)
-        ]
-        use_stores(self.dashboard_client, self.sessions, settings, readers)
+    def serve(self) -> None:
+        """Until Ctrl-C or SIGTERM (or the dashboard's process ends); the dashboard announced, and
+        then the traffic started, from another thread once it answers."""
+        stopping = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stopping.set())
         threading.Thread(target=self._announce, name="announce", daemon=True).start()
-        try:
-            preloading.join()
-            _serve_dashboard(self.opts.host, self.opts.port)
-        except KeyboardInterrupt:
-            pass
+        while not stopping.wait(0.5):
+            if not self.dashboard.alive:
+                self.echo(f"the dashboard stopped (exit {self.dashboard.proc.returncode}); stopping everything")
+                break
+            if self.evaluator is not None and not self.evaluator.alive:
+                self.echo(f"the alert evaluator stopped (exit {self.evaluator.proc.returncode}); stopping everything")
+                break
 
     def _announce(self) -> None:
         """The dashboard's address once it answers, not before; then the traffic."""
@@ -473,19 +469,32 @@ class _Up:
                 return
             try:
                 if httpx.get(f"{local}/_stcore/health", timeout=2).text == "ok":
-                    self.echo(f"dashboard at {self.url} (Ctrl-C stops everything)")
+                    self.echo(f"dashboard at {self.url} (process {self.dashboard.proc.pid}; Ctrl-C stops everything)")
                     break
             except httpx.HTTPError:
                 pass
             stop_status.wait(0.2)
         if opts.no_fleet or not opts.scenario:
             return
-        groups = {g.name for g in self.evaluator.groups}
-        for _ in range(int(FIRST_PASS_WAIT_S / 0.2)):  # each rule group evaluated once (or a minute gone)
-            if stop_status.is_set() or groups <= set(self.evaluator.last):
-                break
-            stop_status.wait(0.2)
+        self._first_pass()
         self._start_traffic()
+
+    def _first_pass(self) -> None:
+        """Until each rule group was evaluated once since the evaluator started (or a minute went)."""
+        from alerts.config import rule_groups
+        from alerts.store import evaluations
+
+        groups = {g.name for g in rule_groups(self.alerts)}
+        for _ in range(int(FIRST_PASS_WAIT_S / 0.5)):
+            if self.stop_status.is_set():
+                return
+            try:
+                done = {e.group for e in evaluations(self.sessions) if _utc(e.evaluated_at) >= self.watching_since}
+            except Exception:  # noqa: BLE001 - the metadata DB busy: look again
+                done = set()
+            if groups <= done:
+                return
+            self.stop_status.wait(0.5)
 
     def _start_traffic(self) -> None:
         """The scenario, once everything that watches it runs: its first seconds are the steady
@@ -532,7 +541,8 @@ class _Up:
             except subprocess.TimeoutExpired:
                 os.killpg(traffic.pid, signal.SIGKILL)
                 traffic.wait()
-        self.evaluator.stop()
+        if self.evaluator is not None:
+            self.evaluator.stop()
         if self.started_fleet:
             if self.collector.alive:
                 self.collector.stop_scraping()  # its last scrapes would find the engines gone; its receiver stays
@@ -541,6 +551,7 @@ class _Up:
             self.flushed = self.collector.stop()
         if self.sink is not None:
             self.sink.stop()
+        self.dashboard.stop()
         self.handles.close()
 
     def farewell(self) -> None:
@@ -554,14 +565,9 @@ class _Up:
         )
 
 
-def _preload() -> threading.Thread:
-    """The dashboard's imports (6 s on an idle 2-core machine, three times that beside busy engines)
-    in a thread while the engines load: the dashboard answers that much sooner."""
-    from dashboard.launch import preload
-
-    preloading = threading.Thread(target=preload, name="preload", daemon=True)
-    preloading.start()
-    return preloading
+def _utc(at: datetime) -> datetime:
+    """A stored time as an aware UTC one (SQLite gives it back naive)."""
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
 
 def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print) -> bool:
@@ -572,11 +578,10 @@ def up(settings: Settings, opts: UpOptions, echo: Callable[[str], None] = print)
     run.prepare()
     run.route_alerts()
     run.open_stores()
-    preloading = _preload()
     try:
         run.start_fleet()
         run.start_watching()
-        run.serve(preloading)
+        run.serve()
     finally:
         run.shut_down()
     run.farewell()

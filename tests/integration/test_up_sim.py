@@ -6,6 +6,7 @@ and the store then reads the data (scrapes from every replica, the gateway's req
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -75,8 +76,14 @@ def test_up_with_a_simulated_fleet_collects_alerts_serves_and_stops_clean(tmp_pa
     )
     children: list[int] = []
     try:
-        up.until(r"dashboard at http://127\.0\.0\.1:\d+", 120)
+        announced = up.until(r"dashboard at http://127\.0\.0\.1:\d+ \(process \d+", 120)
+        dashboard_pid = int(re.search(r"process (\d+)", announced).group(1))
         assert httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=5).text == "ok"
+        evaluator_pid = int(
+            re.search(r"process (\d+)", up.until(r"alerts: 1 rule\(s\) evaluated \(process", 5)).group(1)
+        )
+        # the collector (this process), the evaluator and the dashboard each on an interpreter of its own
+        assert len({up.proc.pid, dashboard_pid, evaluator_pid}) == 3
         up.until(r"traffic: scenario long-context-rollout", 90)
         said = "".join(up.seen)  # the steady phase does not share the cores with up's own start
         assert said.index("dashboard at") < said.index("traffic: scenario"), said
@@ -91,6 +98,9 @@ def test_up_with_a_simulated_fleet_collects_alerts_serves_and_stops_clean(tmp_pa
     assert "stopped; everything written" in out
     assert group_members(up.proc.pid) == []  # the up process group: the traffic generator ran in its own
     assert not [pid for pid in children if group_members(pid)], out  # no simulated engine nor gateway left
+    assert not [pid for pid in (dashboard_pid, evaluator_pid) if group_members(pid)], (
+        out
+    )  # nor the dashboard, the evaluator
 
     # the store, now free, holds what was collected: `fleetscope sql` reads it
     def sql(query: str) -> list[dict]:
