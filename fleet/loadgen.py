@@ -8,9 +8,12 @@ Out: HTTP requests (streaming SSE and not) with a W3C ``traceparent``, ``x-tenan
      It writes nothing to ClickHouse: what the fleet did is observed by the collector, like any
      other client's traffic.
 
-Arrivals are open-loop (Poisson): a request whose turn comes while ``max_in_flight``
-requests are outstanding is counted as ``shed`` rather than delayed, so an overloaded fleet
-shows up as errors and latency, not as a quietly slower generator.
+Arrivals are open-loop (Poisson): they keep their schedule whatever the answers, as real clients
+keep arriving. With a mix's ``max_in_flight`` set, a request whose turn comes while that many are
+outstanding is not sent (counted as ``not_sent``, never delayed); with it null (the overload
+scenario) nothing caps them, so an overloaded fleet meets the whole offered load. A 429 answer
+(the gateway shed the request, or its tenant was over its rate) is counted as ``shed``, with its
+``Retry-After`` in the request's log line.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class RequestResult:
     completion_tokens: int | None
     started_at: float
     phase: str
+    retry_after_s: float | None = None  # a 429's or 503's Retry-After
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -73,7 +77,8 @@ class LoadStats:
     sent: int = 0
     ok: int = 0
     failed: int = 0
-    shed: int = 0
+    shed: int = 0  # answered 429 (part of failed)
+    not_sent: int = 0  # arrivals while max_in_flight were outstanding
     errors: Counter[str] = field(default_factory=Counter)
     ttft: deque[float] = field(default_factory=lambda: deque(maxlen=2000))
     e2e: deque[float] = field(default_factory=lambda: deque(maxlen=2000))
@@ -91,14 +96,16 @@ class LoadStats:
         else:
             self.failed += 1
             self.errors[result.error] += 1
+            self.shed += result.status == 429
 
     def line(self, elapsed: float, phase: str, in_flight: int) -> str:
         ttft = list(self.ttft)[-200:]
         p50, p99 = percentile(ttft, 0.5), percentile(ttft, 0.99)
         lat = f"TTFT p50 {p50:.3f}s p99 {p99:.3f}s" if p50 is not None and p99 is not None else "TTFT n/a"
-        shed = f" shed {self.shed}" if self.shed else ""
+        shed = f" (shed {self.shed})" if self.shed else ""
+        capped = f" not sent {self.not_sent}" if self.not_sent else ""
         return (
-            f"[+{elapsed:5.0f}s {phase}] sent {self.sent} ok {self.ok} failed {self.failed}{shed} "
+            f"[+{elapsed:5.0f}s {phase}] sent {self.sent} ok {self.ok} failed {self.failed}{shed}{capped} "
             f"in-flight {in_flight} | client {lat} (streaming, last 200)"
         )
 
@@ -109,6 +116,7 @@ class LoadStats:
             "ok": self.ok,
             "failed": self.failed,
             "shed": self.shed,
+            "not_sent": self.not_sent,
             "errors": dict(self.errors),
             "ttft_p50_s": percentile(ttft, 0.5),
             "ttft_p99_s": percentile(ttft, 0.99),
@@ -198,18 +206,7 @@ async def send_request(
 ) -> RequestResult:
     """Send ``plan`` to ``url`` (``/v1/completions``, streamed or not) and time it; never raises
     for the server's or the network's failures: they are the result's ``error``."""
-    body: dict[str, Any] = {
-        "model": plan.model,
-        "prompt": plan.prompt,
-        "max_tokens": plan.max_tokens,
-        "temperature": 0.8,
-        "ignore_eos": True,  # vLLM extension: exact output lengths from a random-weight model
-        "stream": plan.stream,
-    }
-    if plan.answer_tokens:  # the simulator ends the answer there (finish reason stop); vLLM ignores it
-        body["vllm_xargs"] = {ANSWER_TOKENS_ARG: plan.answer_tokens}
-    if plan.stream:
-        body["stream_options"] = {"include_usage": True}
+    body = _body(plan)
     # x-model: what a gateway that routes before reading the body (Envoy) routes on
     headers = {**(headers or {}), "traceparent": traceparent, "x-tenant": plan.tenant, "x-model": plan.model}
     started = time.time()
@@ -218,13 +215,14 @@ async def send_request(
     completion_tokens: int | None = None
     status: int | None = None
     error = ""
+    retry_after: float | None = None
     try:
         if plan.stream:
             async with client.stream("POST", f"{url}/v1/completions", json=body, headers=headers) as response:
                 status = response.status_code
                 if status != 200:
                     await response.aread()
-                    error = f"http {status}"
+                    error, retry_after = _refusal(response), _retry_after(response)
                 else:
                     async for line in response.aiter_lines():
                         if not line.startswith("data: ") or line == "data: [DONE]":
@@ -241,7 +239,7 @@ async def send_request(
             if status == 200:
                 completion_tokens = response.json().get("usage", {}).get("completion_tokens")
             else:
-                error = f"http {status}"
+                error, retry_after = _refusal(response), _retry_after(response)
     except httpx.TimeoutException:
         error = "timeout"
     except httpx.TransportError as exc:
@@ -265,7 +263,45 @@ async def send_request(
         completion_tokens=completion_tokens,
         started_at=started,
         phase=phase,
+        retry_after_s=retry_after,
     )
+
+
+def _body(plan: RequestPlan) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": plan.model,
+        "prompt": plan.prompt,
+        "max_tokens": plan.max_tokens,
+        "temperature": 0.8,
+        "ignore_eos": True,  # vLLM extension: exact output lengths from a random-weight model
+        "stream": plan.stream,
+    }
+    if plan.answer_tokens:  # the simulator ends the answer there (finish reason stop); vLLM ignores it
+        body["vllm_xargs"] = {ANSWER_TOKENS_ARG: plan.answer_tokens}
+    if plan.stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _refusal(response: httpx.Response) -> str:
+    """``http STATUS``, and the error's type where the body says it (the gateway's ``shed_queue_time``)."""
+    try:
+        kind = response.json()["error"]["type"]
+    except (ValueError, KeyError, TypeError):
+        return f"http {response.status_code}"
+    return (
+        f"http {response.status_code} {kind}"
+        if isinstance(kind, str) and kind.isidentifier()
+        else f"http {response.status_code}"
+    )
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The answer's Retry-After in seconds (a number; a date is not read)."""
+    try:
+        return float(response.headers["retry-after"])
+    except (KeyError, ValueError):
+        return None
 
 
 async def run_scenario(
@@ -329,8 +365,8 @@ async def run_scenario(
                 progress(stats.line(elapsed, phase, len(tasks)))
                 next_progress += progress_every_s
             if elapsed >= next_arrival:
-                if len(tasks) >= mix.max_in_flight:
-                    stats.shed += 1
+                if mix.max_in_flight is not None and len(tasks) >= mix.max_in_flight:
+                    stats.not_sent += 1
                 else:
                     plan = plan_request(mix, rng, max_len)
                     stats.sent += 1

@@ -128,7 +128,10 @@ class TrafficMix(_Strict):
     system_prompts: int = Field(default=4, ge=1)
     models: dict[str, float] = Field(min_length=1, description="model -> weight")
     stream_share: float = Field(default=0.5, ge=0, le=1)
-    max_in_flight: int = Field(default=128, ge=1)
+    # the generator's own cap on requests outstanding (arrivals past it are not sent); null: open
+    # loop, every arrival sent whatever the answers (the overload scenario: the offered load exceeds
+    # what the fleet holds)
+    max_in_flight: int | None = Field(default=128, ge=1)
     # how predictable the text is to a speculative draft: the share of "predictable" requests, whose
     # prompts are edits of the repeat model's chain (plan_request): n-gram drafts are accepted on
     # those, hardly on others (real engines; the simulator reads it off the prompt the same way,

@@ -361,8 +361,9 @@ def traffic(
             log_file.close()
     s = stats.summary()
     typer.echo(
-        f"done: sent {s['sent']} ok {s['ok']} failed {s['failed']} shed {s['shed']}; "
-        f"tokens in {s['prompt_tokens']} out {s['completion_tokens']}"
+        f"done: sent {s['sent']} ok {s['ok']} failed {s['failed']} (shed by the fleet, 429: {s['shed']}); "
+        + (f"not sent (in-flight cap): {s['not_sent']}; " if s["not_sent"] else "")
+        + f"tokens in {s['prompt_tokens']} out {s['completion_tokens']}"
         + (f"; errors {s['errors']}" if s["errors"] else "")
     )
     if s["sent"] and not s["ok"]:

@@ -20,7 +20,8 @@ async def _main(spec_path: Path) -> None:
     if spec.gateway is None:
         raise YamlConfigError(f"{spec_path}: no gateway section")
     replicas = [ReplicaState(r.name, r.model, spec.url(r), adapters=tuple(r.adapters)) for r in spec.replicas]
-    gateway = Gateway(spec.gateway, replicas)
+    targets = {name: model.slo["ttft"] for name, model in spec.models.items() if "ttft" in model.slo}
+    gateway = Gateway(spec.gateway, replicas, budgets=targets)
     await gateway.start(spec.host, spec.gateway.port)
     print(
         f"gateway on http://{spec.host}:{spec.gateway.port} ({spec.gateway.policy}"

@@ -15,7 +15,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fleet.quality.evaluators import DEFAULT_REFUSALS, compile_patterns
 
-__all__ = ["DEFAULT_RUBRIC", "AuditSpec", "GatewaySpec", "JudgeSpec", "ModelRouterSpec", "QualitySpec", "TenantLimits"]
+__all__ = [
+    "DEFAULT_RUBRIC",
+    "AuditSpec",
+    "GatewaySpec",
+    "JudgeSpec",
+    "ModelRouterSpec",
+    "QualitySpec",
+    "QueueTimeSpec",
+    "TenantLimits",
+]
 
 
 class _Strict(BaseModel):
@@ -36,6 +45,26 @@ class TenantLimits(_Strict):
     requests_per_s: float | None = Field(default=None, gt=0)
     tokens_per_s: float | None = Field(default=None, gt=0, description="prompt + max_tokens per second")
     burst_s: float = Field(default=2.0, gt=0, description="bucket size in seconds of rate")
+    weight: float = Field(default=1.0, gt=0, description="the tenant's share of a busy pool, against the others'")
+    priority: int = Field(
+        default=0, ge=-9, le=9, description="each step widens (below 0: narrows) its queue-time budget by half"
+    )
+
+
+class QueueTimeSpec(_Strict):
+    """Admission by queue time (fleet.gateway.queue_time): a request whose estimated wait for its
+    first token is past its pool's budget (the model's SLO TTFT target x budget_factor) gets 429."""
+
+    enabled: bool = True
+    budget_factor: float = Field(default=1.0, gt=0, description="the budget: the model's SLO ttft times this")
+    default_budget_s: float | None = Field(
+        default=None, gt=0, description="the budget of a model without an SLO ttft target (none: not shed)"
+    )
+    window_s: float = Field(default=30.0, gt=0, description="the pool's pace: its first tokens over this window")
+    min_events: int = Field(default=5, ge=1, description="fewer first tokens in the window: no estimate, admitted")
+    fair_share_at: float = Field(
+        default=0.5, gt=0, le=1, description="past this share of the budget, a tenant over its share is shed"
+    )
 
 
 class QualitySpec(_Strict):
@@ -140,6 +169,7 @@ class GatewaySpec(_Strict):
     affinity_prefix_tokens: int = Field(default=64, ge=1, description="prompt prefix hashed for affinity and the log")
     default_limits: TenantLimits = TenantLimits()
     tenant_limits: dict[str, TenantLimits] = Field(default_factory=dict)
+    queue_time: QueueTimeSpec = QueueTimeSpec()
     max_in_flight: int = Field(default=64, ge=1, description="requests forwarded at once")
     max_queue: int = Field(default=128, ge=0, description="requests waiting for a slot; beyond: 429")
     queue_timeout_s: float = Field(default=30.0, gt=0)

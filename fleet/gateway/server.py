@@ -37,6 +37,7 @@ from fleet.gateway.admission import Admission, Rejected
 from fleet.gateway.audit import RouterAudit
 from fleet.gateway.config import GatewaySpec
 from fleet.gateway.quality import AnswerCapture, Quality
+from fleet.gateway.queue_time import QueueTime
 from fleet.gateway.requestlog import RequestLogShipper
 from fleet.gateway.routing import NoReplica, ReplicaState, Router, prefix_hash
 
@@ -101,6 +102,7 @@ class _Record:
     itl_seconds: float = 0.0
     e2e_seconds: float = 0.0
     token_times: list[float] = field(default_factory=list)
+    waiting: bool = False  # admitted and without its first token yet (the pool's queue, fleet.gateway.queue_time)
     capture: AnswerCapture | None = None  # a sampled request's answer, scored when it finished well
     audit: tuple[AnswerCapture, dict[str, Any], bool] | None = None  # the router audit's: answer, body, chat
 
@@ -114,7 +116,7 @@ class _Record:
             tokens = max(len(times), self.completion_tokens)
             if tokens > 1 and len(times) > 1:
                 self.itl_seconds = (times[-1] - times[0]) / (tokens - 1)
-        data = {k: v for k, v in self.__dict__.items() if k not in ("token_times", "capture", "audit")}
+        data = {k: v for k, v in self.__dict__.items() if k not in ("token_times", "capture", "audit", "waiting")}
         data["prefix_hash"] = f"{self.prefix_hash:016x}"
         if self.capture is not None and self.outcome == "ok":
             data.update(self.capture.fields(self.finish_reason, self.max_tokens, self.completion_tokens))
@@ -210,13 +212,47 @@ class _Metrics:
         )
 
 
+def _queue_time(spec: GatewaySpec, replicas: list[ReplicaState], targets: dict[str, float]) -> QueueTime:
+    """The queue-time admission of ``spec.queue_time``: a budget for each model with a TTFT target
+    (or the default budget); none at all when it is off."""
+    qt = spec.queue_time
+    budgets = (
+        {}
+        if not qt.enabled
+        else {
+            model: target
+            for model in {r.model for r in replicas} | set(targets)
+            if (target := targets.get(model, qt.default_budget_s)) is not None
+        }
+    )
+    limits = spec.tenant_limits
+    return QueueTime(
+        budgets,
+        budget_factor=qt.budget_factor,
+        window_s=qt.window_s,
+        min_events=qt.min_events,
+        fair_share_at=qt.fair_share_at,
+        weights={t: lim.weight for t, lim in limits.items()},
+        priorities={t: lim.priority for t, lim in limits.items()},
+        default_weight=spec.default_limits.weight,
+        default_priority=spec.default_limits.priority,
+    )
+
+
 class Gateway:
     def __init__(
-        self, spec: GatewaySpec, replicas: list[ReplicaState], registry: CollectorRegistry | None = None
+        self,
+        spec: GatewaySpec,
+        replicas: list[ReplicaState],
+        registry: CollectorRegistry | None = None,
+        budgets: dict[str, float] | None = None,
     ) -> None:
+        """``budgets``: each model's TTFT target in seconds (the fleet spec's ``slo.ttft``), the
+        base of its queue-time budget (``spec.queue_time``)."""
         self.spec = spec
         self.router = Router(spec, replicas)
         self.admission = Admission(spec)
+        self.queue_time = _queue_time(spec, replicas, budgets or {})
         self.quality = Quality(spec.quality)
         self.registry = registry or CollectorRegistry()
         self.metrics = _Metrics(self.registry)
@@ -381,9 +417,20 @@ class Gateway:
         record.audit = (audited, body, chat) if audited is not None else None
         try:
             self.admission.check_rate(tenant, prompt_tokens + max_tokens)
+        except Rejected as exc:
+            self.metrics.rejected.labels("rate_limit").inc()
+            return self._error(record, t0, 429, exc.reason, "rejected", retry_after=exc.retry_after_s)
+        verdict = self.queue_time.decide(record.model, tenant)
+        if not verdict.admitted:  # shed now, not answered late: outcome shed_queue_time / shed_tenant_share
+            self.metrics.rejected.labels(verdict.reason).inc()
+            return self._error(record, t0, 429, verdict.message, f"shed_{verdict.reason}", verdict.retry_after_s)
+        self.queue_time.sent(record.model, tenant)
+        record.waiting = True
+        try:
             await self.admission.acquire()
         except Rejected as exc:
-            self.metrics.rejected.labels("rate_limit" if "tenant" in exc.reason else "saturated").inc()
+            self._left_queue(record)
+            self.metrics.rejected.labels("saturated").inc()
             return self._error(record, t0, 429, exc.reason, "rejected", retry_after=exc.retry_after_s)
         record.queue_seconds = time.perf_counter() - t0
         replica = decision.replica
@@ -395,6 +442,19 @@ class Gateway:
             replica.in_flight -= 1
             self.metrics.in_flight.labels(replica.name).dec()
             self.admission.release()
+            self._left_queue(record)
+
+    def _first_token(self, record: _Record) -> None:
+        """The request's first token (or its whole answer): it leaves its pool's queue, at the pool's pace."""
+        if record.waiting:
+            record.waiting = False
+            self.queue_time.first_token(record.model, record.tenant)
+
+    def _left_queue(self, record: _Record) -> None:
+        """It ended without a first token (an error, a timeout, the client gone): out of the queue."""
+        if record.waiting:
+            record.waiting = False
+            self.queue_time.done(record.model, record.tenant, waited=True)
 
     async def _forward(
         self,
@@ -426,6 +486,7 @@ class Gateway:
                 if upstream.status != 200 or not stream:
                     payload = await limits.next(upstream.read())
                     if upstream.status == 200:
+                        self._first_token(record)
                         self._usage(record, json.loads(payload), final=True)
                         replica.first_token_at = replica.first_token_at or time.time()
                         record.token_times = []
@@ -479,6 +540,7 @@ class Gateway:
             if any(c.get("text") or (c.get("delta") or {}).get("content") for c in chunk["choices"]):
                 record.token_times.append(time.perf_counter())
                 replica.first_token_at = replica.first_token_at or time.time()  # its first token, ever
+                self._first_token(record)
             for c in chunk["choices"]:
                 if c.get("finish_reason"):
                     record.finish_reason = str(c["finish_reason"])

@@ -26,7 +26,7 @@ from fleet.traffic import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ["steady", "long-context-rollout", "tenant-shift", "replica-crash"]
+SHIPPED = ["steady", "long-context-rollout", "tenant-shift", "replica-crash", "overload"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -161,7 +161,7 @@ def test_bad_phase_names_the_phase(tmp_path: Path) -> None:
 def test_unknown_scenario_lists_the_shipped_ones() -> None:
     with pytest.raises(
         YamlConfigError,
-        match="shipped ones are acceptance-collapse, adapter-thrash, engine-stall, long-context-rollout, max-tokens-release, refusing-adapter, "
+        match="shipped ones are acceptance-collapse, adapter-thrash, engine-stall, long-context-rollout, max-tokens-release, overload, refusing-adapter, "
         "replica-crash, "
         "router-defeat, router-shift, scale-ramp, steady, tenant-shift",
     ):
