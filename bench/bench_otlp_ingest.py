@@ -7,7 +7,7 @@ running in this process and writing to a temporary chDB store, request-log rollu
 included. The figure is spans per CPU-second of the collector process (collector and chDB
 both run in it), measured until every row is in ClickHouse and counted there.
 
-Six runs: the bodies decoded by ClickHouse (``collector.otlp_native``: the collector checks and
+Seven runs. Six with the collector: the bodies decoded by ClickHouse (``collector.otlp_native``: the collector checks and
 counts each body, chDB parses it with its Protobuf input format and a view flattens it) or by
 the collector in Python (``collector.otlp_decode: python``, the path before), each
 
@@ -20,6 +20,10 @@ the collector in Python (``collector.otlp_decode: python``, the path before), ea
   through a pipe (``RemoteStore``, named as such: it stands in for a ClickHouse server, which
   cannot run here; a pipe write costs the collector about what an HTTP POST of the same bytes
   does). The figure is the collector's own CPU; the store's is printed beside it.
+
+The seventh is chDB alone: the same bodies inserted straight into the same store (raw +
+rollups), no HTTP and no collector, which is what the in-process store costs anyway; the
+collector's overhead is its run's CPU per span above that one's.
 
 The reference beside them, on the same bodies in the same run, is a generic exporter path
 written the obvious way: protobuf -> ``json_format.MessageToDict`` -> one dict per span ->
@@ -224,6 +228,40 @@ async def ours(bodies_count: int, spans: int, concurrency: int, tmp: str, decode
     }
 
 
+def store_alone(bodies_count: int, spans: int, tmp: str, batch_rows: int = 100_000) -> dict:
+    """chDB's own cost of the same bodies, with no collector: the store the collector writes (raw +
+    rollups, migrations applied), the bodies framed as the collector frames them and inserted
+    directly (``raw_insert``, as the writer does) in batches of the writer's size; CPU-seconds of
+    this process from the first insert until every row is counted, as for the collector's runs."""
+    from collector.otlp_native import FORMAT, TABLE, framed, settings_for
+    from migrations import clickhouse_runner
+    from storage.clickhouse import connect
+
+    client = connect(f"chdb:{tmp}/alone")
+    clickhouse_runner.apply(client)
+    bodies = make_bodies(bodies_count, spans)
+    per = max(1, batch_rows // spans)
+    batches = [b"".join(framed(b) for b in bodies[i : i + per]) for i in range(0, len(bodies), per)]
+    settings = settings_for(client)
+    expected = bodies_count * spans
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    for data in batches:
+        client.raw_insert(TABLE, None, insert_block=data, fmt=FORMAT, settings=settings)
+    stored = int(client.command("SELECT count() FROM requests"))
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+    rolled = client.command("SELECT sum(rows) FROM requests_1m")
+    client.close()
+    if stored != expected or rolled != expected:
+        raise RuntimeError(f"expected {expected} rows, found {stored} raw / {rolled} in requests_1m")
+    return {
+        "spans": expected,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "spans_per_s": expected / wall,
+        "spans_per_cpu_s": expected / cpu,
+    }
+
+
 def reference(bodies: list[bytes], tmp: str) -> dict:
     from google.protobuf import json_format
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -314,6 +352,7 @@ def main() -> None:
             results[f"{decode}-{sink}"] = asyncio.run(
                 ours(args.bodies, args.spans, args.concurrency, tmp, decode, sink)
             )
+        alone = store_alone(args.bodies, args.spans, tmp)
         ref_bodies = make_bodies(max(args.bodies // 4, 1), args.spans, seed=1)
         ref = reference(ref_bodies, tmp)
     print(
@@ -325,6 +364,8 @@ def main() -> None:
         r = results[f"{decode}-{sink}"]
         store = f"{r['spans'] / r['store_cpu_s']:>10,.0f}/CPU-s" if r["store_cpu_s"] else ""
         print(f"{label:<66} {r['spans_per_s']:>10,.0f} {r['spans_per_cpu_s']:>12,.0f}  {store:>14}")
+    label = "chDB alone: the same bodies inserted directly (raw + rollups)"
+    print(f"{label:<66} {alone['spans_per_s']:>10,.0f} {alone['spans_per_cpu_s']:>12,.0f}")
     label = "reference: protobuf -> MessageToDict -> insert row tuples"
     print(f"{label:<66} {ref['spans_per_s']:>10,.0f} {ref['spans_per_cpu_s']:>12,.0f}")
     for sink, where in (("remote", "collector alone"), ("chdb", "with the in-process store")):
@@ -333,6 +374,11 @@ def main() -> None:
             f"per CPU-second, {where}: ClickHouse decoding {native['spans_per_cpu_s'] / python['spans_per_cpu_s']:.1f}x "
             f"Python decoding, {native['spans_per_cpu_s'] / ref['spans_per_cpu_s']:.1f}x the generic reference"
         )
+    overhead = alone["spans_per_cpu_s"] / results["clickhouse-chdb"]["spans_per_cpu_s"] - 1
+    print(
+        f"the collector's overhead above chDB's own insert of the same bodies (in-process store, CPU per span): "
+        f"{overhead * 100:+.1f}%"
+    )
     print(ANCHORS)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -342,6 +388,8 @@ def main() -> None:
                     "ours": native,
                     "runs": results,
                     "reference": ref,
+                    "store_alone": alone,
+                    "collector_overhead_over_store": overhead,
                     "bodies": args.bodies,
                     "spans": args.spans,
                     "anchors": ANCHORS,

@@ -133,6 +133,8 @@ def main() -> int:
             f"{r['evaluator_skipped_cycles']}; processes {r['processes']}",
             flush=True,
         )
+        if r["screenshot_error"]:
+            print(f"  the screenshot failed: {r['screenshot_error']}", flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2))
