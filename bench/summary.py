@@ -73,6 +73,11 @@ def main() -> None:
         extra = ""
         if null and python:
             extra = f"; collector alone (store in another process) {null:,.0f} (goal >= 150k); Python decoding into chDB {python:,.0f}"
+        if (overhead := otlp.get("collector_overhead_over_store")) is not None:
+            alone = otlp["store_alone"]["spans_per_cpu_s"]
+            extra += (
+                f"; chDB alone on the same bodies {alone:,.0f}: the collector's overhead {overhead:+.1%} (goal <= +15%)"
+            )
         print(
             f"4. OTLP request-log ingest into chDB: {o['spans_per_cpu_s']:,.0f} spans per CPU-second "
             f"(goal >= 100k; {o['spans_per_s']:,.0f}/s wall) vs a generic exporter {r['spans_per_cpu_s']:,.0f} = "

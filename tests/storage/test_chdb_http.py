@@ -148,3 +148,22 @@ def test_an_insert_frame_with_many_rows_arrives_whole(served: Served) -> None:
     got = own.query("SELECT count(), sum(value) FROM events WHERE name LIKE 'bulk-%'").result_rows[0]
     assert got == (50_000, float(sum(range(50_000))))
     client.close()
+
+
+def test_ad_hoc_sql_through_the_interface_stays_read_only(served: Served) -> None:
+    """The dashboard's SQL page under `up` runs on this interface: its limits ride on each request,
+    readonly last, and a query cannot lift them."""
+    from adhoc.runner import Limits, ReadOnlyRunner
+
+    runner = ReadOnlyRunner(served.url, limits=Limits(timeout_s=10, max_rows=3))
+    result = runner.run("SELECT number FROM numbers(10)")
+    assert [row[0] for row in result.rows] == [0, 1, 2] and result.truncated
+    with pytest.raises(Exception, match="(?i)readonly|not allowed|refused"):
+        runner.run("SELECT * FROM events SETTINGS readonly = 0")
+    direct = connect(served.url)
+    with pytest.raises(Exception, match="Code: 164"):  # the checks aside, the store itself refuses
+        direct.command(
+            "INSERT INTO events SELECT now64(3), 'sneaky', 1 SETTINGS readonly = 0",
+            settings={"max_result_rows": 4, "readonly": 1},
+        )
+    assert served.own.command("SELECT count() FROM events WHERE name = 'sneaky'") == 0
