@@ -174,6 +174,9 @@ class Scenario(_Strict):
     # turn the fleet spec's autoscaling (its `autoscale:` section) on or off for this scenario;
     # unset: as the spec says (`fleet simulate --autoscale/--no-autoscale` overrides both)
     autoscale: bool | None = None
+    # turn the gateway's admission by queue time (`gateway.queue_time.enabled`) on or off while it
+    # plays under `fleetscope up`; unset: as the spec says
+    queue_time: bool | None = None
     duration_s: float = Field(gt=0)
     mix: TrafficMix
     phases: list[Phase] = Field(default_factory=list)

@@ -40,7 +40,7 @@ from fleet.sim.engine import EngineConfigError, check_config, engine_config
 from fleetscope.errors import UpError
 from fleetscope.settings import Settings
 from fleetscope.up_calibrate import calibrate_play
-from fleetscope.up_scaling import Scaling, with_autoscale, write_spec_copy
+from fleetscope.up_scaling import Scaling, with_autoscale, with_queue_time, write_spec_copy
 from fleetscope.up_status import status_line
 
 if TYPE_CHECKING:
@@ -258,6 +258,11 @@ class _Up:
             gateway=opts.gateway,
         )
         self.spec_path = with_autoscale(self.spec_path, self.work / "fleet-autoscale.yaml", opts.autoscale)
+        if opts.scenario is not None and not opts.no_fleet:  # the scenario's gateway admission, where it says
+            from fleet.traffic import load_scenario
+
+            wanted = load_scenario(opts.scenario).queue_time
+            self.spec_path = with_queue_time(self.spec_path, self.work / "fleet-admission.yaml", wanted)
         self.scaling = Scaling()
         self.settings = settings.model_copy(
             update={"fleet": settings.fleet.model_copy(update={"spec": self.spec_path})}

@@ -24,7 +24,7 @@ import yaml
 
 from fleetscope.errors import UpError
 
-__all__ = ["Scaling", "cold_start_lines", "with_autoscale"]
+__all__ = ["Scaling", "cold_start_lines", "with_autoscale", "with_queue_time"]
 
 
 def with_autoscale(spec_path: Path, out: Path, enabled: bool | None) -> Path:
@@ -43,6 +43,20 @@ def with_autoscale(spec_path: Path, out: Path, enabled: bool | None) -> Path:
     if bool(section.get("enabled", True)) == enabled:
         return spec_path
     raw["autoscale"] = {**section, "enabled": enabled}
+    return write_spec_copy(raw, spec_path, out)
+
+
+def with_queue_time(spec_path: Path, out: Path, enabled: bool | None) -> Path:
+    """``spec_path`` itself, or a copy in ``out`` with its gateway's ``queue_time.enabled: <enabled>``
+    (a scenario that asks for admission by queue time, or for none)."""
+    raw = yaml.safe_load(Path(spec_path).read_text()) or {}
+    gateway = raw.get("gateway")
+    if enabled is None or not isinstance(gateway, dict):
+        return spec_path
+    section = gateway.get("queue_time") or {}
+    if bool(section.get("enabled", False)) == enabled:
+        return spec_path
+    raw["gateway"] = {**gateway, "queue_time": {**section, "enabled": enabled}}
     return write_spec_copy(raw, spec_path, out)
 
 

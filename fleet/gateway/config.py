@@ -53,9 +53,11 @@ class TenantLimits(_Strict):
 
 class QueueTimeSpec(_Strict):
     """Admission by queue time (fleet.gateway.queue_time): a request whose estimated wait for its
-    first token is past its pool's budget (the model's SLO TTFT target x budget_factor) gets 429."""
+    first token is past its pool's budget (the model's SLO TTFT target x budget_factor) gets 429.
+    Off unless asked for (here, or by a scenario under `fleetscope up`): a budget from a target
+    that does not fit the fleet sheds requests the fleet could have served in time."""
 
-    enabled: bool = True
+    enabled: bool = False
     budget_factor: float = Field(default=1.0, gt=0, description="the budget: the model's SLO ttft times this")
     default_budget_s: float | None = Field(
         default=None, gt=0, description="the budget of a model without an SLO ttft target (none: not shed)"
