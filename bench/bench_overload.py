@@ -10,7 +10,7 @@ sent), ``fleetscope fleet down``. From the traffic's request log, per run: reque
 bound of theirs) over the whole run and during the surge, throughput (answered requests per
 second) and goodput (answered within the model's SLO per second). Not a test: nothing is asserted.
 
-    .venv/bin/python bench/bench_overload.py --speed 2 --json bench/results/overload.json
+    .venv/bin/python bench/bench_overload.py --json bench/results/overload.json   # ~7 min
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def write_setup(tmp: Path, replicas: int, queue_time: bool) -> tuple[Path, dict[
     return tmp / "fleetscope.yaml", slo
 
 
-def run(tmp: Path, replicas: int, queue_time: bool, speed: float, seed: int) -> dict[str, Any]:
+def run(tmp: Path, replicas: int, queue_time: bool, speed: float, seed: int, rate_scale: float) -> dict[str, Any]:
     tmp.mkdir(parents=True)
     config, slo = write_setup(tmp, replicas, queue_time)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSCOPE_")}
@@ -84,6 +84,7 @@ def run(tmp: Path, replicas: int, queue_time: bool, speed: float, seed: int) -> 
         began = time.monotonic()
         done = subprocess.run(
             [*fleet, "traffic", "--scenario", "overload", "--speed", str(speed), "--seed", str(seed)]
+            + ["--rate-scale", str(rate_scale)]
             + ["--log", str(log), "--config", str(config)],
             cwd=tmp,
             env=env,
@@ -137,16 +138,23 @@ def summarize(rows: list[dict[str, Any]], slo: dict[str, float], wall: float, qu
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replicas", type=int, default=3, help="simulated replicas cycled from fleet.yaml's")
-    parser.add_argument("--speed", type=float, default=2.0, help="the scenario's timeline speed-up (600 s / speed)")
+    parser.add_argument("--speed", type=float, default=4.0, help="the scenario's timeline speed-up (600 s / speed)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--rate-scale", type=float, default=4.0, help="the scenario's rate times this (the simulator serves more)"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in (False, True):
             name = "with queue-time admission" if mode else "without (fixed limits only)"
-            print(f"== overload, {args.replicas} simulated replicas, speed x{args.speed:g}: {name}", flush=True)
-            r = results[name] = run(Path(tmp) / ("on" if mode else "off"), args.replicas, mode, args.speed, args.seed)
+            print(
+                f"== overload, {args.replicas} simulated replicas, speed x{args.speed:g}, rate x{args.rate_scale:g}: {name}",
+                flush=True,
+            )
+            where = Path(tmp) / ("on" if mode else "off")
+            r = results[name] = run(where, args.replicas, mode, args.speed, args.seed, args.rate_scale)
             print(
                 f"  sent {r['sent']}, answered {r['answered']}, shed {r['shed']} ({r['shed_share']:.1%}: "
                 f"{r['shed_reasons']}; by tenant {r['shed_by_tenant']}); other failures {r['other_failures']}"
