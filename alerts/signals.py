@@ -166,6 +166,14 @@ SIGNALS: dict[str, Signal] = {
             ("model",),
         ),
         Signal(
+            "shed_ratio",
+            "share of requests the gateway shed on purpose (queue-time budget, tenant share): admission, "
+            "not failure; $extra.queue_time, $extra.tenant_share (each reason's share), $extra.requests",
+            {"window": W5, "by": Param("model", "choice", ("model", "tenant"), "group by model or tenant")},
+            read_requests.shed_ratio,
+            ("model",),
+        ),
+        Signal(
             "cost_per_mtok",
             "USD per 1M tokens",
             {"window": Param("1h"), "by": BY_MODEL},

@@ -23,7 +23,7 @@ Out: an ``Explanation``:
      - ``evidence``: one row per candidate signal, ranked by ``score``: traffic mix
        (long-context share, tenant, model, route decisions, context length) and capacity
        (KV-cache saturation with its queue and preemptions, stalled replicas, prefix-cache hit
-       rate, replicas up, late scale-out, request rate): ``before`` / ``after`` (in words),
+       rate, replicas up, late scale-out, request rate) and the gateway's shedding: ``before`` / ``after`` (in words),
        ``moved_at`` (its own change point near the break; a late scale-out's: when its signal
        crossed), ``lead_s`` (seconds it moved before the break; negative: after) and
        ``detail``; ties (scores within 0.02) go to the signal nearer a decision (``PRIORITY``:
@@ -58,7 +58,10 @@ capacity signal the change in the share of steps it was "on" (KV-cache saturatio
 replica >= 90 % used, or >= 50 % with requests waiting, which is when a long prompt's blocks
 no longer fit; queueing: requests waiting below that), or its relative change; a late scale-out
 the share of the regression spent waiting for a replica the autoscaler had decided on (from its
-decision to its first token; it never sets the onset: it answers the regression). A signal that
+decision to its first token; it never sets the onset: it answers the regression); the gateway's
+shedding (request log from the gateway) the rise in the share of requests it shed, listed after the
+causes and named in the sentence ("the gateway shed 18% of requests (queue-time budget) while
+tiny-small was saturated"): the admitted requests' latency is what is left after it. A signal that
 moved more than two steps after the break scores half: it followed the regression rather than
 led it. Request-level evidence reads the raw request
 log (kept ``requests_days``), so explain windows within it.
@@ -199,6 +202,9 @@ def explain(
     # the regression spent waiting for a replica the autoscaler decided on (none without scale events)
     outs = queries.scale_outs(client, start, end, filters)
     rows += scoring.scaling_evidence(outs, break_ts, pd.Timestamp(after_end), step_s)
+    if source == "gateway":  # the gateway's shedding: its answer to the regression (only a gateway sheds)
+        shed = queries.shedding(client, baseline_start, after_end, coarse, filters)
+        rows += scoring.shedding_evidence(shed, break_ts, pd.Timestamp(after_end), coarse)
     if source is not None:
         long_tokens = _request_evidence(client, ex, rows, (baseline_start, after_end), source, filters, (column, q))
     else:

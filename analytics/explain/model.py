@@ -3,8 +3,9 @@
 In:  nothing.
 Out: ``Explanation`` (its fields: ``analytics.explain``'s docstring), the thresholds
      (``SATURATED``, ``PRESSURE``, ``MIX_CHANGE``, ``LONG_FACTOR``, ``MIN_PER_STEP``), the
-     tie-break order of the signals (``PRIORITY``), the evidence table's columns and the late
-     scale-out's signal name (``LATE_SCALE_OUT``).
+     tie-break order of the signals (``PRIORITY``), the evidence table's columns and the names of
+     the signals that answer a regression rather than cause it (``LATE_SCALE_OUT``,
+     ``GATEWAY_SHED``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ __all__ = [
     "CAUSE_RATIO",
     "COVERED_MIN_STEP_S",
     "EVIDENCE_COLUMNS",
+    "GATEWAY_SHED",
     "LATE_SCALE_OUT",
     "LONG_FACTOR",
     "MIN_PER_STEP",
@@ -40,6 +42,7 @@ MIX_CHANGE = 0.1  # a share that moved this much (10 points) or more counts in f
 # (``scoring.cause_first``)
 CAUSE_RATIO = 0.6  # real engines overloaded by a rollout: 0.62 / 0.70 and 0.55 / 0.85, both moving at the switch
 LATE_SCALE_OUT = "late scale-out"  # the regression spent waiting for a replica the autoscaler had decided on
+GATEWAY_SHED = "gateway shedding"  # the gateway refused requests to hold the admitted ones' latency (its answer)
 LONG_FACTOR = 3.0  # a "long-context" prompt: more than this many times the baseline's median prompt
 # tie-break order: who sent the traffic and what the router did before what it looked like and
 # what it did to the engines

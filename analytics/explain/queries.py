@@ -3,7 +3,8 @@
 In:  a client, windows, the request-log source and filters.
 Out: frames for ``analytics.explain.scoring`` (the quantile per step, the fleet's capacity
      signals per step, the mix per step, the rows near the break, the BubbleUp dimensions, the
-     prompt-length strata, the autoscaler's scale-outs in the window) and a few numbers (rows, the
+     prompt-length strata, the autoscaler's scale-outs in the window, the gateway's shedding per
+     step and model) and a few numbers (rows, the
      baseline's median prompt and quantile).
 """
 
@@ -15,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analytics.adapters import adapter_pools, blocked_over_time, deferred_over_time, engine_filters
+from analytics.admission import admission
 from analytics.explain.cost_queries import scaling
 from analytics.explain.scoring import split_at
 from analytics.filters import Filters, request_rows
@@ -38,6 +40,7 @@ __all__ = [
     "requests_where",
     "rows_near",
     "scale_outs",
+    "shedding",
     "split_in_rows",
     "step_grid",
     "strata",
@@ -298,3 +301,9 @@ def scale_outs(client: Client, start: datetime, end: datetime, filters: Filters 
         pools = set((engine_filters(filters, adapter_pools(client)) or filters).model)
         found = found[found["pool"].isin(pools)]
     return found.reset_index(drop=True)
+
+
+def shedding(client: Client, start: datetime, end: datetime, step: int, filters: Filters | None) -> pd.DataFrame:
+    """The gateway's log per step and model over ``[start, end)``: ``requests``, ``shed`` and each
+    shed reason (``analytics.admission``; no SLO targets needed, goodput left out)."""
+    return admission(client, start, end, {}, by="model", step_s=step, filters=filters)

@@ -1,8 +1,8 @@
 """The evidence, from what ``analytics.explain.queries`` read: pure pandas, no store.
 
 In:  the capacity signals per step, the mix per step and the BubbleUp dimensions, the rows near
-     the break, the autoscaler's scale-outs (``queries.scale_outs``), the break and the
-     regression's end.
+     the break, the autoscaler's scale-outs (``queries.scale_outs``), the gateway's shedding
+     (``queries.shedding``), the break and the regression's end.
 Out: evidence rows (``evidence_row``: signal, kind, before, after, score, moved_at, lead_s,
      detail, resolution_s) scored on one scale, ranked (``rank``), and the onset (``onset``).
      How each signal is scored: ``analytics.explain``'s docstring.
@@ -19,6 +19,7 @@ from analytics.changepoints import best_split
 from analytics.explain.model import (
     CAUSE_RATIO,
     EVIDENCE_COLUMNS,
+    GATEWAY_SHED,
     LATE_SCALE_OUT,
     MIX_CHANGE,
     MIX_DIMENSIONS,
@@ -38,6 +39,7 @@ __all__ = [
     "rank",
     "rate_evidence",
     "scaling_evidence",
+    "shedding_evidence",
     "split_at",
     "timing",
 ]
@@ -407,6 +409,43 @@ def scaling_evidence(
     return [evidence_row(LATE_SCALE_OUT, "capacity", before, after, covered / span, crossed, lead, detail, 0.0)]
 
 
+def shedding_evidence(
+    shed: pd.DataFrame, break_at: pd.Timestamp, after_end: pd.Timestamp, step: int
+) -> list[dict[str, Any]]:
+    """The gateway's shedding (``queries.shedding``'s rows): the share of the requests it shed before
+    the break and in the regression, scored by its rise; the detail names the reasons and the model
+    it shed most of ("the gateway shed 18% of requests (queue-time budget) while tiny-small was
+    saturated": admission by queue time sheds a model whose estimated wait is past its budget, which
+    is a saturated pool). No row where nothing was shed in the regression."""
+    if shed.empty:
+        return []
+    ts = pd.to_datetime(shed["ts"], utc=True)
+    ends = ts + pd.Timedelta(seconds=step)  # a step that holds the break counts as after it
+    before, after = shed[ends <= break_at], shed[(ends > break_at) & (ts < after_end)]
+    if after.empty or after["shed"].sum() <= 0:
+        return []
+    share_b = float(before["shed"].sum() / before["requests"].sum()) if before["requests"].sum() else 0.0
+    total = float(after["requests"].sum())
+    share_a = float(after["shed"].sum()) / total
+    reasons = {
+        "queue-time budget": after["shed_queue_time"].sum(),
+        "tenant over its share": after["shed_tenant_share"].sum(),
+    }
+    named = [(name, float(n) / total) for name, n in reasons.items() if n > 0]
+    why = named[0][0] if len(named) == 1 else ", ".join(f"{name} {share:.0%}" for name, share in named)
+    model = str(after.groupby("model")["shed"].sum().idxmax())
+    per_step = shed.assign(ts=ts).groupby("ts")[["shed", "requests"]].sum()
+    moved = moved_at((per_step["shed"] / per_step["requests"]).sort_index(), break_at, step)
+    lead, factor = timing(moved, break_at, step)
+    detail = f"the gateway shed {share_a:.0%} of requests ({why}) while {model} was saturated"
+    score = max(share_a - share_b, 0.0) * factor
+    return [
+        evidence_row(
+            GATEWAY_SHED, "admission", f"{share_b:.0%} shed", f"{share_a:.0%} shed", score, moved, lead, detail, step
+        )
+    ]
+
+
 def _cold_start(r: dict[str, Any], decided: pd.Timestamp, served: pd.Timestamp | None) -> str:
     """'tiny-small: requests_waiting 3.1 > 2 since 10:02:55, decided 10:03:10, small-1 ready 10:03:52,
     serving 10:04:02 (52 s cold start)'."""
@@ -428,7 +467,8 @@ def onset(ex: Explanation) -> datetime:
     A move found on per-step values (a gauge, a per-step share) is known to a few steps; where it
     falls within that of a move found on the requests themselves, the requests' time is used."""
     assert ex.break_at is not None, "an onset is looked for before a break found"
-    top = ex.evidence[ex.evidence["signal"] != LATE_SCALE_OUT].head(2)  # the autoscaler's answer, not a cause
+    # the autoscaler's and the gateway's answers, not causes
+    top = ex.evidence[~ex.evidence["signal"].isin((LATE_SCALE_OUT, GATEWAY_SHED))].head(2)
     leading = top[(top["score"] > 0.1) & (top["lead_s"].fillna(-1) >= 0)]
     if not len(leading):
         return ex.break_at
@@ -440,7 +480,7 @@ def onset(ex: Explanation) -> datetime:
 
 def rank(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """The rows by score, ties (within 0.02) to the signal nearer a decision (``PRIORITY``); then
-    ``cause_first``."""
+    ``cause_first``; the gateway's shedding (an answer to the regression, not a cause) after the rest."""
     columns = EVIDENCE_COLUMNS
     if not rows:
         return pd.DataFrame(columns=columns)
@@ -448,7 +488,11 @@ def rank(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df["_tie"] = (df["score"] / 0.02).round()
     df["_priority"] = df["signal"].map({s: i for i, s in enumerate(PRIORITY)}).fillna(len(PRIORITY))
     df = df.sort_values(["_tie", "_priority"], ascending=[False, True], kind="stable", ignore_index=True)
-    return cause_first(df.drop(columns=["_tie", "_priority"]))
+    answer = df["signal"] == GATEWAY_SHED
+    ranked = cause_first(df[~answer].drop(columns=["_tie", "_priority"]).reset_index(drop=True))
+    if not answer.any():
+        return ranked
+    return pd.concat([ranked, df[answer].drop(columns=["_tie", "_priority"])], ignore_index=True)
 
 
 def cause_first(df: pd.DataFrame) -> pd.DataFrame:

@@ -3,7 +3,8 @@
 In:  an ``Explanation`` with its evidence and onset, the latency and quantile, the strata by
      prompt length and the long-prompt cut.
 Out: the sentence; a late scale-out (the regression waited for a replica the autoscaler had
-     decided on) is named whenever it scores, even below the top three.
+     decided on) is named whenever it scores, even below the top three; the gateway's shedding
+     (its answer, not a cause) whenever it shed 1 % of the requests or more, after the causes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from analytics.explain.model import LATE_SCALE_OUT, Explanation
+from analytics.explain.model import GATEWAY_SHED, LATE_SCALE_OUT, Explanation
 
 __all__ = ["sentence"]
 
@@ -26,9 +27,15 @@ def sentence(ex: Explanation, latency: str, q: float, strata: pd.DataFrame, long
     if ex.onset is not None and ex.onset < ex.break_at:
         first = ex.evidence[ex.evidence["moved_at"] == pd.Timestamp(ex.onset)].iloc[0]["signal"]
         head += f"; it began at {ex.onset:%H:%M:%S}, when the {first} moved"
-    top = ex.evidence[ex.evidence["score"] > 0.05].head(3)
+    causes_only = ex.evidence[ex.evidence["signal"] != GATEWAY_SHED]
+    top = causes_only[causes_only["score"] > 0.05].head(3)
+    shed = ex.evidence[(ex.evidence["signal"] == GATEWAY_SHED) & (ex.evidence["score"] >= 0.01)]
+    shedding = f"; {shed.iloc[0]['detail']}" if len(shed) else ""
     if top.empty:
-        return head + "; none of the signals fleetscope watches moved with it (look at deploys and annotations)."
+        return (
+            head
+            + f"; none of the signals fleetscope watches moved with it (look at deploys and annotations){shedding}."
+        )
     causes = [f"{r.signal} ({r.before} -> {r.after})" for r in top.itertuples()]
     bands = strata.set_index("band")
     short = _band(bands, "short")
@@ -53,7 +60,7 @@ def sentence(ex: Explanation, latency: str, q: float, strata: pd.DataFrame, long
     if len(late) and LATE_SCALE_OUT not in set(top["signal"]):
         r = late.iloc[0]
         verdict += f"; a late scale-out ({r['after']}: {r['score']:.0%} of the regression waited for it)"
-    return f"{head}. Consistent with {', '.join(causes)}{verdict}."
+    return f"{head}. Consistent with {', '.join(causes)}{verdict}{shedding}."
 
 
 def _s(seconds: float) -> str:
