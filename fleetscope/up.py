@@ -514,6 +514,7 @@ class _Up:
             *(sys.executable, "-m", "fleetscope", "fleet", "traffic"),
             *("--scenario", self.played_scenario, "--spec", str(self.spec_path)),
             *("--speed", str(opts.speed), "--rate-scale", f"{self.rate_scale:.4g}"),
+            *("--log", str(self.work / "traffic-requests.jsonl")),  # one line per request: status, Retry-After
         ]
         with self.traffic_lock:
             if self.stop_status.is_set():

@@ -36,7 +36,8 @@ from fleet.processes import group_members
 from fleet.traffic import load_scenario
 from planner.plan import TTFT_TOLERANCE
 from tests.integration.conftest import free_port
-from tests.integration.uprun import EXE, Up, clean_env, fleet_pids, write_config
+from tests.integration.uprun import Up, fleet_pids, sql_rows, write_config
+from tests.integration.uprun import cli as run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -98,20 +99,10 @@ def test_up_on_real_engines_tells_the_long_context_rollout(tmp_path: Path, small
     config, scenario = _config(tmp_path, small_model), _scenario(tmp_path)
 
     def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(EXE), *args, "--config", str(config)],
-            cwd=tmp_path,
-            env=clean_env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        return run_cli(config, tmp_path, *args, timeout=timeout)
 
     def sql(query: str) -> list[dict]:
-        done = cli("sql", query, "--format", "json")
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)["rows"]
+        return sql_rows(config, tmp_path, query)
 
     port = free_port()
     up = Up(["--fleet", "vllm", "--scenario", str(scenario), "--port", str(port), "--config", str(config)], tmp_path)

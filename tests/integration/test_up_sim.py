@@ -5,9 +5,7 @@ and the store then reads the data (scrapes from every replica, the gateway's req
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -15,7 +13,7 @@ import yaml
 
 from fleet.processes import group_members
 from tests.integration.conftest import free_port
-from tests.integration.uprun import EXE, Up, clean_env, fleet_pids, write_config
+from tests.integration.uprun import Up, fleet_pids, sql_rows, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,17 +102,7 @@ def test_up_with_a_simulated_fleet_collects_alerts_serves_and_stops_clean(tmp_pa
 
     # the store, now free, holds what was collected: `fleetscope sql` reads it
     def sql(query: str) -> list[dict]:
-        done = subprocess.run(
-            [str(EXE), "sql", query, "--format", "json", "--config", str(config)],
-            cwd=tmp_path,
-            env=clean_env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)["rows"]
+        return sql_rows(config, tmp_path, query)
 
     reporting = {
         r["replica"] for r in sql("SELECT DISTINCT replica FROM series WHERE metric = 'vllm:num_requests_running'")

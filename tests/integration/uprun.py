@@ -50,6 +50,26 @@ def write_config(tmp: Path, otlp_port: int, scrape_s: float) -> Path:
     return tmp / "fleetscope.yaml"
 
 
+def cli(config: Path, cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``fleetscope ARGS --config CONFIG`` run in ``cwd`` as a user runs it, its output captured."""
+    return subprocess.run(
+        [str(EXE), *args, "--config", str(config)],
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def sql_rows(config: Path, cwd: Path, query: str) -> list[dict]:
+    """``fleetscope sql QUERY --format json``'s rows; the command must succeed."""
+    done = cli(config, cwd, "sql", query, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout)["rows"])
+
+
 class Up:
     def __init__(self, args: list[str], cwd: Path) -> None:
         self.proc = subprocess.Popen(
