@@ -30,33 +30,33 @@ Nothing is lost when ClickHouse is away, and nothing is counted twice:
   rejected at once.
 - buffers are cut into the spool every ``flush_interval_s`` even while inserts back off, so a
   crash during an outage loses at most one interval of rows.
-Spool files are written and read only by this process's user: a short header, a pickle of the
-batches, then the large buffers (raw bodies, numpy columns) as they are, out of the pickle
-(protocol 5), so spooling copies them once (to the file) and replaying reads them once. A file
-the writer has just spooled is inserted from memory (``FRESH_MAX_BYTES``), not read back.
+Spool files (``collector.spool``) are written and read only by this process's user: a short
+header, a pickle of the batches, then the large buffers (raw bodies, numpy columns) as they are,
+out of the pickle (protocol 5), so spooling copies them once (to the file) and replaying reads
+them once. A raw batch's bodies are never joined in memory: the spool file and the insert (the
+embedded store's input file, or a server's HTTP body) take them piece by piece. A file the
+writer has just spooled is inserted from memory (``FRESH_MAX_BYTES``), not read back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import pickle
-import struct
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from collector.config import BATCH_ROWS, FLUSH_INTERVAL_S, SPOOL_MAX_BYTES
+from collector.spool import FRESH_MAX_BYTES, Raw, chunks, combine, pieces, read_spool_file, write_atomic
+from collector.spool import rows as rows_of
+from collector.spool import size as size_of
 
 __all__ = ["Raw", "Writer", "WriterConfig", "TIME_COLUMNS", "read_spool_file"]
 
@@ -132,120 +132,6 @@ _TRANSIENT = (
     "Cannot lock file",
     "Connection",
 )
-
-
-@dataclass(frozen=True)
-class Raw:
-    """Rows in a format ClickHouse parses (``fmt``, with its ``settings``): ``data`` is the
-    bytes as the format reads them (several chunks simply concatenated), ``rows`` how many
-    rows they make (for batching and the metrics)."""
-
-    data: bytes
-    rows: int
-    fmt: str
-    settings: tuple[tuple[str, str], ...] = ()
-    sizes: tuple[int, ...] = ()  # the chunks joined in ``data`` (bytes each), to split a refused batch
-    counts: tuple[int, ...] = ()  # and their rows
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        # the body travels out of the pickle (protocol 5 buffer): the spool writes it as it is
-        data: Any = pickle.PickleBuffer(self.data) if isinstance(protocol, int) and protocol >= 5 else self.data
-        return _raw, (data, self.rows, self.fmt, self.settings, self.sizes, self.counts)
-
-
-def _raw(data: Any, *rest: Any) -> Raw:
-    return Raw(data if isinstance(data, bytes) else bytes(data), *rest)
-
-
-def _rows(columns: dict[str, Any] | Raw) -> int:
-    if isinstance(columns, Raw):
-        return columns.rows
-    return len(next(iter(columns.values()))) if columns else 0
-
-
-_MAGIC = b"FSSPOOL2"  # files before it are one plain pickle (read as such)
-FRESH_MAX_BYTES = 256 * 1024 * 1024  # just-spooled batches kept in memory for their insert, at most
-
-
-def _pieces(obj: Any) -> list[Any]:
-    """``obj`` as a spool file's pieces: magic, pickle and buffer lengths, the pickle, the buffers."""
-    buffers: list[pickle.PickleBuffer] = []
-    head = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    raws = [b.raw() for b in buffers]
-    sizes = struct.pack(f"<QI{len(raws)}Q", len(head), len(raws), *(r.nbytes for r in raws))
-    return [_MAGIC, sizes, head, *raws]
-
-
-def read_spool_file(path: Path) -> Any:
-    """A spool file's object (this format or the plain pickle of older versions)."""
-    with open(path, "rb") as fh:
-        blob = bytearray(os.fstat(fh.fileno()).st_size)  # writable: numpy columns stay views of it
-        fh.readinto(blob)
-    if not blob.startswith(_MAGIC):
-        return pickle.loads(blob)
-    view = memoryview(blob)
-    at = len(_MAGIC)
-    head, count = struct.unpack_from("<QI", view, at)
-    at += 12
-    sizes = struct.unpack_from(f"<{count}Q", view, at)
-    at += 8 * count
-    pickled, at = view[at : at + head], at + head
-    buffers = []
-    for size in sizes:
-        buffers.append(view[at : at + size])
-        at += size
-    return pickle.loads(pickled, buffers=buffers)
-
-
-def _size(pieces: list[Any]) -> int:
-    return sum(memoryview(p).nbytes for p in pieces)
-
-
-def _write_atomic(path: Path, payload: bytes | list[Any]) -> None:
-    """Write ``path`` (bytes, or pieces written as one) so that it exists whole or not at all
-    (temp file, fsync, rename)."""
-    tmp = path.with_suffix(".tmp")
-    pieces = [payload] if isinstance(payload, bytes) else payload
-    try:
-        with open(tmp, "wb") as fh:
-            for piece in pieces:
-                fh.write(piece)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _combine(chunks: list[Any]) -> Any:
-    """One batch from the chunks ``add`` received: lists stay lists; a column that came as
-    numpy arrays in any chunk becomes one array (of that array's dtype). ``Raw`` chunks of a
-    table are joined into one."""
-    if isinstance(chunks[0], Raw):
-        first = chunks[0]
-        if len(chunks) == 1 and isinstance(first.data, bytes):
-            return first
-        return Raw(
-            b"".join(chain.from_iterable((c.data,) if isinstance(c.data, bytes) else c.data for c in chunks)),
-            sum(c.rows for c in chunks),
-            first.fmt,
-            first.settings,
-            tuple(chain.from_iterable(c.sizes for c in chunks)),
-            tuple(chain.from_iterable(c.counts for c in chunks)),
-        )
-    if len(chunks) == 1:
-        return chunks[0]
-    out: dict[str, Any] = {}
-    for name in chunks[0]:
-        parts = [chunk[name] for chunk in chunks]
-        arrays = [p for p in parts if isinstance(p, np.ndarray)]
-        if not arrays:
-            out[name] = list(chain.from_iterable(parts))
-        else:
-            dtype = arrays[0].dtype
-            out[name] = np.concatenate([p if isinstance(p, np.ndarray) else np.asarray(p, dtype=dtype) for p in parts])
-    return out
 
 
 def _frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
@@ -330,7 +216,7 @@ class Writer:
         Protobuf messages). ``data`` may come in pieces (e.g. a length prefix and a body): they
         are joined once, with the batch. A table takes either columns or raw chunks, not both."""
         size = len(data) if isinstance(data, bytes) else sum(len(piece) for piece in data)
-        self.add_tables({table: Raw(data, rows, fmt, tuple(sorted((settings or {}).items())), (size,), (rows,))})  # type: ignore[arg-type]
+        self.add_tables({table: Raw(data, rows, fmt, tuple(sorted((settings or {}).items())), (size,), (rows,))})
 
     def add_tables(self, tables: dict[str, Any]) -> None:
         """Queue rows for several tables at once: they go to the spool in the same file (e.g. a
@@ -338,7 +224,7 @@ class Writer:
         sizes = {}
         with self._lock:
             for table, columns in tables.items():
-                rows = _rows(columns)
+                rows = rows_of(columns)
                 if not rows:
                     continue
                 chunks = self._buffers.get(table)
@@ -392,26 +278,26 @@ class Writer:
             self._seq += 1
             seq = self._seq
         batches: list[dict[str, Any]] = [
-            {"table": table, "token": uuid.uuid4().hex, "columns": _combine(chunks)} for table, chunks in taken
+            {"table": table, "token": uuid.uuid4().hex, "columns": combine(chunks)} for table, chunks in taken
         ]
-        payload = _pieces({"batches": batches})
-        size = _size(payload)
+        payload = pieces({"batches": batches})
+        size = size_of(payload)
         _count, used = self.spool_size()
         if used + size > self.config.spool_max_bytes:
             for batch in batches:
-                rows = _rows(batch["columns"])
+                rows = rows_of(batch["columns"])
                 self.metrics.dropped.labels(batch["table"]).inc(rows)
                 log.error("spool full (%d bytes): dropped %d %s rows", used, rows, batch["table"])
             return
         names = "+".join(batch["table"] for batch in batches)
         path = self.spool / f"{seq:012d}-{names}-{batches[0]['token']}.batch"
         try:
-            _write_atomic(path, payload)
+            write_atomic(path, payload)
         except OSError:  # disk full / unwritable: the rows go back to the buffers, tried again later
             with self._lock:
                 for table, chunks in taken:
                     self._buffers[table] = chunks + self._buffers.get(table, [])
-                    self._counts[table] = self._counts.get(table, 0) + sum(_rows(c) for c in chunks)
+                    self._counts[table] = self._counts.get(table, 0) + sum(rows_of(c) for c in chunks)
                     self._buffer_since.setdefault(table, time.monotonic())
             raise
         with self._lock:
@@ -446,11 +332,11 @@ class Writer:
         """Set one table's batch of a spooled file aside in ``spool/rejected/`` (a file of its own)
         and keep the file's other batches; then go on with those. Returns ``_insert``'s answer."""
         batch = batches[index]
-        table, rows = batch["table"], _rows(batch["columns"])
-        _write_atomic(self.spool / "rejected" / f"{path.stem}-{table}.batch", _pieces(batch))
+        table, rows = batch["table"], rows_of(batch["columns"])
+        write_atomic(self.spool / "rejected" / f"{path.stem}-{table}.batch", pieces(batch))
         rest = batches[:index] + batches[index + 1 :]
         if rest:
-            _write_atomic(path, _pieces({"batches": rest}))
+            write_atomic(path, pieces({"batches": rest}))
         else:
             path.unlink()
         self._attempts.pop(path.name, None)
@@ -465,12 +351,13 @@ class Writer:
         go on. Returns ``_insert``'s answer."""
         batch = batches[index]
         raw: Raw = batch["columns"]
+        data = raw.joined()  # a rare path: one copy to cut it by chunk
         parts, at = [], 0
         for i, (size, count) in enumerate(zip(raw.sizes, raw.counts, strict=True)):
-            chunk = Raw(raw.data[at : at + size], count, raw.fmt, raw.settings, (size,), (count,))
+            chunk = Raw(data[at : at + size], count, raw.fmt, raw.settings, (size,), (count,))
             parts.append({"table": batch["table"], "token": f"{batch['token']}-{i}", "columns": chunk})
             at += size
-        _write_atomic(path, _pieces({"batches": batches[:index] + parts + batches[index + 1 :]}))
+        write_atomic(path, pieces({"batches": batches[:index] + parts + batches[index + 1 :]}))
         self._attempts.pop(path.name, None)
         log.warning("store refuses a %s batch (%s): trying its %d parts one by one", batch["table"], reason, len(parts))
         return self._insert(path)
@@ -495,7 +382,8 @@ class Writer:
             try:
                 if isinstance(columns, Raw):
                     settings = {**dict(columns.settings), **dedup}
-                    self.client.raw_insert(target, None, insert_block=columns.data, fmt=columns.fmt, settings=settings)
+                    block = chunks(columns.pieces())  # streamed: to the embedded store's file, or the HTTP body
+                    self.client.raw_insert(target, None, insert_block=block, fmt=columns.fmt, settings=settings)
                 else:
                     self.client.insert_df(target, frame, settings=dedup)
             except Exception as exc:  # noqa: BLE001 - every store failure is handled the same way
@@ -511,7 +399,7 @@ class Writer:
                         return self._reject(path, batches, index, first)
                 log.warning("insert into %s failed (%s); batch kept in the spool", table, first)
                 return False
-            landed.append((table, _rows(columns), time.perf_counter() - t0))
+            landed.append((table, rows_of(columns), time.perf_counter() - t0))
         self._attempts.pop(path.name, None)
         for table, rows, seconds in landed:
             self.metrics.latency.labels(table).observe(seconds)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pandas as pd
+import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
@@ -166,6 +167,57 @@ def test_a_body_that_is_not_an_export_is_refused_before_anything_is_queued() -> 
         else:
             raise AssertionError(f"{body!r} was accepted")
     assert otlp_native.check(b"") == (0, 0)  # an empty export is a valid one
+
+
+def _len_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (payloads under 128 bytes)."""
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def test_the_check_reads_down_to_each_span_and_leaves_attributes_to_clickhouse() -> None:
+    # a span whose own field runs past its end: refused, as a truncated body is
+    broken_span = _len_field(1, _len_field(2, _len_field(2, b"\x0a\x05ab")))
+    with pytest.raises(
+        ValueError, match=r"not an OTLP protobuf ExportTraceServiceRequest: .*ExportTraceServiceRequest"
+    ):
+        otlp_native.check(broken_span)
+    valid = random_exports(seed=3, count=1)[0]
+    with pytest.raises(ValueError, match="not an OTLP protobuf"):
+        otlp_native.check(valid[: len(valid) // 2])
+    # an attribute broken inside passes the check: ClickHouse decodes attributes (see the next test)
+    assert otlp_native.check(_attribute_broken(valid)) == otlp_native.check(valid)
+
+
+def _attribute_broken(body: bytes) -> bytes:
+    """``body`` with its first span's first attribute replaced by a KeyValue whose key runs past its end."""
+    export = ExportTraceServiceRequest()
+    export.ParseFromString(body)
+    span = export.resource_spans[0].scope_spans[0].spans[0]
+    mark = "fleetscope-broken-attribute"
+    span.attributes[0].key = mark
+    raw = export.SerializeToString()
+    good = _len_field(1, mark.encode())
+    at = raw.index(good)
+    return raw[:at] + b"\x0a" + bytes([len(mark) + 40]) + raw[at + 2 :]
+
+
+def test_a_body_clickhouse_cannot_decode_is_set_aside_alone(ch, tmp_path: Path) -> None:
+    clickhouse_runner.apply(ch)
+    bodies = random_exports(seed=11, count=6)
+    expected = sum(otlp_native.check(b)[0] for b in bodies[1:])
+    writer = Writer(ch, WriterConfig(spool_dir=tmp_path / "spool", max_attempts=1), registry=CollectorRegistry())
+    settings = otlp_native.settings_for(ch)
+    for body in (_attribute_broken(bodies[0]), *bodies[1:]):
+        llm = otlp_native.check(body)[0]
+        writer.add_raw(otlp_native.TABLE, (otlp_native.prefix(body), body), llm, otlp_native.FORMAT, settings)
+    writer.spool_due(force=True)
+    for _ in range(10):  # refused whole, then split by body: the broken one set aside, the rest inserted
+        if writer.flush():
+            break
+    assert ch.command("SELECT count() FROM requests") == expected
+    assert len(list((tmp_path / "spool" / "rejected").iterdir())) == 1
+    assert writer.metrics.rejected.labels(otlp_native.TABLE)._value.get() == otlp_native.check(bodies[0])[0]
 
 
 def post_all(port: int, bodies: list[bytes]) -> list[int]:
