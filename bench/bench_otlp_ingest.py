@@ -394,7 +394,7 @@ def main() -> None:
     parser.add_argument("--bodies", type=int, default=400, help="OTLP export requests to send")
     parser.add_argument("--spans", type=int, default=512, help="spans per export request")
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=3, help="in-process runs and chDB-alone runs alternated")
+    parser.add_argument("--rounds", type=int, default=5, help="in-process runs and chDB-alone runs alternated")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     results = {}

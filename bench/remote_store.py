@@ -81,6 +81,9 @@ class RemoteStore:
         return self._call("query", *args, **kwargs)
 
     def raw_insert(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        block = kwargs.get("insert_block")
+        if block is not None and not isinstance(block, bytes | str):  # pieces, as an HTTP client streams them
+            kwargs["insert_block"] = b"".join(block)
         return self._call("raw_insert", *args, **kwargs)
 
     def insert_df(self, *args, **kwargs):  # type: ignore[no-untyped-def]
