@@ -65,21 +65,26 @@ check: install
 	VENV=$(VENV) scripts/check --static
 
 # about 33 minutes on 2 cores; every figure beside its reference, JSON in bench/results/
+# the warehouse bench seeds 30 days of 200 replicas into BENCH_STORE and keeps it for the dashboard bench
+# (one seed instead of two); both are removed at the end
+BENCH_STORE ?= data/bench-store
+STEP := bench/step.sh
 bench: install
 	@scripts/ensure-chromium.sh
-	@mkdir -p bench/results
-	@echo "== 1. parser vs prometheus_client" && $(PY) bench/bench_exposition.py --json bench/results/exposition.json
-	@echo "== 2. scrape ingest" && $(PY) bench/bench_scrape_ingest.py --json bench/results/scrape_ingest.json
-	@echo "== 2b. scrape side by side with Prometheus and VictoriaMetrics (~8 min)" && $(PY) bench/bench_peers.py --json bench/results/peers.json
-	@echo "== 4. OTLP request-log ingest" && $(PY) bench/bench_otlp_ingest.py --json bench/results/otlp_ingest.json
-	@echo "== 4b. remote-write ingest beside the scrape path" && $(PY) bench/bench_remote_write.py --json bench/results/remote_write.json
-	@echo "== 3 + 5. warehouse: bytes per sample, panel queries" && $(PY) bench/bench_warehouse.py --json bench/results/warehouse.json
-	@echo "== insert path" && $(PY) bench/bench_store_insert.py --json bench/results/store_insert.json
-	@echo "== simulator scale" && $(PY) bench/bench_sim.py --levels 250,500 --json bench/results/sim.json
-	@echo "== 6. analytics: ClickHouse vs Python on the same data" && $(PY) bench/bench_analytics.py --json bench/results/analytics.json
-	@echo "== 8. alerts: 500 rules per 15 s cycle on 200 replicas" && $(PY) bench/bench_alerts.py --json bench/results/alerts.json
-	@echo "== 7. dashboard render in Chromium on 30 days x 200 replicas (seeds ~10 min)" && $(PY) bench/bench_dashboard.py --json bench/results/dashboard.json
-	@echo "== 9. plan: a 30-min window of 12 replicas replayed" && $(PY) bench/bench_plan.py --json bench/results/plan.json
+	@mkdir -p bench/results && rm -f bench/results/steps.tsv && rm -rf $(BENCH_STORE)
+	@$(STEP) "1. parser vs prometheus_client" $(PY) bench/bench_exposition.py --json bench/results/exposition.json
+	@$(STEP) "2. scrape ingest" $(PY) bench/bench_scrape_ingest.py --json bench/results/scrape_ingest.json
+	@$(STEP) "2b. scrape side by side with Prometheus and VictoriaMetrics" $(PY) bench/bench_peers.py --json bench/results/peers.json
+	@$(STEP) "4. OTLP request-log ingest" $(PY) bench/bench_otlp_ingest.py --json bench/results/otlp_ingest.json
+	@$(STEP) "4b. remote-write ingest beside the scrape path" $(PY) bench/bench_remote_write.py --json bench/results/remote_write.json
+	@$(STEP) "3 + 5. warehouse: bytes per sample, panel queries (seeds the store)" $(PY) bench/bench_warehouse.py --keep $(BENCH_STORE) --json bench/results/warehouse.json
+	@$(STEP) "insert path" $(PY) bench/bench_store_insert.py --json bench/results/store_insert.json
+	@$(STEP) "simulator scale" $(PY) bench/bench_sim.py --levels 250,500 --json bench/results/sim.json
+	@$(STEP) "6. analytics: ClickHouse vs Python on the same data" $(PY) bench/bench_analytics.py --json bench/results/analytics.json
+	@$(STEP) "8. alerts: 500 rules per 15 s cycle on 200 replicas" $(PY) bench/bench_alerts.py --json bench/results/alerts.json
+	@$(STEP) "7. dashboard render in Chromium on the warehouse's 30 days x 200 replicas" $(PY) bench/bench_dashboard.py --store $(BENCH_STORE) --repeats 2 --json bench/results/dashboard.json
+	@$(STEP) "9. plan: a 30-min window of 12 replicas replayed" $(PY) bench/bench_plan.py --json bench/results/plan.json
+	@rm -rf $(BENCH_STORE)
 	@$(PY) bench/summary.py bench/results
 
 clean:

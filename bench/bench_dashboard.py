@@ -1,7 +1,8 @@
 """Dashboard render time in a real browser on 30 days of a 200-replica fleet.
 
 1. Seeds a temporary store with ``fleetscope bench seed`` (or reads ``--store DIR``, a directory
-   holding ``ch`` and ``m.db`` that an earlier run seeded, with ``--keep``).
+   holding ``ch`` (and ``m.db``, migrated here when missing) that an earlier run seeded, with
+   ``--keep``, or ``bench_warehouse.py --keep``: ``make bench`` seeds once for both).
 2. Serves it with ``fleetscope dashboard`` and opens every page in headless Chromium (Debian's,
    driven by Playwright) at ``range=30d``:
    - **first render:** a new browser tab on a freshly started server (nothing cached), from
@@ -70,6 +71,12 @@ WATCH = """() => {  // when the script run state changes, by the page's own cloc
   new MutationObserver(() => window.__runs.push([app.getAttribute('data-test-script-state'), performance.now()]))
     .observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
 }"""
+
+
+def migrate(root: Path, env: dict[str, str]) -> None:
+    """The metadata DB of a store seeded elsewhere (``bench_warehouse.py --keep``)."""
+    exe = Path(sys.executable).parent / "fleetscope"
+    subprocess.run([str(exe), "migrate"], cwd=root, env={**os.environ, **env}, check=True)
 
 
 def seed(root: Path, env: dict[str, str], replicas: int, days: float) -> None:
@@ -309,6 +316,8 @@ def main() -> None:
         }
         if args.readers is not None:
             env["FLEETSCOPE_DASHBOARD_READERS"] = str(args.readers)
+        if args.store is not None and not (root / "m.db").exists():  # a store seeded by bench_warehouse.py --keep
+            migrate(root, env)
         if args.store is None:
             root.mkdir(parents=True, exist_ok=True)
             print(f"seeding {args.days:g} days of {args.replicas} replicas into {root} ...", flush=True)

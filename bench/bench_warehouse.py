@@ -17,8 +17,9 @@ over 30 days of a 200-replica fleet, rollups against the raw table.
    answering that window: the ratio. Peak memory is the growth of the resident set of a process
    running only that query.
 
-Phases run in child processes (chDB allows one process per store). Not a test: nothing is
-asserted.
+Phases run in child processes (chDB allows one process per store). ``--keep DIR`` seeds into
+``DIR/ch`` and keeps it: ``make bench`` hands it to ``bench_dashboard.py --store DIR`` (one seed
+for both). Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ def phase_seed(store: str, args: argparse.Namespace) -> dict:
     for table in ("sub_ours", "sub_default", "sub_naive"):
         client.command(f"OPTIMIZE TABLE {table} FINAL")
     sizes = {t: bytes_per_row(client, t) for t in ("sub_ours", "sub_default", "sub_naive")}
+    for table in ("sub_ours", "sub_default", "sub_naive"):  # measured: the store is left as seeded
+        client.command(f"DROP TABLE {table}")
     columns = client.query(
         "SELECT name, sum(data_compressed_bytes) FROM system.columns WHERE database = currentDatabase() "
         "AND table = 'samples' GROUP BY name"
@@ -248,6 +251,9 @@ def main() -> None:
     parser.add_argument("--sample-rate", type=float, default=0.01)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--keep", type=Path, help="seed into DIR/ch and keep it (make bench hands it to bench_dashboard.py --store DIR)"
+    )
     parser.add_argument("--phase", choices=["seed", "query"], help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
     parser.add_argument("--panel", help=argparse.SUPPRESS)
@@ -263,7 +269,9 @@ def main() -> None:
         return
 
     with tempfile.TemporaryDirectory() as tmp:
-        store = f"{tmp}/ch"
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+        store = f"{args.keep or tmp}/ch"
         common = [
             "--replicas",
             str(args.replicas),

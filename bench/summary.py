@@ -1,6 +1,7 @@
 """The headline figures of `make bench`, from the JSON results of this run.
 
-In:  bench/results/*.json written by the benchmarks of one `make bench`.
+In:  bench/results/*.json written by the benchmarks of one `make bench`, and its steps' wall
+     times (bench/results/steps.tsv, from bench/step.sh).
 Out: one block on stdout: each figure, its comparison measured in the same run, and the goal.
 """
 
@@ -148,7 +149,19 @@ def main() -> None:
             f"{planned['faster_than_real_time']:g}x real time); read + calibrate + replay {planned['plan_s']:.1f} s "
             f"(budget {planned['budget_s']:g} s); a sweep of {planned['sweep_variants']} variants {planned['sweep_s']:.1f} s"
         )
+    steps(directory / "steps.tsv")
     print("=======================================================================")
+
+
+def steps(path: Path) -> None:
+    """The wall time of each step of this `make bench` (bench/step.sh), the longest first, and the total."""
+    if not path.exists():
+        return
+    rows = [line.split("\t") for line in path.read_text().splitlines() if line.count("\t") == 2]
+    took = sorted(((int(seconds), title) for title, seconds, _rc in rows), reverse=True)
+    total = sum(seconds for seconds, _title in took)
+    longest = ", ".join(f"{title.split('. ', 1)[-1][:40]} {seconds / 60:.1f}" for seconds, title in took[:4])
+    print(f"make bench: {total / 60:.1f} min in {len(took)} steps (goal < 35 min; the longest, min: {longest})")
 
 
 if __name__ == "__main__":
