@@ -15,7 +15,9 @@ Out: ``admission``: a DataFrame, one row per group (and step: ``ts``, the step's
      - ``good``: answered within the model's TTFT target (a streamed answer's TTFT; a non-streamed
        one's whole answer, an upper bound of its TTFT), ``goodput_per_s`` = good / seconds; NaN
        where none of the group's models has a target.
-     Groups and steps without any row are absent.
+     Groups and steps without any row are absent. ``.attrs["window_s"]``: the window read.
+     ``over_window``: a stepped answer (``by=None``) summed into the one row ``admission`` gives for
+     the window.
 
 Shedding is admission, not failure: the shed outcomes are not among the server errors of
 ``analytics.requests.SERVER_ERRORS`` (the error-rate rules do not count them). Rows read: the
@@ -36,7 +38,7 @@ from analytics.frames import query_df
 from analytics.tiers import align, between, param_time
 from storage.clickhouse import Client
 
-__all__ = ["DIMENSIONS", "REASONS", "admission"]
+__all__ = ["DIMENSIONS", "REASONS", "admission", "over_window"]
 
 DIMENSIONS = ("model", "tenant", "route", "gateway", "replica")
 # outcome -> what the pages call it
@@ -97,7 +99,8 @@ def admission(
         df = df.iloc[0:0]
     for name in ("requests", "answered", "good", *REASONS):
         df[name] = df[name].astype(float)
-    seconds = float(step_s) if step_s is not None else (end - start).total_seconds()
+    window_s = (end - start).total_seconds()  # the window read (whole steps when stepped)
+    seconds = float(step_s) if step_s is not None else window_s
     df["shed"] = df[list(SHED)].sum(axis=1)
     df["shed_share"] = (df["shed"] / df["requests"]).where(df["requests"] > 0)
     df["refused_share"] = (df[list(REASONS)].sum(axis=1) / df["requests"]).where(df["requests"] > 0)
@@ -109,4 +112,24 @@ def admission(
         df = df.rename(columns={"step_ts": "ts"})
         df["ts"] = pd.to_datetime(df["ts"], utc=True)
     df.attrs["seconds"] = seconds
+    df.attrs["window_s"] = window_s
     return df.reset_index(drop=True)
+
+
+def over_window(stepped: pd.DataFrame) -> pd.DataFrame:
+    """``admission``'s answer per step (``by=None``) summed over its window: the same one row
+    ``admission`` gives without ``step_s`` (a page drawing the steps needs no second read)."""
+    counts = ["requests", "answered", "good", *REASONS]
+    if stepped.empty:
+        return stepped.drop(columns=["ts"], errors="ignore").iloc[0:0]
+    seconds = float(stepped.attrs["window_s"])
+    row = {name: float(stepped[name].sum()) for name in counts}
+    row["good"] = float(stepped["good"].sum()) if stepped["good"].notna().any() else float("nan")
+    out = pd.DataFrame([row])
+    out["shed"] = out[list(SHED)].sum(axis=1)
+    out["shed_share"] = (out["shed"] / out["requests"]).where(out["requests"] > 0)
+    out["refused_share"] = (out[list(REASONS)].sum(axis=1) / out["requests"]).where(out["requests"] > 0)
+    out["throughput_per_s"] = out["answered"] / seconds
+    out["goodput_per_s"] = out["good"] / seconds
+    out.attrs["seconds"] = out.attrs["window_s"] = seconds
+    return out

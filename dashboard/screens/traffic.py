@@ -10,7 +10,7 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
-from analytics.admission import REASONS, admission
+from analytics.admission import REASONS, admission, over_window
 from analytics.drift import drift, length_distribution, reference_window
 from analytics.gateways import overview
 from analytics.requests import log_source, request_totals
@@ -52,7 +52,6 @@ got = ctx.fetch(  # the page's reads at once
     drift=call(drift, current, reference, filters=v.filters),
     source=call(log_source, v.start, v.end, v.filters),
     admission=call(admission, v.start, v.end, targets, by=None, step_s=step, filters=v.filters),
-    admitted=call(admission, v.start, v.end, targets, by=None, filters=v.filters),
 )
 gateways = ctx.fetch(gateways=call(overview, v.start, v.end, got["source"]))["gateways"]
 for gap in gateways.gaps:  # said where the mix is read, not only in the section below
@@ -88,7 +87,8 @@ def admission_section() -> None:
     """The gateway's refusals per second by reason over time, goodput (answered within the model's
     TTFT target) beside throughput, and the shed and refused shares over the range."""
     st.subheader("Admission at the gateway")
-    over, whole = got["admission"], got["admitted"]
+    over = got["admission"]
+    whole = over_window(over)  # the range's figures from the same read
     if whole.empty:
         st.caption("No gateway request log in the range: the gateway's log is where refusals are told.")
         return

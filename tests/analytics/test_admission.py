@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analytics.admission import admission
+from analytics.admission import admission, over_window
 from analytics.errors import BadInput
 from analytics.requests import error_ratio
 from migrations import clickhouse_runner
@@ -89,6 +89,15 @@ def test_over_time_each_step_counts_its_own(store: Any) -> None:
     assert (second["requests"], second["rejected"], second["answered"]) == (2.0, 1.0, 0.0)
     assert first["goodput_per_s"] == pytest.approx(2.0 / 300)
     assert df.attrs["seconds"] == 300.0
+
+
+def test_the_steps_summed_are_the_window(store: Any) -> None:
+    # the page reads the steps once and shows the window's figures from them
+    whole = admission(store, *WINDOW, TARGETS, by=None).iloc[0]
+    summed = over_window(admission(store, *WINDOW, TARGETS, by=None, step_s=300)).iloc[0]
+    for name in ("requests", "answered", "good", "shed", "shed_share", "refused_share", "goodput_per_s"):
+        assert summed[name] == pytest.approx(whole[name]), name
+    assert summed["throughput_per_s"] == pytest.approx(whole["throughput_per_s"])
 
 
 def test_shedding_is_not_a_server_error(store: Any) -> None:
