@@ -21,7 +21,7 @@ help:
 	@echo "make test       - set up and run the whole test suite (real engines, Prometheus/Alertmanager/vmagent binaries; PostgreSQL started if needed)"
 	@echo "make test-fast  - the suite without the slow real-engine tests"
 	@echo "make check      - format, lint, types and the import contract (scripts/check --static), no tests"
-	@echo "make bench      - the benchmark suite (~33 min): each figure beside its reference; JSON in bench/results/"
+	@echo "make bench      - the benchmark suite (~45 min, each step timed): each figure beside its reference; JSON in bench/results/"
 	@echo "make clean      - remove .venv and ./data"
 
 $(PY):
@@ -64,9 +64,10 @@ test-fast: install
 check: install
 	VENV=$(VENV) scripts/check --static
 
-# about 33 minutes on 2 cores; every figure beside its reference, JSON in bench/results/
-# the warehouse bench seeds 30 days of 200 replicas into BENCH_STORE and keeps it for the dashboard bench
-# (one seed instead of two); both are removed at the end
+# about 45 minutes on 2 cores (2026-12-06: 45.5, each step's time printed; the goal is 35); every figure
+# beside its reference, JSON in bench/results/
+# the warehouse bench seeds 30 days of 200 replicas into BENCH_STORE and keeps it for the alerts and
+# dashboard benches (one seed instead of three); it is removed at the end
 BENCH_STORE ?= data/bench-store
 STEP := bench/step.sh
 bench: install
@@ -81,7 +82,7 @@ bench: install
 	@$(STEP) "insert path" $(PY) bench/bench_store_insert.py --json bench/results/store_insert.json
 	@$(STEP) "simulator scale" $(PY) bench/bench_sim.py --levels 250,500 --json bench/results/sim.json
 	@$(STEP) "6. analytics: ClickHouse vs Python on the same data" $(PY) bench/bench_analytics.py --json bench/results/analytics.json
-	@$(STEP) "8. alerts: 500 rules per 15 s cycle on 200 replicas" $(PY) bench/bench_alerts.py --json bench/results/alerts.json
+	@$(STEP) "8. alerts: 500 rules per 15 s cycle on 200 replicas" $(PY) bench/bench_alerts.py --seeded $(BENCH_STORE) --json bench/results/alerts.json
 	@$(STEP) "7. dashboard render in Chromium on the warehouse's 30 days x 200 replicas" $(PY) bench/bench_dashboard.py --store $(BENCH_STORE) --repeats 2 --json bench/results/dashboard.json
 	@$(STEP) "9. plan: a 30-min window of 12 replicas replayed" $(PY) bench/bench_plan.py --json bench/results/plan.json
 	@rm -rf $(BENCH_STORE)

@@ -1,8 +1,9 @@
 """Benchmark: 500 alert rules evaluated per 15 s cycle on a 200-replica fleet (issue 9: <= 1 s).
 
 1. Seeds a temporary chDB store with ``fleetscope.history`` (``--replicas`` simulated engines,
-   2 days, the last hour raw at 5 s, a sampled request log) and a SQLite metadata DB with a
-   TTFT and an ITL SLO per model.
+   2 days, the last hour raw at 5 s, a sampled request log), or reads the one ``--seeded DIR``
+   names (``make bench``: the warehouse bench's 30 days, the last 15 minutes raw), and a SQLite
+   metadata DB with a TTFT and an ITL SLO per model.
 2. Builds rules in groups: the built-in pack, then the rules teams add on top of it, up to
    ``--rules`` rules evaluated every 15 s: per model (p99 TTFT and ITL above 1 / 2 / 5 s, p90/p95 TTFT, error ratio, cost per 1M
    tokens) and per replica (KV cache, queue, preemptions), each with its own matcher and
@@ -109,6 +110,12 @@ def main() -> None:
     parser.add_argument(
         "--store", type=Path, help="seed into this directory and keep it; reuse it when it holds a store"
     )
+    parser.add_argument(
+        "--seeded",
+        type=Path,
+        help="read DIR/ch, a store bench_warehouse.py --keep DIR seeded (30 days; make bench), instead of seeding "
+        "2 days; the rules are evaluated at its last sample",
+    )
     parser.add_argument("--profile", action="store_true", help="print the time of each distinct signal query")
     args = parser.parse_args()
 
@@ -122,9 +129,16 @@ def main() -> None:
         tmp = args.store or Path(scratch)
         tmp.mkdir(parents=True, exist_ok=True)
         reuse = (tmp / "seeded").exists()
-        client = connect(f"chdb:{tmp}/ch", database="hist", create_database=True)
+        if args.seeded is not None:  # the warehouse bench's store, as it seeded it
+            client = connect(f"chdb:{args.seeded.resolve()}/ch")
+        else:
+            client = connect(f"chdb:{tmp}/ch", database="hist", create_database=True)
         clickhouse_runner.apply(client)
-        if reuse:
+        if args.seeded is not None:
+            last = client.query("SELECT max(ts) FROM samples").result_rows[0][0]
+            end = last.replace(tzinfo=UTC, second=0, microsecond=0) + timedelta(minutes=1)
+            print(f"reading the store in {args.seeded} (30 days), evaluated at {end:%Y-%m-%d %H:%M} UTC")
+        elif reuse:
             end = datetime.fromisoformat((tmp / "seeded").read_text().strip())
             print(f"reusing the store in {tmp}, seeded up to {end:%Y-%m-%d %H:%M} UTC")
         else:
