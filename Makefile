@@ -74,8 +74,8 @@ bench: install
 	@scripts/ensure-chromium.sh
 	@mkdir -p bench/results && rm -f bench/results/steps.tsv && rm -rf $(BENCH_STORE)
 	@$(STEP) "1. parser vs prometheus_client" $(PY) bench/bench_exposition.py --json bench/results/exposition.json
-	@$(STEP) "2. scrape ingest" $(PY) bench/bench_scrape_ingest.py --json bench/results/scrape_ingest.json
-	@$(STEP) "2b. scrape side by side with Prometheus and VictoriaMetrics" $(PY) bench/bench_peers.py --json bench/results/peers.json
+	@$(STEP) "2. scrape ingest" $(PY) bench/bench_scrape_ingest.py --levels 600,800,1200,1600,2000 --json bench/results/scrape_ingest.json
+	@$(STEP) "2b. scrape side by side with Prometheus and VictoriaMetrics" $(PY) bench/bench_peers.py --levels 600,1200,2000 --json bench/results/peers.json
 	@$(STEP) "4. OTLP request-log ingest" $(PY) bench/bench_otlp_ingest.py --json bench/results/otlp_ingest.json
 	@$(STEP) "4b. remote-write ingest beside the scrape path" $(PY) bench/bench_remote_write.py --json bench/results/remote_write.json
 	@$(STEP) "3 + 5. warehouse: bytes per sample, panel queries (seeds the store)" $(PY) bench/bench_warehouse.py --keep $(BENCH_STORE) --json bench/results/warehouse.json
