@@ -21,7 +21,7 @@ help:
 	@echo "make test       - set up and run the whole test suite (real engines, Prometheus/Alertmanager/vmagent binaries; PostgreSQL started if needed)"
 	@echo "make test-fast  - the suite without the slow real-engine tests"
 	@echo "make check      - format, lint, types and the import contract (scripts/check --static), no tests"
-	@echo "make bench      - the benchmark suite (~45 min, each step timed): each figure beside its reference; JSON in bench/results/"
+	@echo "make bench      - the benchmark suite (~37 min, each step timed): each figure beside its reference; JSON in bench/results/"
 	@echo "make clean      - remove .venv and ./data"
 
 $(PY):
@@ -64,7 +64,7 @@ test-fast: install
 check: install
 	VENV=$(VENV) scripts/check --static
 
-# about 45 minutes on 2 cores (2026-12-06: 45.5, each step's time printed; the goal is 35); every figure
+# about 37 minutes on 2 cores (2026-12-06: 36.6, each step's time printed; the goal is 35); every figure
 # beside its reference, JSON in bench/results/
 # the warehouse bench seeds 30 days of 200 replicas into BENCH_STORE and keeps it for the alerts and
 # dashboard benches (one seed instead of three); it is removed at the end
