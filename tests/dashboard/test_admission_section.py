@@ -21,51 +21,35 @@ NOW = datetime.now(UTC).replace(second=0, microsecond=0)
 START = NOW - timedelta(minutes=20)
 
 
+def _row(at: datetime, outcome: str, ttft: float) -> dict[str, Any]:
+    """One gateway-logged request of tiny-small for acme (no TTFT when it was refused)."""
+    return {
+        "ts": at,
+        "source": "gateway",
+        "gateway": "fleetscope",
+        "model": "tiny-small",
+        "tenant": "acme",
+        "outcome": outcome,
+        "status_code": 200 if outcome == "ok" else 429,
+        "ttft_seconds": ttft,
+        "e2e_seconds": ttft + 1.0 if ttft else 0.0,
+        "prompt_tokens": 100,
+        "completion_tokens": 20 if ttft else 0,
+        "weight": 1.0,
+    }
+
+
 def rows() -> list[dict[str, Any]]:
-    """Ten minutes, 60 requests a minute from START + 5m: per minute 40 answered in time (TTFT 0.5 s),
-    8 answered late (3 s against a 2 s target), 9 shed by queue-time budget, 2 tenant share, 1 over its
+    """Three quiet minutes from START (20 requests each, all answered in time, TTFT 0.4 s); then ten
+    minutes, 60 requests a minute from START + 5m: per minute 40 answered in time (TTFT 0.5 s), 8
+    answered late (3 s against a 2 s target), 9 shed by queue-time budget, 2 tenant share, 1 over its
     rate."""
     kinds = [("ok", 0.5)] * 40 + [("ok", 3.0)] * 8 + [("shed_queue_time", 0.0)] * 9
     kinds += [("shed_tenant_share", 0.0)] * 2 + [("rejected", 0.0)]
-    out = [quiet for minute in range(3) for quiet in _answered(minute)]
+    out = [_row(START + timedelta(minutes=m, seconds=3 * i), "ok", 0.4) for m in range(3) for i in range(20)]
     for minute in range(5, 15):
-        for i, (outcome, ttft) in enumerate(kinds):
-            out.append(
-                {
-                    "ts": START + timedelta(minutes=minute, seconds=i),
-                    "source": "gateway",
-                    "gateway": "fleetscope",
-                    "model": "tiny-small",
-                    "tenant": "acme",
-                    "outcome": outcome,
-                    "status_code": 200 if outcome == "ok" else 429,
-                    "ttft_seconds": ttft,
-                    "e2e_seconds": ttft + 1.0 if ttft else 0.0,
-                    "prompt_tokens": 100,
-                    "completion_tokens": 20 if ttft else 0,
-                    "weight": 1.0,
-                }
-            )
+        out += [_row(START + timedelta(minutes=minute, seconds=i), o, t) for i, (o, t) in enumerate(kinds)]
     return out
-
-
-def _answered(minute: int) -> list[dict[str, Any]]:
-    """A quiet minute before: 20 requests, all answered in time."""
-    return [
-        {
-            "ts": START + timedelta(minutes=minute, seconds=3 * i),
-            "source": "gateway",
-            "gateway": "fleetscope",
-            "model": "tiny-small",
-            "tenant": "acme",
-            "outcome": "ok",
-            "status_code": 200,
-            "ttft_seconds": 0.4,
-            "e2e_seconds": 1.4,
-            "weight": 1.0,
-        }
-        for i in range(20)
-    ]
 
 
 @pytest.fixture
