@@ -8,6 +8,10 @@ over 30 days of a 200-replica fleet, rollups against the raw table.
    parts), side by side on the same rows (every 5th series) with the same rows stored with
    ClickHouse's default compression (LZ4, no column codecs) and as a naive log table (labels
    inline on every row, sorted by time). Prometheus' TSDB is quoted at 1.3-1.8 bytes/sample.
+   The seed's load cycle is pinned (``STORY_END``): the value column's bytes follow the load at
+   the raw samples' time (40 replicas, the same layout: 0.735 B a sample at a Sunday's 05:00,
+   0.80 at a Sunday's 08:18, 0.841 at a Friday's 15:00 peak), so every run measures them at the
+   same point of the story, its weekly mean load, whatever the hour it runs at.
 3. Panel queries as the dashboard runs them (``analytics``), each repeated: p99 TTFT by model,
    KV-cache usage by replica, cost per 1M tokens by tenant, traffic-mix drift features
    (last day vs the 29 before). Over 30 days they read the rollups (``analytics.tiers``): p95
@@ -40,6 +44,9 @@ sys.path.insert(0, str(ROOT))
 
 PRICES = {"H100": 2.49}  # USD per GPU-hour (on-demand list price order of magnitude)
 TTFT = "vllm:time_to_first_token_seconds"
+# the story's clock at the seed's end (fleetscope.history.seed's story_end): a Wednesday at 21:24 UTC,
+# where the story's load (fleetscope.history_story.load: 0.503 of the peak) is its weekly mean
+STORY_END = datetime(2026, 12, 2, 21, 24, tzinfo=UTC)
 
 
 def rss_mib() -> float:
@@ -76,6 +83,7 @@ def phase_seed(store: str, args: argparse.Namespace) -> dict:
         raw_hours=args.raw_hours,
         minute_hours=args.minute_hours,
         request_sample_rate=args.sample_rate,
+        story_end=STORY_END,
         progress=progress,
     )
     rows = {
@@ -308,7 +316,10 @@ def main() -> None:
             f"{rows['samples_1h']:,}, requests {rows['requests']:,} (1m {rows['requests_1m']:,}, 1h {rows['requests_1h']:,})"
         )
         b = seeded["bytes_per_sample"]
-        print("\n3. bytes per raw sample after merges (same rows, every 5th series)")
+        print(
+            "\n3. bytes per raw sample after merges (same rows, every 5th series; the load at the raw samples "
+            f"pinned at the story's weekly mean, STORY_END {STORY_END:%a %H:%M} UTC)"
+        )
         print(
             f"   fleetscope samples (codecs, all columns)           {b['ours_subset']:6.2f} B   (whole table: {b['ours']:.2f} B)"
         )

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import numpy as np
@@ -70,14 +70,20 @@ def seed(
     interval_s: float = 5.0,
     request_sample_rate: float = 0.01,
     end: datetime | None = None,
+    story_end: datetime | None = None,
     seed_value: int = 0,
     progress: Callable[[str, float], None] = lambda _msg, _frac: None,
 ) -> SeedReport:
-    """Write ``days`` of history for ``replicas`` engines ending at ``end`` (now)."""
+    """Write ``days`` of history for ``replicas`` engines ending at ``end`` (now). ``story_end``:
+    the load's daily and weekly cycle runs as if the history ended then (by default at ``end``):
+    the benches pin it, so that what depends on the load at the end (the raw samples' bytes: the
+    value column follows the load) does not move with the hour they run at."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed_value)
     report = SeedReport(replicas=replicas)
     span = _span(end, days, raw_hours, minute_hours, interval_s)
+    if story_end is not None:
+        span = replace(span, clock=story_end.timestamp() - span.end)
     report.start, report.raw_start, report.end = (
         datetime.fromtimestamp(x, UTC) for x in (span.start, span.raw_start, span.end)
     )
@@ -88,7 +94,7 @@ def seed(
     write_metrics(client, cals, fleet_replicas, span, rng, progress, counts=report)
 
     report.requests = write_requests(
-        client, cals, fleet_replicas, span.start, span.end, request_sample_rate, rng, progress
+        client, cals, fleet_replicas, span.start, span.end, request_sample_rate, rng, progress, span.clock
     )
     report.seconds = time.perf_counter() - t0
     progress("done", 1.0)

@@ -38,8 +38,10 @@ def write_requests(
     rate: float,
     rng: np.random.Generator,
     progress: Callable[[str, float], None],
+    clock: float = 0.0,
 ) -> int:
-    """Sampled gateway request-log rows (weight 1/rate) for every hour of the history."""
+    """Sampled gateway request-log rows (weight 1/rate) for every hour of the history (``clock``:
+    seconds added to the story's clock for its daily and weekly cycle)."""
     by_model: dict[str, list[Replica]] = {}
     for r in replicas:
         by_model.setdefault(r.profile.name, []).append(r)
@@ -51,7 +53,9 @@ def write_requests(
         share = float(long_share(np.array([hour]), end)[0])
         for model, group in by_model.items():
             profile = group[0].profile
-            fleet_rate = sum(r.factor for r in group) * profile.peak_rate * float(load(np.array([hour + 1800]), end)[0])
+            fleet_rate = (
+                sum(r.factor for r in group) * profile.peak_rate * float(load(np.array([hour + 1800]), end, clock)[0])
+            )
             n = int(rng.poisson(fleet_rate * span * rate))
             if n == 0:
                 continue

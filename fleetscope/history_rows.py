@@ -36,13 +36,15 @@ Shape = tuple[np.ndarray, np.ndarray, np.ndarray]  # per-minute increase, gauge 
 @dataclass(frozen=True)
 class Span:
     """The history's stretches, in epoch seconds: hour rows from ``start``, minute rows from
-    ``minute_start``, raw samples every ``interval_s`` from ``raw_start`` to ``end``."""
+    ``minute_start``, raw samples every ``interval_s`` from ``raw_start`` to ``end``; ``clock``:
+    seconds added to the story's clock for its daily and weekly cycle."""
 
     start: int
     minute_start: int
     raw_start: int
     end: float
     interval_s: float
+    clock: float = 0.0
 
     @property
     def hours(self) -> np.ndarray:
@@ -257,11 +259,11 @@ def _series(replica: Replica, cal: Calibration, span: Span, rows: _SeriesRows) -
     return _ReplicaSeries(replica, cal, metric, fps)
 
 
-def _shape_at(cals: dict[tuple[str, str], Calibration], replica: Replica, t: np.ndarray, end: float) -> Shape:
+def _shape_at(cals: dict[tuple[str, str], Calibration], replica: Replica, t: np.ndarray, span: Span) -> Shape:
     """What the replica's engine does per minute at epoch seconds ``t``, by the story's load and mix."""
     peak = replica.profile.peak_rate * replica.factor
-    rate = peak * load(t, end)
-    return _profile_at(cals, replica.profile, rate, long_share(t, end))
+    rate = peak * load(t, span.end, span.clock)
+    return _profile_at(cals, replica.profile, rate, long_share(t, span.end))
 
 
 def _rollups(
@@ -275,9 +277,9 @@ def _rollups(
     them. Returns the counters' values at the end of each row and the hour rows of the minutes."""
     metric, fps, cal = one.metric, one.fps, one.cal
     hours, minutes, interval_s = span.hours, span.minutes, span.interval_s
-    inc_h, gauge_h, spread_h = _shape_at(cals, one.replica, hours + 1800, span.end)
+    inc_h, gauge_h, spread_h = _shape_at(cals, one.replica, hours + 1800, span)
     inc_h = inc_h * 60 * rng.gamma(400, 1 / 400, size=(len(hours), 1))
-    inc_m, gauge_m, spread_m = _shape_at(cals, one.replica, minutes + 30, span.end)
+    inc_m, gauge_m, spread_m = _shape_at(cals, one.replica, minutes + 30, span)
     inc_m = inc_m * rng.gamma(50, 1 / 50, size=(len(minutes), 1))
     cum_float = np.cumsum(np.vstack([inc_h, inc_m]), axis=0)
     cum = np.where(cal.integer, np.floor(cum_float), cum_float)
@@ -335,7 +337,7 @@ def _raw(
     scrapes that took them; a replica that ``crashes`` restarts half-way, its counters from zero."""
     metric, fps, cal, replica = one.metric, one.fps, one.cal, one.replica
     steps, interval_s = span.steps, span.interval_s
-    inc_s, gauge_s, spread_s = _shape_at(cals, replica, steps, span.end)
+    inc_s, gauge_s, spread_s = _shape_at(cals, replica, steps, span)
     inc_s = inc_s * (interval_s / 60.0) * rng.gamma(8, 1 / 8, size=(len(steps), 1))
     base = cum[-1] if len(cum) else np.zeros(len(fps))
     cum_s = base + np.cumsum(inc_s, axis=0)

@@ -55,12 +55,14 @@ def fleet(replicas: int, seed: int = 0) -> list[Replica]:
     return out
 
 
-def load(t: np.ndarray, end: float) -> np.ndarray:
+def load(t: np.ndarray, end: float, clock: float = 0.0) -> np.ndarray:
     """Traffic relative to the peak at epoch seconds ``t``: daily cycle (peak 15:00 UTC),
-    quieter weekends, 1 % growth per day towards ``end``."""
-    hour = (t % 86400) / 3600.0
+    quieter weekends, 1 % growth per day towards ``end``. ``clock``: seconds added to the
+    story's clock for its daily and weekly cycle (``history.seed``'s ``story_end``)."""
+    story = t + clock
+    hour = (story % 86400) / 3600.0
     daily = 0.55 + 0.45 * np.cos((hour - 15.0) / 24.0 * 2 * math.pi)
-    weekday = ((t // 86400) + 4) % 7  # 1970-01-01 was a Thursday
+    weekday = ((story // 86400) + 4) % 7  # 1970-01-01 was a Thursday
     weekly = np.where(weekday >= 5, 0.7, 1.0)
     growth = 1.0 + 0.01 * (t - end) / 86400.0
     relative: np.ndarray = daily * weekly * growth

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -71,3 +72,34 @@ def _check_seeded_store(path: Path) -> None:
         assert len(tenants) >= 4 and (tenants["requests"] > 0).all()
     finally:
         client.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_pinned_story_clock_seeds_the_same_samples_whenever_it_runs(chdb_dir: Path) -> None:
+    """The warehouse bench pins the load's daily and weekly cycle (``story_end``): its bytes per
+    sample follow the load at the raw samples, and moved 0.735 -> 0.841 B with the hour it ran."""
+    from fleetscope.history import seed
+    from migrations import clickhouse_runner
+
+    story_end = datetime(2026, 12, 2, 21, 24, tzinfo=UTC)
+    values = {}
+    for name, end, pinned in (
+        ("now", datetime(2026, 12, 6, 8, 24, tzinfo=UTC), story_end),  # a Sunday morning, pinned
+        ("then", story_end, None),  # the history that really ended at that Wednesday's 21:24
+        ("unpinned", datetime(2026, 12, 6, 8, 24, tzinfo=UTC), None),
+    ):
+        db = f"t_{uuid.uuid4().hex[:12]}"
+        client = connect(f"chdb:{chdb_dir}", database=db, create_database=True)
+        try:
+            clickhouse_runner.apply(client)
+            seed(client, replicas=2, days=0.2, raw_hours=0.1, minute_hours=0.5, end=end, story_end=pinned)
+            values[name] = client.query(
+                "SELECT groupArray(value) FROM (SELECT value FROM samples "
+                "WHERE metric = 'vllm:generation_tokens_total' ORDER BY fingerprint, ts)"
+            ).result_rows[0][0]
+        finally:
+            client.command(f"DROP DATABASE IF EXISTS {db}")
+            client.close()
+    assert len(values["now"]) > 100
+    assert values["now"] == values["then"]  # the same samples, four days apart
+    assert values["unpinned"] != values["now"]  # a Sunday morning's load is not that Wednesday evening's
