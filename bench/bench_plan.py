@@ -6,7 +6,7 @@ length (how much faster than real time), and a sweep of variants.
    plays 30 minutes of the ``steady`` mix at 12 requests/s through the gateway's router into a
    temporary chDB store, as the collector writes it (``fleetscope.replay``).
 2. ``planner.plan.plan`` over the window: the recorded fleet read back, calibrated, replayed
-   (the backtest), then a sweep (small replicas 6/8/10 x least_loaded/affinity). Each is timed;
+   (the backtest), then a sweep (small replicas 6/8/10, ``--sweep-replicas``, x least_loaded/affinity). Each is timed;
    the budget is the recorded replay in <= 30 s.
 
 Not a test: nothing is asserted.
@@ -22,8 +22,12 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import typer
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from fleetscope.plan_cli import replica_counts  # noqa: E402
 
 PRICES = {"L4": 0.80, "H100": 2.49}
 BUDGET_S = 30.0
@@ -54,8 +58,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="the window replayed (default 30)")
     parser.add_argument("--rate", type=float, default=12.0, help="requests per second recorded (default 12)")
+    parser.add_argument(
+        "--sweep-replicas",
+        default="6,8,10",
+        help="tiny-small replica counts swept, each with both policies, as `fleetscope plan --replicas` takes "
+        "them (2,4 or 1..4; default 6,8,10: 6 variants)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
+    try:
+        sweep = replica_counts(args.sweep_replicas, "--sweep-replicas")  # the plan command's parser and its errors
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
 
     from fleet.spec import load_spec
     from fleet.traffic import Scenario, load_scenario
@@ -88,7 +102,7 @@ def main() -> None:
             start,
             end,
             prices=PRICES,
-            changes=Changes(replicas={"tiny-small": [6, 8, 10]}, policies=["least_loaded", "affinity"]),
+            changes=Changes(replicas={"tiny-small": sweep}, policies=["least_loaded", "affinity"]),
         )
         sweep_s = time.perf_counter() - t0
         requests = float(base.table.loc[base.table["fleet"] == "recorded (replayed)", "requests"].iloc[0])

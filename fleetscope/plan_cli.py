@@ -52,7 +52,7 @@ def _pairs(values: list[str] | None, option: str) -> dict[str, str]:
     return out
 
 
-def _counts(text: str, option: str) -> list[int]:
+def replica_counts(text: str, option: str) -> list[int]:
     """``2``, ``1..4`` or a list of them (``2,4,6``, ``1..3,6``) -> the counts, sorted, once each."""
     out: set[int] = set()
     for part in text.split(","):
@@ -247,7 +247,7 @@ def _changes(
     from planner.plan import Changes
 
     changes = Changes(
-        replicas={m: _counts(v, "--replicas") for m, v in _pairs(replicas, "--replicas").items()},
+        replicas={m: replica_counts(v, "--replicas") for m, v in _pairs(replicas, "--replicas").items()},
         policies=[p.strip() for p in policy.split(",") if p.strip()] if policy else [],
         gpu=_pairs(gpu, "--gpu"),
         kv_tokens={m: int(_number(v, "--kv-tokens")) for m, v in _pairs(kv_tokens, "--kv-tokens").items()},
