@@ -31,9 +31,11 @@ How the states are read: vLLM's ``vllm:lora_requests_info`` is a gauge whose lab
 (``running_lora_adapters``, ``waiting_lora_adapters``: comma-joined names; ``max_lora``) and whose
 value is the time the engine last stepped in that state; every state seen stays in the
 exposition. A state happened between two scrapes when its series' value grew (or the series
-appeared) since the scrape before; an idle engine's values stand still, so its last state is
-not counted again. The raw samples are read (kept ``samples_days``); a series' value before the
-window is looked up ``LOOKBACK`` earlier.
+appeared after the replica's first scrape in the read: an engine shows no state before its first
+step, so a replica's first scrape is its first of ``vllm:num_requests_running`` too) since the
+scrape before; an idle engine's values stand still, so its last state is not counted again.
+The raw samples are read (kept ``samples_days``); a series' value before the window is looked up
+``LOOKBACK`` earlier.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from analytics.filters import Filters
 from analytics.frames import query_df
 from analytics.requests import log_source, request_quantiles, request_totals
 from analytics.tiers import param_time
-from analytics.vllm import LORA_INFO, REQUESTS_WAITING_BY_REASON
+from analytics.vllm import LORA_INFO, REQUESTS_RUNNING, REQUESTS_WAITING_BY_REASON
 from analytics.window import Scope, rescope
 from storage.clickhouse import Client
 
@@ -102,24 +104,33 @@ def states(client: Client, start: datetime, end: datetime, **scope: Unpack[Scope
     series_filters = engine_filters(filters, pools)
     where, params = series_filters.series("") if series_filters else ("", {})
     params = dict(
-        params, metric=LORA_INFO, a=param_time(start - LOOKBACK), start=param_time(start), end=param_time(end)
+        params,
+        metrics=[LORA_INFO, REQUESTS_RUNNING],
+        lora=LORA_INFO,
+        a=param_time(start - LOOKBACK),
+        start=param_time(start),
+        end=param_time(end),
     )
     # the states that grew since the scrape before, found in the store (a series first seen after its
-    # replica's first scrape in the read is new); only those rows come back
+    # replica's first scrape in the read is new); only those rows come back. The replica's first scrape
+    # is its first of either metric: an engine exposes no state before its first step, so a state that
+    # appeared and stood still within its first few seconds of traffic is first seen together with the
+    # first state series of all, and must still count when the engine was scraped before that
     sql = f"""
         SELECT ts, replica, running, waiting, max_lora FROM (
-            SELECT v.ts AS ts, v.value AS value, s.replica AS replica,
+            SELECT v.ts AS ts, v.metric AS metric, v.value AS value, s.replica AS replica,
                    s.labels['running_lora_adapters'] AS running, s.labels['waiting_lora_adapters'] AS waiting,
                    toUInt32OrZero(s.labels['max_lora']) AS max_lora,
                    lagInFrame(toNullable(v.value), 1, NULL) OVER (
                        PARTITION BY v.fingerprint ORDER BY v.ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS prev,
                    min(v.ts) OVER (PARTITION BY s.replica) AS first_scrape
             FROM samples AS v
-            INNER JOIN ({series_latest("metric")}) AS s ON s.fingerprint = v.fingerprint
-            WHERE v.metric = {{metric:String}} AND v.ts >= {{a:DateTime64(3)}} AND v.ts < {{end:DateTime64(3)}}
+            INNER JOIN ({series_latest("metrics", many=True)}) AS s ON s.fingerprint = v.fingerprint
+            WHERE v.metric IN {{metrics:Array(String)}} AND v.ts >= {{a:DateTime64(3)}} AND v.ts < {{end:DateTime64(3)}}
                   {"AND " + where if where else ""}
         )
-        WHERE ts >= {{start:DateTime64(3)}} AND (value > prev OR (prev IS NULL AND ts > first_scrape))
+        WHERE metric = {{lora:String}} AND ts >= {{start:DateTime64(3)}}
+              AND (value > prev OR (prev IS NULL AND ts > first_scrape))
         ORDER BY ts, replica"""
     df = query_df(client, sql, parameters=params)
     if df.empty:
