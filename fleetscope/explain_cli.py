@@ -174,8 +174,8 @@ def explain_command(
     (--metric truncation, refusal, empty): when it broke, by how much, and the evidence ranked
     (KV-cache saturation, queueing, long-context share, tenant or model mix, ...; for cost, the change
     split into the view's own traffic, each pool's volume and spend, with the tenants the router
-    moved; for quality, the tenant, model or route holding the rise, its max_tokens and model mix),
-    as the dashboard's Investigate page shows it."""
+    moved; for quality, the tenant, model or route holding the rise, its max_tokens and model mix;
+    a latency held flat by the gateway's shedding: that shedding), as the Investigate page shows it."""
     from analytics.explain import explain
     from analytics.filters import Filters
     from analytics.latency import LATENCIES
@@ -214,6 +214,8 @@ def explain_command(
     for note in ex.notes:
         typer.echo(f"note: {note}")
     if ex.break_at is None:
+        if len(ex.evidence):  # no rise, held by the gateway's shedding: its row
+            typer.echo("\n" + _table(ex))
         return
     onset = f", onset {ex.onset:%H:%M:%S}" if ex.onset is not None else ""
     typer.echo(

@@ -61,7 +61,9 @@ the share of the regression spent waiting for a replica the autoscaler had decid
 decision to its first token; it never sets the onset: it answers the regression); the gateway's
 shedding (request log from the gateway) the rise in the share of requests it shed, listed after the
 causes and named in the sentence ("the gateway shed 18% of requests (queue-time budget) while
-tiny-small was saturated"): the admitted requests' latency is what is left after it. A signal that
+tiny-small was saturated"): the admitted requests' latency is what is left after it. Where the
+latency shows no lasting rise and the gateway shed at least ``HELD_MIN_SHARE`` of the requests of
+its shedding episode, the sentence says the shedding held it and its row is the evidence. A signal that
 moved more than two steps after the break scores half: it followed the regression rather than
 led it. Request-level evidence reads the raw request
 log (kept ``requests_days``), so explain windows within it.
@@ -181,6 +183,8 @@ def explain(
         ex.breaks.append({"ts": series["ts"].iloc[k], "before": math.exp(levels[i]), "after": math.exp(levels[i + 1])})
     if found is None:
         ex.sentence = f"{ex.metric} shows no lasting rise between {start:%H:%M} and {end:%H:%M} UTC."
+        if source == "gateway":
+            _held_by_shedding(client, ex, start, end, coarse, filters)
         return ex
     base, first, last = found  # segments [first, last) are the regression, ``base`` the level before
     ex.break_at = series["ts"].iloc[bounds[first]].to_pydatetime()
@@ -217,6 +221,27 @@ def explain(
     strata = ex.strata if len(ex.strata) else pd.DataFrame(columns=["band"])
     ex.sentence = words.sentence(ex, latency, q, strata, long_tokens)
     return ex
+
+
+def _held_by_shedding(
+    client: Client, ex: Explanation, start: datetime, end: datetime, step: int, filters: Filters | None
+) -> None:
+    """No lasting rise, yet the gateway shed: admission by queue time refuses what would wait past
+    the budget, so the admitted requests' latency held because of it. ``ex.evidence`` gets the
+    shedding's row, judged on its own episode (``scoring.shedding_episode``), and the sentence says
+    so; nothing changes where the gateway shed little or nothing."""
+    shed = queries.shedding(client, start, end, step, filters)
+    episode = scoring.shedding_episode(shed, step)
+    if episode is None:
+        return
+    rows = scoring.shedding_evidence(shed, *episode, step)
+    if not rows:
+        return
+    ex.evidence = scoring.rank(rows)
+    ex.sentence = (
+        f"{ex.sentence.removesuffix('.')}: {rows[0]['detail']} from {episode[0]:%H:%M:%S} to "
+        f"{episode[1]:%H:%M:%S}, so the requests it admitted kept their latency."
+    )
 
 
 def _sharpen(

@@ -2,7 +2,8 @@
 
 In:  nothing.
 Out: ``Explanation`` (its fields: ``analytics.explain``'s docstring), the thresholds
-     (``SATURATED``, ``PRESSURE``, ``MIX_CHANGE``, ``LONG_FACTOR``, ``MIN_PER_STEP``), the
+     (``SATURATED``, ``PRESSURE``, ``MIX_CHANGE``, ``LONG_FACTOR``, ``MIN_PER_STEP``,
+     ``HELD_MIN_SHARE``), the
      tie-break order of the signals (``PRIORITY``), the evidence table's columns and the names of
      the signals that answer a regression rather than cause it (``LATE_SCALE_OUT``,
      ``GATEWAY_SHED``).
@@ -22,6 +23,7 @@ __all__ = [
     "COVERED_MIN_STEP_S",
     "EVIDENCE_COLUMNS",
     "GATEWAY_SHED",
+    "HELD_MIN_SHARE",
     "LATE_SCALE_OUT",
     "LONG_FACTOR",
     "MIN_PER_STEP",
@@ -43,6 +45,9 @@ MIX_CHANGE = 0.1  # a share that moved this much (10 points) or more counts in f
 CAUSE_RATIO = 0.6  # real engines overloaded by a rollout: 0.62 / 0.70 and 0.55 / 0.85, both moving at the switch
 LATE_SCALE_OUT = "late scale-out"  # the regression spent waiting for a replica the autoscaler had decided on
 GATEWAY_SHED = "gateway shedding"  # the gateway refused requests to hold the admitted ones' latency (its answer)
+# a window with no lasting rise is said to be held by the gateway's shedding when it shed at least this share of the
+# requests in its shedding episode, and at least MIN_PER_STEP requests (a stray 429 is no story)
+HELD_MIN_SHARE = 0.05
 LONG_FACTOR = 3.0  # a "long-context" prompt: more than this many times the baseline's median prompt
 # tie-break order: who sent the traffic and what the router did before what it looked like and
 # what it did to the engines

@@ -20,7 +20,9 @@ from analytics.explain.model import (
     CAUSE_RATIO,
     EVIDENCE_COLUMNS,
     GATEWAY_SHED,
+    HELD_MIN_SHARE,
     LATE_SCALE_OUT,
+    MIN_PER_STEP,
     MIX_CHANGE,
     MIX_DIMENSIONS,
     PRESSURE,
@@ -39,6 +41,7 @@ __all__ = [
     "rank",
     "rate_evidence",
     "scaling_evidence",
+    "shedding_episode",
     "shedding_evidence",
     "split_at",
     "timing",
@@ -434,8 +437,8 @@ def shedding_evidence(
     named = [(name, float(n) / total) for name, n in reasons.items() if n > 0]
     why = named[0][0] if len(named) == 1 else ", ".join(f"{name} {share:.0%}" for name, share in named)
     model = str(after.groupby("model")["shed"].sum().idxmax())
-    per_step = shed.assign(ts=ts).groupby("ts")[["shed", "requests"]].sum()
-    moved = moved_at((per_step["shed"] / per_step["requests"]).sort_index(), break_at, step)
+    per_step = _shed_per_step(shed)
+    moved = moved_at(per_step["shed"] / per_step["requests"], break_at, step)
     lead, factor = timing(moved, break_at, step)
     detail = f"the gateway shed {share_a:.0%} of requests ({why}) while {model} was saturated"
     score = max(share_a - share_b, 0.0) * factor
@@ -444,6 +447,29 @@ def shedding_evidence(
             GATEWAY_SHED, "admission", f"{share_b:.0%} shed", f"{share_a:.0%} shed", score, moved, lead, detail, step
         )
     ]
+
+
+def shedding_episode(shed: pd.DataFrame, step: int) -> tuple[pd.Timestamp, pd.Timestamp] | None:
+    """When the gateway shed (``queries.shedding``'s rows), for a window whose latency did not rise:
+    from the first to the end of the last step whose shed share is at least half the peak step's.
+    None where it shed under ``HELD_MIN_SHARE`` of that episode's requests or fewer than
+    ``MIN_PER_STEP`` requests in all (a stray 429)."""
+    if shed.empty or shed["shed"].sum() <= 0:
+        return None
+    per_step = _shed_per_step(shed)
+    per_step = per_step[per_step["requests"] > 0]
+    share = per_step["shed"] / per_step["requests"]
+    high = share[share >= share.max() / 2].index
+    first, last = high.min(), high.max() + pd.Timedelta(seconds=step)
+    episode = per_step[(per_step.index >= first) & (per_step.index < last)]
+    if episode["shed"].sum() < max(HELD_MIN_SHARE * episode["requests"].sum(), MIN_PER_STEP):
+        return None
+    return first, last
+
+
+def _shed_per_step(shed: pd.DataFrame) -> pd.DataFrame:
+    """``queries.shedding``'s rows summed over models per step: ``shed`` and ``requests``, by ``ts``."""
+    return shed.assign(ts=pd.to_datetime(shed["ts"], utc=True)).groupby("ts")[["shed", "requests"]].sum().sort_index()
 
 
 def _cold_start(r: dict[str, Any], decided: pd.Timestamp, served: pd.Timestamp | None) -> str:

@@ -88,13 +88,31 @@ def series_chart(ex: Explanation) -> alt.Chart:
     return chart
 
 
+def evidence_table(ex: Explanation) -> None:
+    """The evidence rows, score as a bar (where the page draws now)."""
+    st.dataframe(
+        table(ex.evidence.drop(columns=["resolution_s"], errors="ignore"), {"lead_s": "Lead"}),
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "Score": st.column_config.ProgressColumn("Score", min_value=0.0, max_value=1.0, format="%.2f"),
+            "Lead": st.column_config.Column(help="how long before the break the signal moved"),
+        },
+    )
+
+
 # the quantile first (one cheap query), the explanation above it once worked out
 summary = st.container()
 drawn = st.empty()
 drawn.altair_chart(series_chart(head), width="stretch")
 ex = cached(explain, client, start, v.end, latency=latency, q=q, filters=v.filters)
 if ex.break_at is None:
-    summary.info(ex.sentence + " Widen the time range to include the regression and some normal traffic before it.")
+    if len(ex.evidence):  # no rise because the gateway shed: what held it
+        with summary:
+            st.warning(ex.sentence)
+            evidence_table(ex)
+    else:
+        summary.info(ex.sentence + " Widen the time range to include the regression and some normal traffic before it.")
     st.stop()
 
 with summary:
@@ -111,16 +129,7 @@ with summary:
         help="when the leading evidence moved (at or before the break)",
     )
     st.subheader("Evidence")
-    evidence = ex.evidence.drop(columns=["resolution_s"], errors="ignore")
-    st.dataframe(
-        table(evidence, {"lead_s": "Lead"}),
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "Score": st.column_config.ProgressColumn("Score", min_value=0.0, max_value=1.0, format="%.2f"),
-            "Lead": st.column_config.Column(help="how long before the break the signal moved"),
-        },
-    )
+    evidence_table(ex)
     st.subheader("Aligned on the break")
 
 moments = pd.DataFrame(

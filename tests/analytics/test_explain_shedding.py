@@ -75,3 +75,41 @@ def test_nothing_shed_no_row(ch: Any) -> None:
     ex = explain(store(ch, 0.0), T0, END, step=30)
     assert ex.break_at is not None
     assert GATEWAY_SHED not in set(ex.evidence["signal"]) and "shed" not in ex.sentence
+
+
+def held_rows(shed_every: int) -> list[dict[str, Any]]:
+    """One request every 2 s for 20 minutes at a flat 0.3 s TTFT (the admitted ones); from 12:08
+    to 12:14 all but one in ``shed_every`` shed by queue-time budget (0: none)."""
+    out = []
+    for r in rows(0.0):
+        late = T0 + timedelta(minutes=8) <= r["ts"] < T0 + timedelta(minutes=14)
+        i = int((r["ts"] - T0).total_seconds()) // 2
+        if shed_every and late and i % shed_every:
+            r.update(outcome="shed_queue_time", status_code=429, ttft_seconds=0.0, e2e_seconds=0.0)
+        elif r["ttft_seconds"]:
+            r.update(ttft_seconds=0.3 * (1 + (i % 7) / 50), tenant="acme")
+        out.append(r)
+    return out
+
+
+def test_no_rise_because_the_gateway_shed_says_so(ch: Any) -> None:
+    clickhouse_runner.apply(ch)
+    ch.insert_df("requests", pd.DataFrame(held_rows(3)).astype({"weight": "float32"}))
+    ex = explain(ch, T0, END, step=30)
+    assert ex.break_at is None  # the admitted requests' TTFT never rose
+    assert list(ex.evidence["signal"]) == [GATEWAY_SHED], ex.evidence
+    row = ex.evidence.iloc[0]
+    assert (row["before"], row["after"]) == ("0% shed", "67% shed"), row  # two in three, in its episode
+    assert ex.sentence.startswith("p99 ttft shows no lasting rise between 12:00 and 12:20 UTC: ")
+    assert "the gateway shed 67% of requests (queue-time budget) while tiny-small was saturated" in ex.sentence
+    assert "from 12:08:00 to 12:14:00" in ex.sentence, ex.sentence
+
+
+def test_no_rise_and_a_stray_shed_request_is_no_story(ch: Any) -> None:
+    clickhouse_runner.apply(ch)
+    log = held_rows(0)
+    log[300].update(outcome="shed_queue_time", status_code=429, ttft_seconds=0.0, e2e_seconds=0.0)
+    ch.insert_df("requests", pd.DataFrame(log).astype({"weight": "float32"}))
+    ex = explain(ch, T0, END, step=30)
+    assert ex.break_at is None and ex.evidence.empty, ex.evidence
+    assert ex.sentence == "p99 ttft shows no lasting rise between 12:00 and 12:20 UTC."

@@ -27,6 +27,7 @@ from migrations import clickhouse_runner
 from storage.catalog import add_annotation, annotations_in, gpu_prices
 from storage.clickhouse import connect
 from tests.analytics.scenario_data import play
+from tests.analytics.test_explain_shedding import END, T0, held_rows
 from tests.dashboard.apptest import ROOT, chart_frames, on_store, run, window
 
 
@@ -256,6 +257,19 @@ def test_investigate_page_tells_the_explanation_analytics_finds(shift, sessions)
     cost = next(t.value for t in at.dataframe if "Period" in t.value.columns)
     assert list(cost["Period"]) == list(ex.cost["period"]) and set(cost["Period"]) == {"before", "after"}
     assert cost["Spend ($)"].to_numpy() == pytest.approx(ex.cost["spend"].to_numpy(), rel=5e-4)  # 4 digits
+
+
+def test_investigate_says_what_held_the_latency_when_the_gateway_shed(ch, sessions) -> None:
+    clickhouse_runner.apply(ch)
+    ch.insert_df("requests", pd.DataFrame(held_rows(3)).astype({"weight": "float32"}))  # a flat TTFT, 2 in 3 shed
+    use_stores(ch, sessions, load_settings(ROOT / "fleetscope.yaml", environ={}))
+    at = run("investigate", **{"from": T0.isoformat(), "to": END.isoformat()}, metric="ttft", q="0.99")
+    assert not at.exception, at.exception
+    ex = explain(ch, T0, END, latency="ttft", q=0.99)
+    assert ex.break_at is None and at.warning[0].value == ex.sentence and "the gateway shed 67%" in ex.sentence
+    assert not at.info  # no advice to widen the range: the range holds the overload
+    evidence = next(t.value for t in at.dataframe if "Signal" in t.value.columns)
+    assert list(evidence["Signal"]) == ["gateway shedding"]
 
 
 @pytest.fixture(scope="module")
