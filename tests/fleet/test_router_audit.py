@@ -134,13 +134,20 @@ def test_shadows_stay_within_the_share_and_name_what_they_audit() -> None:
         expected = {"tiny-small": ("small_to_large", "tiny-large"), "tiny-large": ("large_to_small", "tiny-small")}
         assert (shadow["audit_direction"], shadow["model"]) == expected[audited["model"]]
         assert shadow["replica"] == ("large-0" if shadow["model"] == "tiny-large" else "small-0")
+
+
+def test_the_small_model_agrees_less_on_long_prompts() -> None:
+    # a share that never binds, so every decision is audited: which ones a binding share lets through
+    # depends on the order requests finish in (CI once had 4 easy shadows of 13)
+    records, _ = run(AuditSpec(enabled=True, sample_rate=1.0, max_share=1.0, window_s=60), traffic(90, seed=11))
+    shadows = [r for r in records if r.get("route") == "shadow"]
+    assert Counter(s["audit_direction"] for s in shadows).keys() == {"small_to_large", "large_to_small"}
     # agreement: the simulated small model says about `fidelity` of the large one's words
     easy = [s["agreement"] for s in shadows if s["route_reason"] == "easy request"]
     hard = [s["agreement"] for s in shadows if s["route_reason"].startswith("long prompt")]
-    assert len(easy) >= 5 and len(hard) >= 3, (len(easy), len(hard))
+    assert len(easy) >= 30 and len(hard) >= 15, (len(easy), len(hard))
     assert abs(sum(easy) / len(easy) - fidelity("tiny-small", 125)) < 0.08
     assert sum(hard) / len(hard) < sum(easy) / len(easy) - 0.1  # long prompts: the small model differs more
-    assert Counter(s["audit_direction"] for s in shadows).keys() == {"small_to_large", "large_to_small"}
 
 
 def test_the_judge_stays_within_its_budget_and_the_audit_finishes() -> None:
