@@ -66,14 +66,18 @@ class SimReplica:
 
     def restart(self) -> None:
         """A simulated engine restart: in-flight requests fail, counters start from zero."""
-        for queue in getattr(self, "waiters", {}).values():
-            queue.put_nowait(RuntimeError("engine restarted"))
-        self.waiters = {}
+        self.fail_in_flight("engine restarted")
         self.answers = {}
         self.engine = SimEngine(self.config)
         # the step loop runs on the event loop's monotonic clock; vLLM reports adapter states in epoch time
         self.engine.wall_offset = time.time() - time.monotonic()
         self.exposition = Exposition(self.engine, self.model, started=time.time())
+
+    def fail_in_flight(self, reason: str) -> None:
+        """Answer every request in flight with an error (500) now, as vLLM aborts them."""
+        for queue in getattr(self, "waiters", {}).values():
+            queue.put_nowait(RuntimeError(reason))
+        self.waiters = {}
 
     def resource(self) -> dict[str, str]:
         return {
@@ -103,6 +107,7 @@ class SimFleet:
         self._tasks: list[asyncio.Task[None]] = []
         self._spans: list[tuple[SimReplica, SimRequest, float]] = []
         self._session: aiohttp.ClientSession | None = None
+        self._stopping = False  # set by stop(): a request that arrives then is refused, not left waiting
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -121,9 +126,14 @@ class SimFleet:
             self._tasks.append(asyncio.create_task(self._export_loop()))
 
     async def stop(self) -> None:
+        """Stop the step loops, answer the requests in flight with an error (their handlers
+        return, none is left pending on a loop that closes) and close the listeners."""
+        self._stopping = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for replica in self.replicas:
+            replica.fail_in_flight("engine stopped")
         if self._session is not None:
             await self._export()
             await self._session.close()
@@ -250,6 +260,8 @@ class SimFleet:
         return app
 
     async def _complete(self, replica: SimReplica, request: web.Request, chat: bool) -> web.StreamResponse:
+        if self._stopping:
+            return web.json_response({"error": {"message": "engine stopped", "code": 503}}, status=503)
         accepted = await _accept(replica, request, chat)
         if isinstance(accepted, web.Response):
             return accepted

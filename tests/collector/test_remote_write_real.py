@@ -116,6 +116,8 @@ class Fleet:
         assert self._stop is not None
         self.loop.call_soon_threadsafe(self._stop.set)
         self.thread.join(60)
+        if not self.thread.is_alive():
+            self.loop.close()  # closed here, not by the garbage collector in a later test
 
     def restart(self, index: int) -> None:
         httpx.post(f"http://127.0.0.1:{self.replicas[index].port}/sim/restart", timeout=10)

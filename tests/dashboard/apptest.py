@@ -5,6 +5,7 @@ package's own writers."""
 
 from __future__ import annotations
 
+import gc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,6 +26,11 @@ FILES = {p.url_path: p.path for p in pages.PAGES}
 
 
 def run(page: str, **params: str) -> AppTest:
+    # earlier tests' garbage is collected here, not inside the script's compile: a finalizer that logs a
+    # traceback parses source (traceback's caret anchors), and a parse nested in Streamlit's parse of the
+    # page fails with "SystemError: AST constructor recursion depth mismatch" on Python 3.11.7
+    # (CPython gh-106905; CI, 2026-12-06: a simulated engine's request handlers destroyed by the collector)
+    gc.collect()
     at = AppTest.from_file(str(FILES[page]), default_timeout=60)
     for key, value in params.items():
         at.query_params[key] = value

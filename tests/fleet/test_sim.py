@@ -240,3 +240,32 @@ replicas:
     finally:
         launcher.stop()
     assert group_members(records[0].pid) == []
+
+
+def test_stopping_the_fleet_answers_the_requests_in_flight_and_leaves_nothing_pending() -> None:
+    """A stop in the middle of requests (a test's teardown, Ctrl-C on ``fleetscope up``) answers
+    them with an error, as vLLM aborts them, instead of leaving their handlers waiting on a loop
+    about to close: such handlers were destroyed later by the garbage collector, in whatever the
+    process ran next (CI saw their tracebacks logged inside a Streamlit script's compile)."""
+
+    async def go() -> tuple[int, dict, list[asyncio.Task]]:
+        replica = SimReplica("sim-stop", "tiny-small", free_port(), EngineConfig(max_model_len=2048))
+        fleet = SimFleet([replica])
+        await fleet.start()
+        url = f"http://127.0.0.1:{replica.port}/v1/completions"
+        body = {"prompt": list(range(3, 300)), "max_tokens": 1500}
+        async with httpx.AsyncClient(timeout=30) as client:
+            answered = asyncio.create_task(client.post(url, json=body))
+            dropped = asyncio.create_task(client.post(url, json=body))
+            while len(replica.waiters) < 2:
+                await asyncio.sleep(0.01)
+            dropped.cancel()  # this client gives up; its handler still waits on the engine
+            await asyncio.gather(dropped, return_exceptions=True)
+            await fleet.stop()
+            response = await answered
+        left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+        return response.status_code, response.json(), left
+
+    status, answer, left = asyncio.run(go())
+    assert (status, answer["error"]["message"]) == (500, "engine stopped")
+    assert left == []

@@ -151,6 +151,8 @@ def observed(tmp: Path, spec: FleetSpec, otlp_port: int, ch: Any) -> Iterator[La
         assert asyncio.run_coroutine_threadsafe(collector.stop(), loop).result(60)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
+        if not thread.is_alive():
+            loop.close()  # closed here, not by the garbage collector in a later test
 
 
 def _scraped_up(ch: Any, instances: set[str], timeout_s: float = 30.0) -> None:
