@@ -7,8 +7,8 @@ read back from the store, decision -> healthy -> first token. The traffic then c
 every few seconds, long outputs, streamed) and the pool scales back in: the new replica is drained,
 taken out of the collector's targets, removed from the gateway and stopped, and ``up`` prints that
 too. Checked afterwards in the store: the events of both decisions, every request the added replica
-served ok, and no request failed (upstream error, client abort, timeout) between the drain and the
-removal, and ReplicaDown (its ``for:`` cut to 10 s) never even pending. Slow (a second engine loads beside a busy one, ~1 min on 2 cores; the run ~5 min); marked
+served ok, no request failed (upstream error, client abort, timeout) between the drain and the
+removal, the calm traffic answered by small-0 alone in the 20 s after the removal, and ReplicaDown (its ``for:`` cut to 10 s) never even pending. Slow (a second engine loads beside a busy one, ~1 min on 2 cores; the run ~5 min); marked
 ``slow``.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = {"max_model_len": 2048, "block_size": 128, "num_gpu_blocks_override": 17, "enforce_eager": True}
 BURST_S = 170.0  # the queueing burst, long enough for the new engine to load and serve
+AFTER_S = 20.0  # the calm traffic watched after the scale-in (0.25 requests/s: about 5 requests)
 OUT = (
     r"tiny-small 1 -> 2: decided \d\d:\d\d:\d\d \(requests_waiting [\d.]+ > 0.5\), healthy \+(\d+) s, "
     r"first token \+(\d+) s \(small-1\)"
@@ -45,7 +47,7 @@ def _scenario(tmp: Path) -> Path:
     # heavy enough that one engine queues on an idle machine too (at 1.5 req/s with half long prompts
     # an idle 2-core machine kept up: no scale-out)
     data["mix"].update(models={"tiny-small": 1.0}, rate=3.0, burst=None, stream_share=1.0, long_context_share=0.8)
-    data["duration_s"] = 600.0
+    data["duration_s"] = 900.0  # still running after the scale-in, whenever it comes (the test stops it)
     data["phases"] = [{"at_s": BURST_S, "name": "calm", "set": {"rate": 0.25, "long_context_share": 0.0}}]
     (tmp / "burst.yaml").write_text(yaml.safe_dump(data))
     return tmp / "burst.yaml"
@@ -104,6 +106,7 @@ def test_up_scales_a_real_pool_out_and_back_in_without_failing_a_request(tmp_pat
         assert out is not None and int(out.group(1)) <= int(out.group(2))
         pids = fleet_pids(tmp_path / "data")  # the engines, the gateway, the autoscaler: all gone at the end
         up.until(IN, 240)
+        time.sleep(AFTER_S)  # the calm traffic goes on through the smaller pool
     finally:
         text = up.stop(180)
     print(text)
@@ -130,15 +133,17 @@ def test_up_scales_a_real_pool_out_and_back_in_without_failing_a_request(tmp_pat
     )
     # everything the new replica took, it answered (a request the gateway's admission refused was not taken)
     assert added and {r["outcome"] for r in added} - {"rejected"} == {"ok"}, added
-    failed = sql(
-        "SELECT replica, outcome, error FROM requests WHERE source = 'gateway' AND outcome NOT IN ('ok', 'rejected') "
-        f"AND ts >= '{drained}' AND ts <= '{removed}'"
+    # nothing failed between the drain and the removal, and the calm traffic went on through the scale-in:
+    # after the removal it was answered by small-0 alone (a drain and a removal seconds apart can fall between
+    # two calm requests, so the traffic is watched on to AFTER_S past the removal; what the final Ctrl-C cuts
+    # off is not the drain's doing)
+    after = sql(
+        f"SELECT replica, outcome, ts > '{removed}' AS late, count() AS n FROM requests "
+        f"WHERE source = 'gateway' AND ts >= '{drained}' GROUP BY replica, outcome, late"
     )
-    assert failed == [], failed  # nothing failed by the drain
-    served = sql(
-        f"SELECT count() AS n FROM requests WHERE source = 'gateway' AND ts >= '{drained}' AND ts <= '{removed}'"
-    )
-    assert served[0]["n"] > 0  # and the calm traffic did go on through it
+    assert {r["outcome"] for r in after if not r["late"]} <= {"ok", "rejected"}, after
+    served_late = [r for r in after if r["late"] and r["outcome"] == "ok"]
+    assert served_late and {r["replica"] for r in served_late} == {"small-0"}, after
     # a replica the autoscaler removed is not a replica down: nothing pends or fires from its drain
     # on (before it, an engine busy on 2 loaded cores can miss a scrape and pend for 5 s: seen once,
     # small-1 serving, scrape timed out, inactive at the next evaluation)
