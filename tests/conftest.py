@@ -7,11 +7,13 @@ own in the ``test`` database (FLEETSCOPE_TEST_POSTGRES_URL overrides the server)
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import pickle
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -111,6 +113,15 @@ def metadata_url(request: pytest.FixtureRequest) -> str:
     """The metadata DB on both supported backends."""
     name = "sqlite_url" if request.param == "sqlite" else "pg_url"
     return request.getfixturevalue(name)
+
+
+def stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, timeout_s: float) -> None:
+    """Stop ``loop``, run forever by ``thread``, wait for the thread and close the loop: what is left
+    on it is finalised now, not by the garbage collector in the middle of a later test."""
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout_s)
+    if not thread.is_alive():
+        loop.close()
 
 
 def in_own_process(fn: Callable[..., object], *args: object, timeout: float = 300) -> None:

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from adhoc.formats import render
-from tests.conftest import run_cli
+from tests.conftest import run_cli, stop_loop
 
 QUERY = (
     "SELECT toStartOfMinute(ts) AS minute, model, tenant, count() AS n, round(avg(ttft_seconds), 6) AS ttft, "
@@ -144,8 +144,7 @@ def serve(incident):
     yield start
     for loop, runner, thread in started:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
+        stop_loop(loop, thread, 5)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from exporter.read import Stores
 from fleetscope.collect import build_collector
 from fleetscope.settings import Settings
 from storage.catalog import gpu_prices
+from tests.conftest import stop_loop
 from tests.promtools import binary, free_port, started
 
 LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*|)\{(?P<labels>.*)\} => (?P<value>\S+) @\[(?P<ts>[0-9.]+)\]$")
@@ -44,8 +45,7 @@ def running(collector):
         try:
             assert asyncio.run_coroutine_threadsafe(collector.stop(), loop).result(timeout=120)
         finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)
+            stop_loop(loop, thread, 10)
 
 
 def query(prometheus_url: str, expr: str) -> dict[str, tuple[dict[str, str], float]]:

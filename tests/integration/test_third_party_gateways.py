@@ -30,6 +30,7 @@ from fleet.loadgen import RequestResult, Targets, run_scenario
 from fleet.spec import FleetSpec, load_spec
 from fleet.traffic import load_scenario
 from migrations import clickhouse_runner
+from tests.conftest import stop_loop
 from tests.integration.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -149,10 +150,7 @@ def observed(tmp: Path, spec: FleetSpec, otlp_port: int, ch: Any) -> Iterator[La
         launcher.stop(progress=print)
         time.sleep(1.0)  # the engines' last span batch
         assert asyncio.run_coroutine_threadsafe(collector.stop(), loop).result(60)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        if not thread.is_alive():
-            loop.close()  # closed here, not by the garbage collector in a later test
+        stop_loop(loop, thread, 10)
 
 
 def _scraped_up(ch: Any, instances: set[str], timeout_s: float = 30.0) -> None:
