@@ -1,15 +1,22 @@
-"""Benchmark: the collector's CPU per scraped sample at one load, on asyncio's event loop and on
-uvloop's (libuv), side by side.
+"""Benchmark: the collector's CPU per scraped sample at one load, two design changes side by side:
+asyncio's event loop against uvloop's (``--compare loop``), and the writer's flush interval
+(``--compare flush``: inserts of 1 s of samples against inserts of 10 or 30 s).
 
-The design change tried for the CPU per sample (issue 44): the profile (``bench/profile_ingest.py``)
+The design changes tried for the CPU per sample (issue 44). The profile (``bench/profile_ingest.py``)
 puts the HTTP client and the event loop second after the exposition parse, and the parse is
 already a dictionary lookup and a float conversion per sample; uvloop replaces the loop and its
-socket transports in compiled code. Same target server and pipeline as ``bench_scrape_ingest``
-(Scraper -> parser -> SeriesConverter -> Writer), the store either the in-process chDB with its
-rollups (``--sink chdb``) or Null tables in another process (``--sink remote``: the collector
-alone). The loops alternate for ``--rounds`` rounds so the machine's drift falls on both; each
-round warms up, then measures ``--intervals`` intervals: CPU-seconds of this process per million
-samples. Not a test: nothing is asserted.
+socket transports in compiled code. With the in-process store, the insert and chDB's merges are
+half the process's CPU: every insert feeds the raw table and the 1-minute and 1-hour rollups'
+views, and an insert of one second holds about one sample a series, so each view writes a row
+for every sample it reads and the merges fold them later; a longer flush puts several samples of
+a series in one insert, and the views write one row for them. Same target server and pipeline as
+``bench_scrape_ingest`` (Scraper -> parser -> SeriesConverter -> Writer), the store either the
+in-process chDB with its rollups (``--sink chdb``) or Null tables in another process (``--sink
+remote``: the collector alone). The variants alternate (the order reversed every other round) for
+``--rounds`` rounds so the machine's drift falls on all; each warms up, then measures
+``--intervals`` intervals: CPU-seconds of this process per million samples, and (``--sink chdb``)
+the rows the store wrote per sample scraped (its ``InsertedRows``: the raw table's, the rollups',
+the scrape log's). Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -29,15 +36,35 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_scrape_ingest import null_tables, run_level, start_targets  # noqa: E402
 
+Variant = tuple[Callable[[], asyncio.AbstractEventLoop], dict[str, Any]]  # loop factory, WriterConfig options
 
-def loops() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
-    import uvloop
 
-    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+def variants(compare: str, flushes: list[float]) -> dict[str, Variant]:
+    """name -> (loop factory, writer options) of the design change compared."""
+    if compare == "loop":
+        import uvloop
+
+        return {"asyncio": (asyncio.new_event_loop, {}), "uvloop": (uvloop.new_event_loop, {})}
+    # a flush of f seconds with room for f seconds of rows (the default 50,000 would cut the batch early)
+    return {
+        f"flush {f:g} s": (
+            asyncio.new_event_loop,
+            {"flush_interval_s": f, "batch_rows": 2_000_000, "max_buffer_rows": 4_000_000},
+        )
+        for f in flushes
+    }
+
+
+def inserted_rows(client: Any) -> int:
+    """The store's count of rows inserted so far (every table and view), 0 where it has none."""
+    value = client.command("SELECT sum(value) FROM system.events WHERE event = 'InsertedRows'")
+    return int(value or 0)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--compare", choices=("loop", "flush"), default="loop", help="the design change compared")
+    parser.add_argument("--flush", default="1,10,30", help="--compare flush: the flush intervals, seconds")
     parser.add_argument("--targets", type=int, default=400)
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--intervals", type=int, default=4)
@@ -49,8 +76,9 @@ def main() -> None:
     from migrations import clickhouse_runner
     from storage.clickhouse import connect
 
+    compared = variants(args.compare, [float(f) for f in args.flush.split(",")])
     port, server = start_targets()
-    per_million: dict[str, list[float]] = {name: [] for name in loops()}
+    per_million: dict[str, list[float]] = {name: [] for name in compared}
     runs: list[dict[str, Any]] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -61,34 +89,66 @@ def main() -> None:
             else:
                 client = connect(f"chdb:{tmp}/ch")
                 clickhouse_runner.apply(client)
-            writer = Writer(client, WriterConfig(spool_dir=Path(tmp) / "spool"))
-            writer.start()
             print(f"{args.targets} targets at {args.interval:g}s, store: {args.sink}; {args.rounds} rounds")
             for round_ in range(args.rounds):
-                for name, factory in loops().items():
+                names = list(compared) if round_ % 2 == 0 else list(compared)[::-1]
+                for name in names:
+                    factory, options = compared[name]
+                    writer = Writer(
+                        client, WriterConfig(spool_dir=Path(tmp) / f"spool-{round_}-{len(runs)}", **options)
+                    )
+                    added = _count_samples(writer)
+                    rows0 = inserted_rows(client) if args.sink == "chdb" else 0
+                    writer.start()
                     with asyncio.Runner(loop_factory=factory) as runner:
                         r = runner.run(run_level(args.targets, port, args.interval, args.intervals, writer))
+                    writer.close()  # flushes what is left: every row scraped is in the count below
+                    rows = (inserted_rows(client) - rows0) / added[0] if args.sink == "chdb" and added[0] else None
                     cpu_per_m = r["cpu"] / r["samples_per_s"] * 1e6
                     per_million[name].append(cpu_per_m)
-                    runs.append({"round": round_, "loop": name, **r, "cpu_s_per_1m_samples": cpu_per_m})
-                    print(
-                        f"  round {round_ + 1} {name:<8} {r['samples_per_s']:>9,.0f} samples/s  cpu {r['cpu']:>5.0%}  "
-                        f"{cpu_per_m:6.2f} CPU-s per 1M samples  missed {r['missed']}"
+                    runs.append(
+                        {
+                            "round": round_,
+                            "variant": name,
+                            **r,
+                            "cpu_s_per_1m_samples": cpu_per_m,
+                            "rows_written_per_sample": rows,
+                        }
                     )
-            writer.close()
+                    written = f"  {rows:4.2f} rows written a sample" if rows is not None else ""
+                    print(
+                        f"  round {round_ + 1} {name:<10} {r['samples_per_s']:>9,.0f} samples/s  cpu {r['cpu']:>5.0%}  "
+                        f"{cpu_per_m:6.2f} CPU-s per 1M samples  missed {r['missed']}{written}",
+                        flush=True,
+                    )
             client.close()
     finally:
         server.terminate()
     medians = {name: statistics.median(values) for name, values in per_million.items()}
+    first = next(iter(medians))
     print(
-        f"median CPU-s per 1M samples: asyncio {medians['asyncio']:.2f}, uvloop {medians['uvloop']:.2f} "
-        f"(uvloop / asyncio {medians['uvloop'] / medians['asyncio']:.2f})"
+        "median CPU-s per 1M samples: "
+        + ", ".join(f"{name} {m:.2f} ({m / medians[first]:.2f}x)" for name, m in medians.items())
     )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
             json.dumps({"args": vars(args) | {"json": str(args.json)}, "medians": medians, "runs": runs}, indent=2)
         )
+
+
+def _count_samples(writer: Any) -> list[int]:
+    """Counts the sample rows handed to ``writer`` (wraps its ``add``): ``[rows]``, updated in place."""
+    count = [0]
+    add = writer.add
+
+    def counted(table: str, columns: Any) -> None:
+        if table == "samples":
+            count[0] += len(columns["value"])
+        add(table, columns)
+
+    writer.add = counted
+    return count
 
 
 if __name__ == "__main__":
