@@ -1,22 +1,23 @@
 """Benchmark: the collector's CPU per scraped sample at one load, two design changes side by side:
 asyncio's event loop against uvloop's (``--compare loop``), and the writer's flush interval
-(``--compare flush``: inserts of 1 s of samples against inserts of 10 or 30 s).
+(``--compare flush``: the default 1 s against inserts of 10 or 30 s of samples).
 
 The design changes tried for the CPU per sample (issue 44). The profile (``bench/profile_ingest.py``)
 puts the HTTP client and the event loop second after the exposition parse, and the parse is
 already a dictionary lookup and a float conversion per sample; uvloop replaces the loop and its
 socket transports in compiled code. With the in-process store, the insert and chDB's merges are
-half the process's CPU: every insert feeds the raw table and the 1-minute and 1-hour rollups'
-views, and an insert of one second holds about one sample a series, so each view writes a row
-for every sample it reads and the merges fold them later; a longer flush puts several samples of
-a series in one insert, and the views write one row for them. Same target server and pipeline as
-``bench_scrape_ingest`` (Scraper -> parser -> SeriesConverter -> Writer), the store either the
-in-process chDB with its rollups (``--sink chdb``) or Null tables in another process (``--sink
-remote``: the collector alone). The variants alternate (the order reversed every other round) for
-``--rounds`` rounds so the machine's drift falls on all; each warms up, then measures
-``--intervals`` intervals: CPU-seconds of this process per million samples, and (``--sink chdb``)
-the rows the store wrote per sample scraped (its ``InsertedRows``: the raw table's, the rollups',
-the scrape log's). Not a test: nothing is asserted.
+half the process's CPU: an insert of one second holds about one sample a series, so the raw
+table and the 1-minute, 1-hour and 6-hour rollups each get a row for every sample and a part for
+every insert, and the merges fold them later; a longer flush puts several samples of a series in
+one insert (one rollup row for them) and makes fewer, larger parts. Same target server and
+pipeline as ``bench_scrape_ingest`` (Scraper -> parser -> SeriesConverter -> Writer), the store
+either the in-process chDB with its rollups (``--sink chdb``) or Null tables in another process
+(``--sink remote``: the collector alone). The variants alternate (the order reversed every other
+round) for ``--rounds`` rounds so the machine's drift falls on all, and each run's merges settle
+before the next starts (they would be billed to it); each warms up, then measures ``--intervals``
+intervals: CPU-seconds of this process per million samples, and (``--sink chdb``) the rows the
+store counted as inserted per sample row written (its ``InsertedRows``: the Null ingest table's,
+the raw table's, the rollups', the scrape log's). Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -34,25 +36,32 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_scrape_ingest import null_tables, run_level, start_targets  # noqa: E402
+from bench.bench_scrape_ingest import DATA, null_tables, run_level, start_targets  # noqa: E402
+from bench.bench_warehouse import settle  # noqa: E402
+from collector.config import BATCH_ROWS, FLUSH_INTERVAL_S  # noqa: E402
 
 Variant = tuple[Callable[[], asyncio.AbstractEventLoop], dict[str, Any]]  # loop factory, WriterConfig options
 
 
-def variants(compare: str, flushes: list[float]) -> dict[str, Variant]:
-    """name -> (loop factory, writer options) of the design change compared."""
+def variants(compare: str, flushes: list[float], rows_per_s: float) -> dict[str, Variant]:
+    """name -> (loop factory, writer options) of the design change compared. A flush longer than
+    the default's gets room for its rows (``rows_per_s`` of them a second, twice over: the writer
+    cuts a batch at ``batch_rows`` and spools a buffer past twice ``max_buffer_rows``); the default's
+    is the collector's own configuration."""
     if compare == "loop":
         import uvloop
 
         return {"asyncio": (asyncio.new_event_loop, {}), "uvloop": (uvloop.new_event_loop, {})}
-    # a flush of f seconds with room for f seconds of rows (the default 50,000 would cut the batch early)
-    return {
-        f"flush {f:g} s": (
-            asyncio.new_event_loop,
-            {"flush_interval_s": f, "batch_rows": 2_000_000, "max_buffer_rows": 4_000_000},
+    out: dict[str, Variant] = {}
+    for f in flushes:
+        room = max(BATCH_ROWS, int(2 * f * rows_per_s))
+        options = (
+            {"flush_interval_s": f}
+            if f <= FLUSH_INTERVAL_S
+            else {"flush_interval_s": f, "batch_rows": room, "max_buffer_rows": room}
         )
-        for f in flushes
-    }
+        out[f"flush {f:g} s"] = (asyncio.new_event_loop, options)
+    return out
 
 
 def inserted_rows(client: Any) -> int:
@@ -67,7 +76,11 @@ def main() -> None:
     parser.add_argument("--flush", default="1,10,30", help="--compare flush: the flush intervals, seconds")
     parser.add_argument("--targets", type=int, default=400)
     parser.add_argument("--interval", type=float, default=5.0)
-    parser.add_argument("--intervals", type=int, default=4)
+    parser.add_argument(
+        "--intervals",
+        type=int,
+        help="intervals measured a run (default 4; --compare flush: at least 4 of the longest flush)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sink", choices=("chdb", "remote"), default="chdb")
     parser.add_argument("--json", type=Path)
@@ -76,7 +89,14 @@ def main() -> None:
     from migrations import clickhouse_runner
     from storage.clickhouse import connect
 
-    compared = variants(args.compare, [float(f) for f in args.flush.split(",")])
+    flushes = [float(f) for f in args.flush.split(",")]
+    if args.intervals is None:  # a window of whole flushes: a short one holds 0 or 1 of the longest's inserts
+        longest = max(flushes) if args.compare == "flush" else 0.0
+        args.intervals = max(4, math.ceil(4 * longest / args.interval))
+    from collector.exposition import parse
+
+    per_target = len(parse(DATA.read_text()))  # samples a scrape of one target
+    compared = variants(args.compare, flushes, args.targets * per_target / args.interval)
     port, server = start_targets()
     per_million: dict[str, list[float]] = {name: [] for name in compared}
     runs: list[dict[str, Any]] = []
@@ -102,7 +122,10 @@ def main() -> None:
                     writer.start()
                     with asyncio.Runner(loop_factory=factory) as runner:
                         r = runner.run(run_level(args.targets, port, args.interval, args.intervals, writer))
-                    writer.close()  # flushes what is left: every row scraped is in the count below
+                    if not writer.close(60.0):  # flushes what is left: every row scraped is in the count below
+                        print(f"  round {round_ + 1} {name}: the writer did not flush everything (rows left spooled)")
+                    if args.sink == "chdb":  # this run's merges finish before the next one's clock starts
+                        settle(client)
                     rows = (inserted_rows(client) - rows0) / added[0] if args.sink == "chdb" and added[0] else None
                     cpu_per_m = r["cpu"] / r["samples_per_s"] * 1e6
                     per_million[name].append(cpu_per_m)

@@ -19,9 +19,10 @@ Nothing is lost when ClickHouse is away, and nothing is counted twice:
 - while an insert fails, batches stay in the spool and are replayed oldest first, with
   exponential backoff, when the store answers again; newer batches queue behind them, so
   order is kept.
-- memory is bounded (``max_buffer_rows`` per table: past it a batch is cut early and
-  spooled); the spool is bounded (``spool_max_bytes``): past it new batches are dropped
-  and counted (``fleetscope_collector_dropped_rows_total``) and an error is logged.
+- memory is bounded (a table's buffer that reaches twice ``max_buffer_rows`` while the writer
+  thread is held up, e.g. by a hanging insert, is cut and spooled by the caller); the spool
+  is bounded (``spool_max_bytes``): past it new batches are dropped and counted
+  (``fleetscope_collector_dropped_rows_total``) and an error is logged.
 - a batch the store keeps refusing while it answers ``SELECT 1`` (bad data, not an outage)
   is moved to ``spool/rejected/`` after ``max_attempts`` tries of that batch so it cannot
   block the rest; errors that mean "try later" (too many parts, memory, read-only replica,
