@@ -262,12 +262,13 @@ def up(
     ] = "127.0.0.1",
     config: ConfigOption = None,
 ) -> None:
-    """Run everything in one process: collector, alert evaluator and dashboard over one store, and the fleet.
+    """Run everything: the collector (holding the store), the alert evaluator and the dashboard, and the fleet.
 
     Starts the bundled fleet (fleet.yaml) with its gateway and plays a traffic scenario against it, migrates
     the stores, collects, evaluates the alert rules (to a local webhook sink that prints them when no receiver
-    is configured) and serves the dashboard; prints a status line every 10 s. Ctrl-C stops everything and
-    flushes what was collected. Example: fleetscope up --fleet sim --replicas 12; behind LiteLLM:
+    is configured) and serves the dashboard; prints a status line every 10 s. The evaluator and the dashboard
+    run in processes of their own (docs/operations.md). Ctrl-C stops everything and flushes what was collected.
+    Example: fleetscope up --fleet sim --replicas 12; behind LiteLLM:
     fleetscope up --gateway litellm (docs/gateways.md)
     """
     from collector.targets import TargetError
