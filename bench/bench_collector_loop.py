@@ -40,6 +40,7 @@ from bench.bench_scrape_ingest import DATA, null_tables, run_level, start_target
 from bench.bench_warehouse import settle  # noqa: E402
 from collector.config import BATCH_ROWS, FLUSH_INTERVAL_S  # noqa: E402
 
+INSERTED = "fleetscope_collector_inserted_rows_total"  # the writer's rows inserted, per table
 Variant = tuple[Callable[[], asyncio.AbstractEventLoop], dict[str, Any]]  # loop factory, WriterConfig options
 
 
@@ -85,6 +86,8 @@ def main() -> None:
     parser.add_argument("--sink", choices=("chdb", "remote"), default="chdb")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    from prometheus_client import CollectorRegistry
+
     from collector.writer import Writer, WriterConfig
     from migrations import clickhouse_runner
     from storage.clickhouse import connect
@@ -114,10 +117,9 @@ def main() -> None:
                 names = list(compared) if round_ % 2 == 0 else list(compared)[::-1]
                 for name in names:
                     factory, options = compared[name]
-                    writer = Writer(
-                        client, WriterConfig(spool_dir=Path(tmp) / f"spool-{round_}-{len(runs)}", **options)
-                    )
-                    added = _count_samples(writer)
+                    registry = CollectorRegistry()  # the writer's own count of the sample rows it inserted
+                    spool = Path(tmp) / f"spool-{round_}-{len(runs)}"
+                    writer = Writer(client, WriterConfig(spool_dir=spool, **options), registry=registry)
                     rows0 = inserted_rows(client) if args.sink == "chdb" else 0
                     writer.start()
                     with asyncio.Runner(loop_factory=factory) as runner:
@@ -126,7 +128,8 @@ def main() -> None:
                         print(f"  round {round_ + 1} {name}: the writer did not flush everything (rows left spooled)")
                     if args.sink == "chdb":  # this run's merges finish before the next one's clock starts
                         settle(client)
-                    rows = (inserted_rows(client) - rows0) / added[0] if args.sink == "chdb" and added[0] else None
+                    added = registry.get_sample_value(INSERTED, {"table": "samples"}) or 0.0
+                    rows = (inserted_rows(client) - rows0) / added if args.sink == "chdb" and added else None
                     cpu_per_m = r["cpu"] / r["samples_per_s"] * 1e6
                     per_million[name].append(cpu_per_m)
                     runs.append(
@@ -158,20 +161,6 @@ def main() -> None:
         args.json.write_text(
             json.dumps({"args": vars(args) | {"json": str(args.json)}, "medians": medians, "runs": runs}, indent=2)
         )
-
-
-def _count_samples(writer: Any) -> list[int]:
-    """Counts the sample rows handed to ``writer`` (wraps its ``add``): ``[rows]``, updated in place."""
-    count = [0]
-    add = writer.add
-
-    def counted(table: str, columns: Any) -> None:
-        if table == "samples":
-            count[0] += len(columns["value"])
-        add(table, columns)
-
-    writer.add = counted
-    return count
 
 
 if __name__ == "__main__":
