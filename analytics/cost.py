@@ -64,6 +64,7 @@ from analytics.allocation import (
 )
 from analytics.errors import BadInput
 from analytics.filters import Filters
+from analytics.frames import sum_by
 from analytics.window import Scope, rescope
 from storage.clickhouse import Client
 
@@ -204,7 +205,7 @@ def showback(shares: Shares, filters: Filters | None, *, by: str = "tenant", idl
     unattributed spend and (``idle="separate"``) the idle spend as rows of their own."""
     payers = picked(shares.payers, filters, shares.pool_of)
     measures = ["requests", "prompt_tokens", "completion_tokens", "cached_tokens", "weighted_tokens", "direct", "idle"]
-    out = payers.groupby(by, as_index=False)[measures].sum()
+    out = sum_by(payers[payers[by].notna()], [by], measures)
     if idle == "separate":
         out["idle"] = 0.0
     added: list[dict[str, object]] = []

@@ -28,7 +28,7 @@ from typing_extensions import Unpack
 
 from analytics.errors import BadInput
 from analytics.filters import Filters, request_rows
-from analytics.frames import query_df
+from analytics.frames import arrow_df, query_df, sort_by
 from analytics.tiers import Plan, align, between, param_time, plan_scope
 from analytics.vllm import LATENCIES
 from analytics.window import Scope
@@ -146,7 +146,7 @@ def _finish(df: pd.DataFrame, p: Plan, step: int | None = None, by: list[str] | 
     """The rows in the order of their step and groups, ``ts`` as a UTC time, the plan and step as attrs."""
     keys = _keys(by, step)
     if keys and len(df) > 1:
-        df = df.sort_values(keys, ignore_index=True)
+        df = sort_by(df, keys)
     if "step_ts" in df:
         df = df.rename(columns={"step_ts": "ts"})
         df["ts"] = pd.to_datetime(df["ts"], utc=True)
@@ -181,7 +181,7 @@ def request_totals(
     group = _group(by, step)
     head = f"{select}, " if select else ""
     sql = f"SELECT {head}{measures} FROM {table} WHERE {where}{group}"
-    return _finish(query_df(client, sql, parameters=params), p, step, by)
+    return _finish(arrow_df(client, sql, parameters=params), p, step, by)
 
 
 def request_quantile(

@@ -45,6 +45,8 @@ from collector.targets import make_target
 from collector.writer import Writer, WriterConfig
 from migrations import clickhouse_runner, metadata_runner
 from storage.catalog import gpu_prices, set_gpu_price
+from storage.chdb_http import ChdbHttpServer
+from storage.clickhouse import connect
 from storage.metadata import make_engine, make_sessionmaker
 from tests.analytics.agreement import disagreements, figures
 
@@ -316,3 +318,33 @@ def test_showback_series_and_explain_read_one_number(ch, prices, tmp_path, weigh
     globex = 4 * (400 * weights.input + 100 * weights.cached + 500 * weights.output)
     expected = (acme / (acme + globex) + 1.00) / 144_000 * 1e6
     assert by_view[("tenant acme", "before")] == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("tier", ["raw", "1h"])
+def test_a_clickhouse_server_reads_the_same_spend_and_showback(
+    ch, ch_database, chdb_dir, prices, tmp_path, tier
+) -> None:
+    """A dashboard in its own process (or on a ClickHouse server) reads over ClickHouse's HTTP
+    interface, where the uptime's buckets and the request log come as Arrow: the same frames as
+    in-process, with the figures worked out above."""
+    fleet(ch, tmp_path)
+    server = ChdbHttpServer(chdb_dir).start()
+    try:
+        remote = connect(f"{server.url}/{ch_database}")
+        reads = {
+            "spend": lambda c: gpu_spend(c, *WINDOW, prices, tier=tier),
+            "showback": lambda c: cost_by_tenant(c, *WINDOW, prices, tier=tier),
+            "m-b's showback": lambda c: cost_by_tenant(c, *WINDOW, prices, tier=tier, filters=Filters(model="m-b")),
+        }
+        answers = {name: (read(remote), read(ch)) for name, read in reads.items()}
+        remote.close()
+    finally:
+        server.stop()
+    for name, (over_http, in_process) in answers.items():
+        pd.testing.assert_frame_equal(over_http, in_process, obj=name)
+    assert round(answers["spend"][0]["spend"].sum(), 2) == 5.60
+    if tier == "raw":  # shared minute by minute, as above (the hourly tier shares each hour's spend)
+        assert round(answers["showback"][0].set_index("tenant").loc["acme", "spend"], 2) == 2.27
+    # m-b's pool alone: $1.60, of it globex's minutes 60-89 ($0.80) and the rest nobody's
+    only_b = answers["m-b's showback"][0].set_index("tenant")
+    assert round(only_b["spend"].sum(), 2) == 1.60

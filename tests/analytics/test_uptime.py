@@ -1,0 +1,42 @@
+"""The uptime rule's arithmetic on a replica's hourly buckets (``analytics.uptime``), worked out by
+hand: rows of one bucket in two parts (not merged yet) fold into one, a bucket is up from the
+previous bucket's last sample while the gap is the replica's usual one, and from its own first
+sample after an outage; a replica seen in one bucket is up from its first sample to its last."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analytics.uptime import bucket_ups, merged
+
+H = 3_600_000  # an hour in ms
+
+
+def test_a_replicas_hours_up_across_unmerged_rows_and_an_outage() -> None:
+    # replica 0, scraped every 15 s: hours 0-2 without a break, hour 1's rows in two parts (to 1:30:00,
+    # then from 1:30:15), away from 2:59:45 to 3:30:00; replica 1 seen once, for a minute of hour 0.
+    # The rows come in no order.
+    rows = [  # (replica, hour start s, first ms, last ms, peak)
+        (0, 10_800, 3 * H + H // 2, 4 * H - 15_000, 0.0),
+        (1, 0, 60_000, 120_000, 1.0),
+        (0, 3_600, H + H // 2 + 15_000, 2 * H - 15_000, 0.0),
+        (0, 0, 0, H - 15_000, 2.0),
+        (0, 7_200, 2 * H, 3 * H - 15_000, 1.0),
+        (0, 3_600, H, H + H // 2, 3.0),
+    ]
+    rep, b, first, last, peak = (np.array(c) for c in zip(*rows, strict=True))
+    rep, b, cols = merged(rep, b, {"first_t": first, "last_t": last, "peak": peak})
+    assert rep.tolist() == [0, 0, 0, 0, 1] and b.tolist() == [0, 3_600, 7_200, 10_800, 0]
+    # hour 1 folded: its first part's first sample, its second part's last, the higher peak
+    assert (cols["first_t"][1], cols["last_t"][1], cols["peak"][1]) == (H, 2 * H - 15_000, 3.0)
+    ups = bucket_ups(rep, cols["first_t"], cols["last_t"])
+    # gaps between replica 0's hours: 15 s, 15 s, 30 min 15 s; median 15 s -> a gap over a minute is down.
+    # hour 0: its first to its last sample, 3,585 s; hours 1 and 2: from the previous hour's last, 3,600 s;
+    # hour 3, after the outage: from its own first sample (3:30:00) to 3:59:45, 1,785 s. Replica 1: 60 s.
+    assert ups.tolist() == [3_585.0, 3_600.0, 3_600.0, 1_785.0, 60.0]
+
+
+def test_no_buckets_no_uptime() -> None:
+    empty = np.zeros(0, dtype=np.int64)
+    rep, b, cols = merged(empty, empty, {"first_t": empty, "last_t": empty, "peak": np.zeros(0)})
+    assert len(rep) == 0 and len(bucket_ups(rep, cols["first_t"], cols["last_t"])) == 0
