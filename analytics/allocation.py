@@ -365,7 +365,9 @@ def allocate(
     # each bucket (ts, pool) as one number, the spend's and the rows' alike
     spent, used_by, n = _bucket_codes(money, rows)
     w = rows["weighted_tokens"].to_numpy(float)
-    pool_weight = np.bincount(used_by, weights=np.nan_to_num(w), minlength=n)  # NaN skipped, as pandas sums
+    pool_weight = np.bincount(
+        used_by, weights=np.where(np.isnan(w), 0.0, w), minlength=n
+    )  # NaN skipped, as pandas sums
     share = np.divide(w, pool_weight[used_by], out=np.zeros(len(w)), where=pool_weight[used_by] > 0)
     for column, spend_column in (("direct", "busy_spend"), ("idle", "idle_spend")):
         per_bucket = np.zeros(n)

@@ -87,9 +87,9 @@ def merged(
 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """The buckets in replica and time order, one row per replica and bucket (an engine's several
     series, or rollup rows of parts not merged yet, folded: the earliest first sample, the latest
-    last one, the highest peak). The rows come in runs already in that order (a part's rows are
-    sorted by series and time, and replicas are numbered in their series' order): a stable sort of
-    one key finds the runs."""
+    last one, the highest peak, a NaN peak skipped as the store's ``max`` skips it). One key,
+    replica and bucket, sorted stably: the rows come in sorted runs (a part's rows are in series
+    and time order), which the sort merges in less time than an ``ORDER BY`` costs the store."""
     key = rep.astype(np.int64) * (1 << 32) + (b - (b.min() if len(b) else 0))
     order = np.argsort(key, kind="stable")
     key, rep, b = key[order], rep[order], b[order]
@@ -104,7 +104,7 @@ def merged(
     folded = {name: v[starts] for name, v in cols.items()}
     np.minimum.at(folded["first_t"], into, cols["first_t"][repeats])
     np.maximum.at(folded["last_t"], into, cols["last_t"][repeats])
-    np.maximum.at(folded["peak"], into, cols["peak"][repeats])
+    np.fmax.at(folded["peak"], into, cols["peak"][repeats])
     return rep[starts], b[starts], folded
 
 
@@ -153,8 +153,7 @@ def replica_uptime(
     for their gaps) are left out of the sums."""
     rows = _columns(client, _rows_sql(p, g, condition), parameters)
     series = arrow_df(client, _series_sql(condition), parameters=parameters)
-    # each series' replica, numbered in the series' order (so that the rows, read in series order,
-    # come in replica order); ``meta``: one row per replica, in that order
+    # each series' replica, numbered in the series' order; ``meta``: one row per replica, in that order
     series = series.sort_values("fingerprint", kind="stable").reset_index(drop=True)
     codes, _ = pd.factorize(series["replica"])
     meta = series.drop_duplicates("replica").reset_index(drop=True)
@@ -163,11 +162,16 @@ def replica_uptime(
     at = np.minimum(np.searchsorted(fingerprints, fp), max(len(fingerprints) - 1, 0))
     known = fingerprints[at] == fp if len(fingerprints) else np.zeros(len(fp), dtype=bool)
     cols = {name: rows[name][known] for name in ("first_t", "last_t", "peak")}
-    rep, b, cols = merged(codes[at][known], rows["b"][known], cols)
+    rep, b, cols = merged(codes[at[known]], rows["b"][known], cols)
     up = bucket_ups(rep, cols["first_t"], cols["last_t"])
     busy = np.where(cols["peak"] > 0, up, 0.0)
     keep = b >= start_s
     rep, b, up, busy = rep[keep], b[keep], up[keep], busy[keep]
+    # only the replicas with a bucket in the window (the series table keeps every replica ever seen)
+    runs = np.ones(len(rep), dtype=bool)
+    runs[1:] = rep[1:] != rep[:-1]
+    meta = meta.iloc[rep[runs]].reset_index(drop=True)
+    rep = np.cumsum(runs) - 1
     parts = []
     if by == "model" or replicas_too:
         parts.append(_sums(meta, rep, b, up, busy, s, pooled=True))
@@ -223,12 +227,19 @@ def _sums(
     # a replica counts once per cell: its rows of a step are adjacent (replica and time order)
     new = np.ones(len(rep), dtype=bool)
     new[1:] = (rep[1:] != rep[:-1]) | (step[1:] != step[:-1])
-    replicas = np.bincount(cell[new], minlength=size)
-    cells = np.flatnonzero(replicas)
+    if size <= 4 * len(cell) + 4096:  # cells numbered densely: counts and sums by bincount
+        replicas = np.bincount(cell[new], minlength=size)
+        cells = np.flatnonzero(replicas)
+        index = np.zeros(size, dtype=np.int64)
+        index[cells] = np.arange(len(cells))
+        replicas, at, size = replicas[cells], index[cell], len(cells)
+    else:  # sparse (short steps over a long window): the cells that have rows only
+        cells, at = np.unique(cell, return_inverse=True)
+        replicas, size = np.bincount(at[new], minlength=len(cells)), len(cells)
     out = names.iloc[cells % n_units].reset_index(drop=True)
-    out["replicas"] = replicas[cells].astype(np.uint64)
-    out["up_seconds"] = np.bincount(cell, weights=up, minlength=size)[cells]
-    out["busy_seconds"] = np.bincount(cell, weights=busy, minlength=size)[cells]
+    out["replicas"] = replicas.astype(np.uint64)
+    out["up_seconds"] = np.bincount(at, weights=up, minlength=size)
+    out["busy_seconds"] = np.bincount(at, weights=busy, minlength=size)
     out["pooled"] = int(pooled)
     if s is not None:
         out.insert(0, "ts", pd.to_datetime((cells // n_units + first) * s, unit="s", utc=True))

@@ -348,3 +348,14 @@ def test_a_clickhouse_server_reads_the_same_spend_and_showback(
     # m-b's pool alone: $1.60, of it globex's minutes 60-89 ($0.80) and the rest nobody's
     only_b = answers["m-b's showback"][0].set_index("tenant")
     assert round(only_b["spend"].sum(), 2) == 1.60
+
+
+def test_samples_whose_series_row_is_missing_cost_nothing_and_break_nothing(ch, prices, tmp_path) -> None:
+    """Samples can reach the store before their series' row (or without it, if that insert was
+    lost): they cannot be priced (no replica, no GPU labels), and the rest still is."""
+    fleet(ch, tmp_path)
+    ch.command("ALTER TABLE series DELETE WHERE replica = 'b' SETTINGS mutations_sync = 2")
+    spend = gpu_spend(ch, *WINDOW, prices, tier="raw")
+    assert list(spend["replica"]) == ["a"] and round(spend["spend"].sum(), 2) == 4.00
+    ch.command("TRUNCATE TABLE series")
+    assert gpu_spend(ch, *WINDOW, prices, tier="1h").empty

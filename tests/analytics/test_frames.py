@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analytics.frames import arrow_df, query_df, sort_by, sum_by
+from analytics.frames import arrow_df, arrow_frame, query_df, sort_by, sum_by
 
 ROWS = """
     SELECT toDateTime64('2026-12-01 10:00:00', 3, 'UTC') + INTERVAL (number % 3) HOUR AS step_ts,
@@ -29,6 +29,14 @@ def test_arrow_df_is_query_dfs_frame(ch, n) -> None:
         assert str(via_arrow["step_ts"].dtype) == "datetime64[ms, UTC]" and via_arrow["rows"].dtype == np.uint64
 
 
+def test_strings_sent_as_binary_read_as_strings(ch) -> None:
+    # what a server sends a user that may not set output_format_arrow_string_as_string (readonly)
+    binary = ch.query_arrow(ROWS, parameters={"n": 12}, use_strings=False)
+    assert str(binary.schema.field("tenant").type) == "binary"
+    pd.testing.assert_frame_equal(arrow_frame(binary), query_df(ch, ROWS, parameters={"n": 12}))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in reduceat:RuntimeWarning")  # pandas' inf + -inf
 def test_sum_by_is_groupbys_sum() -> None:
     df = pd.DataFrame(
         {
@@ -44,6 +52,12 @@ def test_sum_by_is_groupbys_sum() -> None:
     # a missing pool is a group of its own, last; NaN spend counts as nothing; counts stay integers
     assert summed["pool"].isna().tolist() == [False, False, False, True]
     assert summed["spend"].tolist() == [0.25, 2.0, 1.0, 2.0] and summed["requests"].dtype == np.int64
+    # infinities kept (inf + -inf is NaN, as pandas has it), booleans counted
+    odd = pd.DataFrame({"k": ["a", "a", "b"], "x": [np.inf, -np.inf, 1.0], "flag": [True, True, False]})
+    pd.testing.assert_frame_equal(
+        sum_by(odd, ["k"], ["x", "flag"]), odd.groupby("k", as_index=False)[["x", "flag"]].sum()
+    )
+    assert np.isnan(sum_by(odd, ["k"], ["x"])["x"][0]) and sum_by(odd, ["k"], ["flag"])["flag"].tolist() == [2, 0]
     empty = sum_by(df.iloc[:0], ["pool"], ["spend"])
     assert empty.empty and list(empty.columns) == ["pool", "spend"]
 

@@ -40,3 +40,43 @@ def test_no_buckets_no_uptime() -> None:
     empty = np.zeros(0, dtype=np.int64)
     rep, b, cols = merged(empty, empty, {"first_t": empty, "last_t": empty, "peak": np.zeros(0)})
     assert len(rep) == 0 and len(bucket_ups(rep, cols["first_t"], cols["last_t"])) == 0
+
+
+def hours(rows: list[tuple[int, int, int, int, float]]) -> list[float]:
+    """Up seconds of each bucket of (replica, hour start s, first ms, last ms, peak) rows."""
+    rep, b, first, last, peak = (np.array(c) for c in zip(*rows, strict=True))
+    rep, b, cols = merged(rep, b, {"first_t": first, "last_t": last, "peak": peak})
+    return bucket_ups(rep, cols["first_t"], cols["last_t"]).tolist()
+
+
+def test_the_median_gap_is_the_upper_middle_one_and_the_threshold_is_capped() -> None:
+    # gaps 15 s, 15 s, 40 s, 90 s: the upper middle of four is 40 s (the lower, 15 s, would make the
+    # threshold a minute), so 2.5 x 40 s = 100 s, and the 90 s gap before the last hour is up time
+    lasts = [(i + 1) * H - 15_000 for i in range(5)]
+    gaps = [15_000, 15_000, 40_000, 90_000]
+    firsts = [0] + [lasts[i] + gaps[i] for i in range(4)]
+    rows = [(0, 3600 * i, firsts[i], lasts[i], 1.0) for i in range(5)]
+    # the last hour from the previous one's last sample: 3,600 s (from its own first: 3,510 s)
+    assert hours(rows) == [3_585.0, 3_600.0, 3_600.0, 3_600.0, 3_600.0]
+    # scraped every 10 minutes: 2.5 x 10 min = 25 min, capped at 15 (LOOKBACK): a 16-minute gap is down
+    every = 600_000
+    rows = [(0, 3600 * i, i * H, i * H + 5 * every, 0.0) for i in range(4)]  # each hour 0:00-0:50
+    rows.append((0, 4 * 3600, 3 * H + 5 * every + 16 * 60_000, 3 * H + 5 * every + 16 * 60_000 + every, 0.0))
+    ups = hours(rows)
+    assert ups[1] == ups[2] == ups[3] == 3600.0  # 10-minute gaps: up
+    assert ups[4] == every / 1000  # after the 16-minute gap: from its own first sample
+
+
+def test_a_replicas_several_series_fold_into_its_hours_and_a_nan_peak_is_skipped() -> None:
+    # an engine restarted with a new label set in hour 1: its two series are one replica
+    rep, b, cols = merged(
+        np.array([0, 0, 0]),
+        np.array([0, 3600, 3600]),
+        {
+            "first_t": np.array([0, H, H + H // 2]),
+            "last_t": np.array([H - 15_000, H + H // 2 - 15_000, 2 * H - 15_000]),
+            "peak": np.array([1.0, 2.0, np.nan]),
+        },
+    )
+    assert rep.tolist() == [0, 0] and cols["last_t"].tolist() == [H - 15_000, 2 * H - 15_000]
+    assert cols["peak"].tolist() == [1.0, 2.0]  # the store's max skips NaN
