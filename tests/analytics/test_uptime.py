@@ -6,8 +6,9 @@ sample after an outage; a replica seen in one bucket is up from its first sample
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from analytics.uptime import bucket_ups, merged
+from analytics.uptime import _sums, bucket_ups, merged
 
 H = 3_600_000  # an hour in ms
 
@@ -80,3 +81,19 @@ def test_a_replicas_several_series_fold_into_its_hours_and_a_nan_peak_is_skipped
     )
     assert rep.tolist() == [0, 0] and cols["last_t"].tolist() == [H - 15_000, 2 * H - 15_000]
     assert cols["peak"].tolist() == [1.0, 2.0]  # the store's max skips NaN
+
+
+def test_a_few_minutes_over_ten_days_are_summed_without_a_cell_for_every_minute() -> None:
+    # two replicas (one pool), per minute over ten days, up in three minutes only: the sums come from
+    # the cells that have rows (14,400 minutes x 2 replicas would be numbered densely otherwise)
+    meta = pd.DataFrame(
+        {"replica": ["r1", "r2"], "model": ["m", "m"], "gpu_type": ["H100", "H100"], "gpu_count": [1, 1]}
+    )
+    rep, b = np.array([0, 0, 1]), np.array([0, 864_000, 864_000])  # r1 at day 0 and day 10, r2 at day 10
+    up, busy = np.array([60.0, 30.0, 45.0]), np.array([60.0, 0.0, 45.0])
+    pools = _sums(meta, rep, b, up, busy, 60, pooled=True)
+    assert pools["ts"].tolist() == [pd.Timestamp(0, unit="s", tz="UTC"), pd.Timestamp(864_000, unit="s", tz="UTC")]
+    assert pools["replicas"].tolist() == [1, 2] and pools["up_seconds"].tolist() == [60.0, 75.0]
+    assert pools["busy_seconds"].tolist() == [60.0, 45.0]
+    per_replica = _sums(meta, rep, b, up, busy, None, pooled=False)
+    assert per_replica["replica"].tolist() == ["r1", "r2"] and per_replica["up_seconds"].tolist() == [90.0, 45.0]
