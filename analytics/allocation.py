@@ -178,7 +178,7 @@ def uptime(
         end=param_time(b),
         lookback=param_time(a - max(LOOKBACK, timedelta(seconds=g))),
     )
-    df = replica_uptime(
+    df, per_replica = replica_uptime(
         client,
         p,
         g,
@@ -189,13 +189,7 @@ def uptime(
         parameters=params,
         start_s=int(a.timestamp()),
     )
-    window = None
-    if replicas_too:
-        per_replica = df["pooled"] == 0
-        window = _seconds(
-            df[per_replica].drop(columns=["ts", "pooled"]).reset_index(drop=True), (b - a).total_seconds()
-        )
-        df = df[~per_replica].drop(columns=["pooled"]).reset_index(drop=True)
+    window = None if per_replica is None else _seconds(per_replica, (b - a).total_seconds())
     if s:
         df["ts"] = pd.to_datetime(df["ts"], utc=True).astype("datetime64[ns, UTC]")
     df = _seconds(df, None if s else (b - a).total_seconds() * (df["replicas"] if by == "model" else 1))

@@ -7,8 +7,7 @@ In:  a client, a read plan (tier, window), the grain (seconds per bucket), a ste
 Out: ``[ts?, replica, model, gpu_type, gpu_count, replicas, up_seconds, busy_seconds]`` per step
      (or over the window) and replica, or model pool and GPU kind (``replica`` then names the
      pool; ``replicas`` counts the replicas seen), ordered by ``ts, replica, gpu_type,
-     gpu_count``; with ``replicas_too`` also the per-replica rows over the window, marked by a
-     ``pooled`` column (0: a replica's, 1: a pool step's).
+     gpu_count``; with ``replicas_too`` also the per-replica rows over the window (else None).
 
 The rule: a replica costs while its engine reports ``UP_METRIC``. In each grain bucket it is up
 from the sample before the bucket's first one (the previous bucket's last) to its own last one,
@@ -148,7 +147,7 @@ def replica_uptime(
     condition: str,
     parameters: dict[str, Any],
     start_s: int,
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """Module docstring; ``start_s``: the window's start (epoch seconds): buckets before it (read
     for their gaps) are left out of the sums."""
     rows = _columns(client, _rows_sql(p, g, condition), parameters)
@@ -172,16 +171,10 @@ def replica_uptime(
     runs[1:] = rep[1:] != rep[:-1]
     meta = meta.iloc[rep[runs]].reset_index(drop=True)
     rep = np.cumsum(runs) - 1
-    parts = []
-    if by == "model" or replicas_too:
-        parts.append(_sums(meta, rep, b, up, busy, s, pooled=True))
-    if by == "replica" or replicas_too:
-        parts.append(_sums(meta, rep, b, up, busy, None if replicas_too else s, pooled=False))
-    out = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]  # each in its rows' order
-    if not replicas_too:
-        return out.drop(columns=["pooled"])
-    out.loc[out["pooled"] == 0, "ts"] = pd.NaT
-    return out
+    pooled = by == "model"
+    out = _sums(meta, rep, b, up, busy, s, pooled=pooled)
+    # the per-replica rows over the window, from the same buckets
+    return out, _sums(meta, rep, b, up, busy, None, pooled=False) if replicas_too else None
 
 
 def _columns(client: Client, sql: str, parameters: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -240,7 +233,6 @@ def _sums(
     out["replicas"] = replicas.astype(np.uint64)
     out["up_seconds"] = np.bincount(at, weights=up, minlength=size)
     out["busy_seconds"] = np.bincount(at, weights=busy, minlength=size)
-    out["pooled"] = int(pooled)
     if s is not None:
         out.insert(0, "ts", pd.to_datetime((cells // n_units + first) * s, unit="s", utc=True))
     return out
