@@ -163,14 +163,16 @@ class Actuator:
             )
             if response.status_code != 201:
                 raise LaunchError(f"the gateway refused {name}: {response.text}")
-            await self._until(client, name, lambda r: bool(r["healthy"]), self.spec.health_timeout_s)
+            state = await self._until(client, name, lambda r: bool(r["healthy"]), self.spec.health_timeout_s)
         except (LaunchError, httpx.HTTPError, TimeoutError) as exc:
             self.shipper.add(decision.step("start_failed", time.time(), name, str(exc)[:2000]))
             self.say(f"{decision.pool}: {name} failed to start: {exc}")
             self.members.pop(name, None)
             await asyncio.to_thread(self.launcher.stop, [name])
             return
-        ready = time.time()
+        # when the gateway took it in, not when this poll saw it: a request may reach it in between, and
+        # its first token must not come before it was ready
+        ready = float(state.get("healthy_since") or time.time())
         self.members[name].status = "ready"
         self.write_targets()
         self.shipper.add(decision.step("ready", ready, name, f"healthy and in the gateway's pool at {url}"))

@@ -41,6 +41,7 @@ def replica_json(replica: ReplicaState) -> dict[str, Any]:
         "draining": replica.draining,
         "in_flight": replica.in_flight,
         "first_token_at": replica.first_token_at,
+        "healthy_since": replica.healthy_since,
         "adapters": list(replica.adapters),
     }
 

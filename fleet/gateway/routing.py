@@ -40,6 +40,7 @@ class ReplicaState:
     adapters: tuple[str, ...] = ()  # LoRA adapters it serves, each asked for by its own name
     draining: bool = False  # on its way out: finishes its requests, gets no new one
     first_token_at: float | None = None  # epoch seconds of the first token it streamed through the gateway
+    healthy_since: float | None = None  # epoch seconds it was last taken in (healthy); None while out
 
     def serves(self, model: str) -> bool:
         return model == self.model or model in self.adapters

@@ -117,6 +117,7 @@ def test_a_draining_replica_finishes_its_stream_gets_nothing_new_and_leaves_once
             )
             seen["new"] = [r.status_code for r in new]
             seen["firsts"] = {n: r["first_token_at"] for n, r in (await replicas(client, gw)).items()}
+            seen["taken_in"] = {n: r["healthy_since"] for n, r in (await replicas(client, gw)).items()}
             async for line in lines:
                 if line.startswith("data: {"):
                     chunk = json.loads(line[6:])
@@ -145,6 +146,8 @@ def test_a_draining_replica_finishes_its_stream_gets_nothing_new_and_leaves_once
     assert seen["refused"].status_code == 409 and "1 request(s) in flight" in seen["refused"].json()["error"]
     assert seen["new"] == [200] * 4
     assert seen["firsts"][other] is not None and seen["firsts"][busy] is not None  # first tokens stamped
+    # each taken in (healthy) before its first token: what the autoscaler logs as `ready`, then `serving`
+    assert all(seen["taken_in"][n] is not None and seen["taken_in"][n] <= seen["firsts"][n] for n in (busy, other))
     assert seen["stream_chunks"] >= 140  # the whole answer came through the drain (150 tokens)
     assert seen["removed"] == 200 and seen["left"] == [other] and seen["again"] == 404
     assert seen["after"] == 200
