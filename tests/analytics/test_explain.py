@@ -62,6 +62,19 @@ def test_a_steady_level_after_a_quiet_start_is_the_baseline_of_the_rise_that_fol
     assert episode([ln(0.2), ln(0.5), ln(15.0)], [0, 10, 12, 30]) == (0, 1, 3)
 
 
+def test_a_noisy_baseline_does_not_pull_the_onset_a_minute_before_the_rollout() -> None:
+    """Seen on real engines (2026-12-07, two replicas 91 % busy before the switch): p99 TTFT per 5 s
+    step of about ten requests, two steps of it a few fast ones (17 and 38 ms), then the rollout at
+    step 14. The regression starts there, not at step 3 where the noise first rose over the dip."""
+    p99 = [0.727, 0.193, 0.0172, 0.525, 0.380, 1.086, 0.564, 0.425, 0.355, 0.621, 0.469, 0.0377, 0.0393, 0.523]
+    p99 += [4.03, 6.22, 15.1, 13.5, 16.4, 14.8, 21.7, 19.9, 14.8, 21.4, 23.1, 25.2, 39.8, 41.5, 40.5, 42.3, 38.2, 39.4]
+    bounds, levels, found = regression(np.log(p99))
+    assert found is not None
+    base, first, _end = found
+    assert bounds[first] == 14, (bounds, found)
+    assert math.exp(levels[base]) < 0.6  # the level before is the baseline's, not the regression's
+
+
 def test_a_last_step_of_a_few_requests_does_not_hide_the_rise() -> None:
     # a demo's p99 TTFT per minute on a slow day (3 steady minutes, the rollout, the rollback), and a
     # window that ends 10 s into a minute: that step holds 2 requests and a p99 of 0.06 s. Left in, the
