@@ -69,8 +69,7 @@ def test_a_noisy_baseline_does_not_pull_the_onset_a_minute_before_the_rollout() 
     p99 = [0.727, 0.193, 0.0172, 0.525, 0.380, 1.086, 0.564, 0.425, 0.355, 0.621, 0.469, 0.0377, 0.0393, 0.523]
     p99 += [4.03, 6.22, 15.1, 13.5, 16.4, 14.8, 21.7, 19.9, 14.8, 21.4, 23.1, 25.2, 39.8, 41.5, 40.5, 42.3, 38.2, 39.4]
     bounds, levels, found = regression(np.log(p99))
-    assert found is not None
-    base, first, _end = found
+    base, first, _end = found or (0, 0, 0)  # no regression found: the rollout missed, as a wrong start would be
     assert bounds[first] == 14, (bounds, found)
     assert math.exp(levels[base]) < 0.6  # the level before is the baseline's, not the regression's
 
