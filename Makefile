@@ -59,7 +59,7 @@ test-fast: install
 	scripts/ensure-postgres.sh
 	scripts/ensure-chromium.sh
 	scripts/ensure-prometheus.sh
-	VENV=$(VENV) scripts/check -m "not slow" -n $${FLEETSCOPE_TEST_WORKERS:-2} --dist loadfile
+	VENV=$(VENV) scripts/check --fast
 
 check: install
 	VENV=$(VENV) scripts/check --static

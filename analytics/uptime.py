@@ -171,8 +171,7 @@ def replica_uptime(
     runs[1:] = rep[1:] != rep[:-1]
     meta = meta.iloc[rep[runs]].reset_index(drop=True)
     rep = np.cumsum(runs) - 1
-    pooled = by == "model"
-    out = _sums(meta, rep, b, up, busy, s, pooled=pooled)
+    out = _sums(meta, rep, b, up, busy, s, pooled=by == "model")
     # the per-replica rows over the window, from the same buckets
     return out, _sums(meta, rep, b, up, busy, None, pooled=False) if replicas_too else None
 

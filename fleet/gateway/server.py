@@ -314,10 +314,8 @@ class Gateway:
             healthy = False
         if healthy != replica.healthy:
             log.warning("replica %s is %s", replica.name, "healthy: taken in" if healthy else "unhealthy: taken out")
-        if healthy and (not replica.healthy or replica.healthy_since is None):
-            replica.healthy_since = time.time()  # in the pool from now: requests may reach it at once
-        elif not healthy:
-            replica.healthy_since = None
+        # in the pool from the probe that took it in: requests may reach it at once
+        replica.healthy_since = (replica.healthy_since or time.time()) if healthy else None
         replica.healthy = healthy
         if replica in self.router.replicas:  # not one removed while probed
             self.metrics.healthy.labels(replica.name).set(1 if healthy else 0)

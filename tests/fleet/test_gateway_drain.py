@@ -116,8 +116,9 @@ def test_a_draining_replica_finishes_its_stream_gets_nothing_new_and_leaves_once
                 *(client.post(f"{gw}/v1/completions", json=completion(4, stream=False)) for _ in range(4))
             )
             seen["new"] = [r.status_code for r in new]
-            seen["firsts"] = {n: r["first_token_at"] for n, r in (await replicas(client, gw)).items()}
-            seen["taken_in"] = {n: r["healthy_since"] for n, r in (await replicas(client, gw)).items()}
+            states = await replicas(client, gw)
+            seen["firsts"] = {n: r["first_token_at"] for n, r in states.items()}
+            seen["taken_in"] = {n: r["healthy_since"] for n, r in states.items()}
             async for line in lines:
                 if line.startswith("data: {"):
                     chunk = json.loads(line[6:])
