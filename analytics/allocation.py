@@ -59,7 +59,7 @@ from analytics.errors import BadInput, NoPrice
 from analytics.filters import Filters
 from analytics.frames import sum_by
 from analytics.metrics import LOOKBACK, counter_increases
-from analytics.requests import log_source, request_totals
+from analytics.requests import prefer_source, request_totals
 from analytics.tiers import HOUR, SIX_HOURS, Plan, align, param_time, plan, plan_scope
 from analytics.timeseries import counter_rates_over_time
 from analytics.uptime import UP_METRIC, replica_uptime
@@ -339,14 +339,16 @@ def allocate(
     s = whole_step(step, g) if step is not None else None
     money = sum_by(spend, ["ts", "model"], [*MONEY, "up_seconds"])
     money = money.rename(columns={"model": "pool"})
-    source = log_source(client, p.start, p.end, logged)
     # the request log read on the samples' tier (6 h read as 1 h), so that its steps are the grain's
-    # (its own retention is at least the samples': it holds what they hold)
-    rows = request_totals(
-        client, p.start, p.end, by=PAYER_KEYS, source=source, step=g, **rescope(scope, tier=p.tier.name, filters=logged)
-    )
+    # (its own retention is at least the samples': it holds what they hold); every source in one
+    # read, then the one to use (``prefer_source``: the gateway's when it has rows in the window,
+    # else the engines' spans), where a probe per source and a second read took 5 ms more
+    kw = rescope(scope, tier=p.tier.name, filters=logged)
+    rows = request_totals(client, p.start, p.end, by=[*PAYER_KEYS, "source"], source=None, step=g, **kw)
     if len(rows) and rows.attrs.get("step") != g:
         raise RuntimeError(f"the request log was read in steps of {rows.attrs.get('step')}s, not the grain's {g}s")
+    source = prefer_source(rows["source"].unique()) if len(rows) else None
+    rows = rows[rows["source"] == source].drop(columns=["source"]) if len(rows) else rows
     if source is None or rows.empty:
         rows = pd.DataFrame(
             {"ts": pd.Series(dtype="datetime64[ns, UTC]"), **{k: pd.Series(dtype=object) for k in PAYER_KEYS}}

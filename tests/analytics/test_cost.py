@@ -243,6 +243,28 @@ def test_spend_without_request_rows_is_unattributed(ch, prices, tmp_path) -> Non
     assert round(df["spend"].sum(), 2) == 5.60
 
 
+@pytest.mark.parametrize("tier", ["raw", "1h"])
+def test_the_showback_reads_the_gateways_log_and_the_spans_only_without_it(ch, prices, tmp_path, tier) -> None:
+    fleet(ch, tmp_path)
+    gateway_only = cost_by_tenant(ch, *WINDOW, prices, tier=tier)
+    # the engines' spans of the same requests: no tenant or route (an engine does not know them)
+    spans = ch.query_df("SELECT * FROM requests")
+    ch.insert_df("requests", spans.assign(source="otlp", tenant="", route="", request_id=spans["request_id"] + "-s"))
+    both = cost_by_tenant(ch, *WINDOW, prices, tier=tier)
+    # the gateway's rows, counted once: acme 90 rows of weight 2, globex 60 of weight 4; the spans add nothing
+    pd.testing.assert_frame_equal(both, gateway_only)
+    df = both.set_index("tenant")
+    assert (df.loc["acme", "requests"], df.loc["globex", "requests"]) == (180, 240) and "" not in df.index
+    ch.command("ALTER TABLE requests DELETE WHERE source = 'gateway' SETTINGS mutations_sync = 1")
+    for table in ("requests_1m", "requests_1h"):  # the rollups as if the gateway had never logged
+        ch.command(f"ALTER TABLE {table} DELETE WHERE source = 'gateway' SETTINGS mutations_sync = 1")
+    spans_only = cost_by_tenant(ch, *WINDOW, prices, tier=tier).set_index("tenant")
+    # no gateway: the spans pay, as one unnamed tenant, what the gateway's tenants paid together
+    assert spans_only.loc["", "requests"] == 420
+    assert round(spans_only.loc["", "spend"], 2) == round(df.loc["acme", "spend"] + df.loc["globex", "spend"], 2)
+    assert spans_only.attrs["source"] == "otlp" and df.attrs["source"] == "gateway"
+
+
 @pytest.mark.parametrize("tier", ["1h", "6h"])
 def test_the_hourly_tiers_agree_on_the_total(ch, prices, tmp_path, tier) -> None:
     fleet(ch, tmp_path)
