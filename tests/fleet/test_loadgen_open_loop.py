@@ -39,6 +39,7 @@ class SlowFleet:
         self.in_flight = 0
         self.most_in_flight = 0
         self.refused = 0
+        self.longest_stall = 0.0  # the event loop's own longest delay (the machine's, not the schedule's)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
@@ -77,13 +78,25 @@ async def _play(scenario: Scenario) -> tuple[SlowFleet, dict, list]:
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     results: list = []
+    watch = asyncio.create_task(_watch_the_loop(fleet))
     try:
         stats = await run_scenario(
             scenario, Targets(gateway=f"http://127.0.0.1:{port}"), seed=3, on_result=results.append
         )
     finally:
+        watch.cancel()
         await runner.cleanup()
     return fleet, stats.summary(), results
+
+
+async def _watch_the_loop(fleet: SlowFleet) -> None:
+    """How late the loop wakes a 10 ms sleep, at most: a busy machine (a parallel test's work)
+    that holds the whole process up delays the arrivals as much, whatever their schedule."""
+    loop = asyncio.get_running_loop()
+    while True:
+        t = loop.time()
+        await asyncio.sleep(0.01)
+        fleet.longest_stall = max(fleet.longest_stall, loop.time() - t - 0.01)
 
 
 def test_arrivals_keep_their_schedule_whatever_the_answers() -> None:
@@ -92,9 +105,11 @@ def test_arrivals_keep_their_schedule_whatever_the_answers() -> None:
     assert 70 <= summary["sent"] <= 170 and summary["not_sent"] == 0
     assert len(fleet.arrived) == summary["sent"]
     # while every answered request was held 2 s, arrivals went on: no gap of the schedule's
-    # making (a closed loop would have stopped at its cap) and far more in flight than a cap of 10
+    # making (a closed loop would have stopped at its cap for up to the 2 s hold; the schedule's
+    # own longest gap at 40/s is about 0.15 s), beyond what the machine held the whole process up
+    # for, and far more in flight than a cap of 10
     gaps = [b - a for a, b in zip(fleet.arrived, fleet.arrived[1:], strict=False)]
-    assert max(gaps) < 0.5 and fleet.most_in_flight > 20
+    assert max(gaps) < 0.5 + fleet.longest_stall and fleet.most_in_flight > 20
     # the refusals are counted as shed, with their Retry-After
     assert summary["shed"] == fleet.refused > 20
     refused = [r for r in results if r.status == 429]
